@@ -1,0 +1,231 @@
+"""The embedded Python API: a queue manager running in this process.
+
+    with harbormq.QueueManager.open("QM1") as qm:
+        qm.define_queue("ORDERS", DEFPSIST="YES")
+        qm.put("ORDERS", b"hello")
+        with qm.begin() as uow:          # commits on success, backs out on error
+            msg = uow.get("ORDERS")
+            uow.put("AUDIT", msg.body)
+
+The queue manager's state belongs to one asyncio event loop, run on a thread
+of its own; every call here is handed to that loop and waits for its result,
+so any number of application threads may call at once (their commits share
+fsyncs). The STOMP server uses the same core on the same kind of loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+from .config import QMConfig
+from .core.engine import MessageMatch, UnitOfWork
+from .errors import UnitOfWorkError
+from .log.records import Message
+from .qmgr import RunningQueueManager
+from .recovery import Progress, RestartReport
+
+
+class QueueManager:
+    def __init__(self, config: QMConfig):
+        self.config = config
+        self.name = config.name
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever,
+                                        name=f"harbormq-{config.name}", daemon=True)
+        self._running: RunningQueueManager | None = None
+        self.closed = False
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, name: str, *, home: Path | str | None = None, console=None,
+             progress: Progress | None = None) -> "QueueManager":
+        """Start the queue manager in this process (restart recovery included);
+        refuses if it is running anywhere else."""
+        config = QMConfig.load(name, Path(home) if home else None)
+        self = cls(config)
+        self._thread.start()
+        try:
+            self._running = self._call(RunningQueueManager.start(config, console=console,
+                                                                 progress=progress))
+        except BaseException:
+            self._shutdown_loop()
+            raise
+        return self
+
+    @property
+    def core(self):
+        return self._running.core
+
+    @property
+    def restart_report(self) -> RestartReport:
+        return self._running.report
+
+    def close(self, mode: str = "controlled", timeout: float | None = None) -> None:
+        if self.closed:
+            return
+        try:
+            self._call(self._running.stop(mode, timeout=timeout))
+        finally:
+            self.closed = True
+            self._shutdown_loop()
+
+    def _shutdown_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def __enter__(self) -> "QueueManager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _call_sync(self, fn, *args, **kwargs):
+        async def run():
+            return fn(*args, **kwargs)
+        return self._call(run())
+
+    # -- administration ----------------------------------------------------------------
+
+    def define_queue(self, name: str, *, like: str | None = None, replace: bool = False,
+                     **attrs) -> dict:
+        return self._call(self.core.define_queue(name, attrs, like=like, replace=replace))
+
+    def alter_queue(self, name: str, **attrs) -> dict:
+        return self._call(self.core.alter_queue(name, attrs))
+
+    def delete_queue(self, name: str, *, purge: bool = False) -> None:
+        self._call(self.core.delete_queue(name, purge=purge))
+
+    def clear_queue(self, name: str) -> int:
+        return self._call(self.core.clear_queue(name))
+
+    def alter_qmgr(self, **attrs) -> dict:
+        return self._call(self.core.alter_qmgr(attrs))
+
+    def queue_names(self) -> list[str]:
+        return self._call_sync(lambda: sorted(self.core.queues))
+
+    def queue_status(self, name: str) -> dict:
+        def status():
+            q = self.core.queue(name)
+            now = time.time_ns()
+            oldest = self.core.browse(name, limit=1)
+            return {"QUEUE": name, "CURDEPTH": q.curdepth, "UNCOM": q.uncommitted_puts,
+                    "LOCKED": len(q.locked), "IPPROCS": 0, "OPPROCS": 0,
+                    "MSGAGE": (now - oldest[0].put_time_ns) // 1_000_000_000 if oldest else 0,
+                    "LPUT": q.last_put_ns, "LGET": q.last_get_ns}
+        return self._call_sync(status)
+
+    def checkpoint(self) -> dict:
+        return self._call(self.core.checkpoint("requested"))
+
+    def in_doubt(self) -> list[int]:
+        return self._call_sync(lambda: [u.id for u in self.core.in_doubt()])
+
+    def resolve(self, uow_id: int, *, commit: bool) -> None:
+        self._call(self.core.resolve(uow_id, commit))
+
+    # -- messages ---------------------------------------------------------------------
+
+    def _message(self, queue: str, body, persistent, priority, msg_id, correl_id, expiry,
+                 reply_to, format, properties) -> Message:
+        q = self.core.queue(queue)
+        prio, pers = self.core.defaults_for(q, priority, persistent)
+        if isinstance(body, str):
+            body = body.encode()
+        return Message(body=bytes(body), msg_id=_as_bytes(msg_id), correl_id=_as_bytes(correl_id),
+                       priority=prio, persistent=pers,
+                       expiry_ns=time.time_ns() + int(expiry * 1e9) if expiry else 0,
+                       reply_to=reply_to or "", format=format or "",
+                       properties=dict(properties or {}))
+
+    def put(self, queue: str, body=b"", *, persistent: bool | None = None,
+            priority: int | None = None, msg_id=None, correl_id=None,
+            expiry: float | None = None, reply_to: str = "", format: str = "",
+            properties: dict | None = None, _uow: UnitOfWork | None = None) -> Message:
+        """Put one message; outside a unit of work a persistent put returns once it
+        is on disk. ``expiry`` is in seconds."""
+        async def run():
+            msg = self._message(queue, body, persistent, priority, msg_id, correl_id, expiry,
+                                reply_to, format, properties)
+            return await self.core.put(queue, msg, _uow)
+        return self._call(run())
+
+    def get(self, queue: str, *, wait: float = 0, msg_id=None, correl_id=None,
+            _uow: UnitOfWork | None = None) -> Message | None:
+        """Destructive get, by priority then arrival; None when nothing is there
+        (after waiting up to ``wait`` seconds)."""
+        match = MessageMatch(_as_bytes(msg_id) or None, _as_bytes(correl_id) or None)
+        return self._call(self.core.get(queue, _uow, wait=wait, match=match))
+
+    def browse(self, queue: str, *, limit: int | None = None, msg_id=None,
+               correl_id=None) -> list[Message]:
+        match = MessageMatch(_as_bytes(msg_id) or None, _as_bytes(correl_id) or None)
+        return self._call_sync(self.core.browse, queue, limit=limit,
+                               match=match if match.ident is not None else None)
+
+    def begin(self, owner: str = "") -> "UnitOfWorkHandle":
+        return UnitOfWorkHandle(self, self._call_sync(self.core.begin, owner))
+
+
+class UnitOfWorkHandle:
+    """A unit of work (syncpoint). As a context manager it commits when the block
+    ends normally and backs out when it raises."""
+
+    def __init__(self, qm: QueueManager, uow: UnitOfWork):
+        self.qm = qm
+        self.uow = uow
+
+    @property
+    def id(self) -> int:
+        return self.uow.id
+
+    @property
+    def state(self) -> str:
+        return self.uow.state
+
+    def put(self, queue: str, body=b"", **kw) -> Message:
+        return self.qm.put(queue, body, _uow=self.uow, **kw)
+
+    def get(self, queue: str, **kw) -> Message | None:
+        return self.qm.get(queue, _uow=self.uow, **kw)
+
+    def prepare(self) -> None:
+        self.qm._call(self.qm.core.prepare(self.uow))
+
+    def commit(self) -> None:
+        self.qm._call(self.qm.core.commit(self.uow))
+
+    def backout(self) -> None:
+        self.qm._call(self.qm.core.backout(self.uow))
+
+    def __enter__(self) -> "UnitOfWorkHandle":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.uow.state not in ("active", "prepared"):
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            try:
+                self.backout()
+            except UnitOfWorkError:
+                pass
+
+
+def _as_bytes(value) -> bytes:
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)

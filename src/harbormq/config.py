@@ -1,0 +1,153 @@
+"""Where a queue manager lives and how it is configured.
+
+``HARBORMQ_HOME`` (default ``~/.harbormq``)::
+
+    qmgrs/<QM>/qm.toml          configuration (below)
+    qmgrs/<QM>/errors/          HMQERR01.LOG .. HMQERR03.LOG
+    qmgrs/<QM>/qmgr/            catalog store (object definitions)
+    qmgrs/<QM>/queues/<QUEUE>/  one store per local queue
+    qmgrs/<QM>/qm.lock          held (flock) by the one running instance
+    qmgrs/<QM>/admin.sock       admin socket of a running queue manager (0600)
+    log/<QM>/                   extents S0000000.LOG.. and control.1, control.2
+
+``qm.toml``::
+
+    name = "QM1"
+    [log]
+    type = "circular"           # or "linear"
+    file_pages = 4096           # extent size in 4 KiB pages (32..65535)
+    primary = 3
+    secondary = 2
+    path = "/disk2/log/QM1"     # optional: the log on another disk
+    checkpoint_records = 10000
+    management = "manual"       # linear logs: extents are kept
+    [tuning]
+    flush_interval_ms = 1000    # lazy store flush
+    flush_max_entries = 20000   # flush a queue early when this many changes wait
+    store_map_size_mb = 16384   # LMDB address space per store (files grow as needed)
+    qindxbld = "wait"           # or "nowait": index rebuild at restart
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomli_w
+
+from .errors import ConfigError, QueueManagerNotFound
+from .log.manager import LogSettings
+
+
+def harbormq_home() -> Path:
+    return Path(os.environ.get("HARBORMQ_HOME") or Path.home() / ".harbormq")
+
+
+def queue_dir_name(queue: str) -> str:
+    """Queue names may hold '/' and '%': escape them for a directory name."""
+    return queue.replace("%", "%25").replace("/", "%2F")
+
+
+@dataclass
+class Tuning:
+    flush_interval_ms: int = 1000
+    flush_max_entries: int = 20_000
+    store_map_size_mb: int = 16_384
+    qindxbld: str = "wait"
+
+
+@dataclass
+class QMConfig:
+    name: str
+    home: Path
+    log: LogSettings = field(default_factory=LogSettings)
+    log_path: Path | None = None
+    log_management: str = "manual"
+    tuning: Tuning = field(default_factory=Tuning)
+
+    # -- paths --------------------------------------------------------------------
+    @property
+    def qm_dir(self) -> Path:
+        return self.home / "qmgrs" / self.name
+
+    @property
+    def log_dir(self) -> Path:
+        return self.log_path or (self.home / "log" / self.name)
+
+    @property
+    def errors_dir(self) -> Path:
+        return self.qm_dir / "errors"
+
+    @property
+    def catalog_dir(self) -> Path:
+        return self.qm_dir / "qmgr"
+
+    @property
+    def queues_dir(self) -> Path:
+        return self.qm_dir / "queues"
+
+    def queue_dir(self, queue: str) -> Path:
+        return self.queues_dir / queue_dir_name(queue)
+
+    @property
+    def lock_path(self) -> Path:
+        return self.qm_dir / "qm.lock"
+
+    @property
+    def admin_socket(self) -> Path:
+        return self.qm_dir / "admin.sock"
+
+    @property
+    def config_path(self) -> Path:
+        return self.qm_dir / "qm.toml"
+
+    # -- persistence ----------------------------------------------------------------
+    def to_toml(self) -> dict:
+        log = {"type": self.log.log_type, "file_pages": self.log.pages,
+               "primary": self.log.primary, "secondary": self.log.secondary,
+               "checkpoint_records": self.log.checkpoint_records,
+               "management": self.log_management}
+        if self.log_path:
+            log["path"] = str(self.log_path)
+        t = self.tuning
+        return {"name": self.name, "log": log,
+                "tuning": {"flush_interval_ms": t.flush_interval_ms,
+                           "flush_max_entries": t.flush_max_entries,
+                           "store_map_size_mb": t.store_map_size_mb, "qindxbld": t.qindxbld}}
+
+    def save(self) -> None:
+        self.qm_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(tomli_w.dumps(self.to_toml()))
+
+    @classmethod
+    def load(cls, name: str, home: Path | None = None) -> "QMConfig":
+        home = Path(home) if home else harbormq_home()
+        path = home / "qmgrs" / name / "qm.toml"
+        if not path.exists():
+            raise QueueManagerNotFound(f"queue manager {name} does not exist under {home}",
+                                       hint="create it with 'harbormq create " + name + "'")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}", path=str(path)) from None
+        log = data.get("log", {})
+        tuning = data.get("tuning", {})
+        try:
+            cfg = cls(
+                name=data.get("name", name), home=home,
+                log=LogSettings(log_type=log.get("type", "circular"),
+                                pages=int(log.get("file_pages", 4096)),
+                                primary=int(log.get("primary", 3)),
+                                secondary=int(log.get("secondary", 2)),
+                                checkpoint_records=int(log.get("checkpoint_records", 10_000))),
+                log_path=Path(log["path"]) if log.get("path") else None,
+                log_management=log.get("management", "manual"),
+                tuning=Tuning(**tuning))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{path}: {exc}", path=str(path)) from None
+        cfg.log.validate()
+        if cfg.tuning.qindxbld not in ("wait", "nowait"):
+            raise ConfigError(f"{path}: tuning.qindxbld must be 'wait' or 'nowait'")
+        return cfg

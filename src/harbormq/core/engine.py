@@ -1,0 +1,715 @@
+"""The queue manager core: objects, queues, messages and units of work.
+
+Every method runs on the queue manager's event loop (the one owner of state).
+A method changes in-memory state and appends its log records in one
+synchronous step, then awaits the force that makes them durable; it returns
+only after that. Effects of a unit of work reach the queues at COMMIT, in the
+same step as the COMMIT record, so a store flush never carries an effect
+whose record could still be lost (the write-ahead rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from dataclasses import dataclass, field, replace
+
+from ..config import QMConfig
+from ..errors import (GetInhibited, InvalidAttribute, LogFull, MessageTooLong, ObjectError,
+                      ObjectExists, ObjectInUse, PutInhibited, QueueFull, QueueManagerStopping,
+                      UnitOfWorkError, UnknownObject, UnknownUnitOfWork)
+from ..log.manager import RecoveryLog
+from ..log.records import (Compensation, LogRecord, Message, MessageRef, RecordFlag,
+                           RecordType, encode_json)
+from ..oplog import OperatorLog
+from ..store import CatalogStore, QueueStore
+from .objects import (DEAD_LETTER_QUEUE, DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS, QMGR_DEFAULTS,
+                      QMGR_OBJECT, check_name, validate)
+from .queue import LocalQueue
+
+_id_prefix = os.urandom(8)
+_id_counter = itertools.count(1)
+
+
+def new_msg_id() -> bytes:
+    """24 bytes, like MQ's MsgId: 'HMQ' + a per-process random part + a counter."""
+    return b"HMQ\0" + _id_prefix + next(_id_counter).to_bytes(8, "big") + b"\0\0\0\0"
+
+
+@dataclass
+class UowOp:
+    kind: str                 # "put" | "get"
+    queue: LocalQueue
+    msg: Message
+    lsn: int = 0              # its log record, 0 when not logged (non-persistent)
+    prev_lsn: int = 0         # the record before it in the UOW (undo-next on backout)
+
+
+@dataclass
+class UnitOfWork:
+    id: int
+    owner: str = ""
+    state: str = "active"     # active | prepared | backing_out | committed | backed_out
+    ops: list[UowOp] = field(default_factory=list)
+    first_lsn: int = 0        # its UOW_BEGIN record, 0 while nothing is logged
+    last_lsn: int = 0
+    started_ns: int = field(default_factory=time.time_ns)
+    first_log_ns: int = 0
+    #: why the queue manager backed it out on its own (HMQ7469W), if it did
+    rolled_back: str | None = None
+
+    @property
+    def in_doubt(self) -> bool:
+        return self.state == "prepared"
+
+
+class MessageMatch:
+    """Get by message id or correlation id (served by the queue's index)."""
+
+    def __init__(self, msg_id: bytes | None = None, correl_id: bytes | None = None):
+        self.msg_id = msg_id
+        self.correl_id = correl_id
+        if msg_id is not None:
+            self.index_type, self.ident = "MSGID", msg_id
+        elif correl_id is not None:
+            self.index_type, self.ident = "CORRELID", correl_id
+        else:
+            self.index_type, self.ident = None, None
+
+    def __call__(self, msg: Message) -> bool:
+        return ((self.msg_id is None or msg.msg_id == self.msg_id) and
+                (self.correl_id is None or msg.correl_id == self.correl_id))
+
+
+class QueueManagerCore:
+    def __init__(self, config: QMConfig, oplog: OperatorLog):
+        self.config = config
+        self.name = config.name
+        self.oplog = oplog
+        self.log = RecoveryLog(config.log_dir, config.name)
+        self.catalog_store: CatalogStore | None = None
+        self.objects: dict[str, dict] = {}            # name -> definition (incl. QMGR)
+        self.catalog_dirty: dict[str, dict | None] = {}
+        self.catalog_dirty_lsn: int | None = None
+        self.queues: dict[str, LocalQueue] = {}
+        self.uows: dict[int, UnitOfWork] = {}
+        self.next_uow_id = 1
+        self.next_object_id = 1
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopping: str | None = None
+        self.started = False
+        self._flush_lock: asyncio.Lock | None = None
+        self._checkpoint_lock: asyncio.Lock | None = None
+        self._checkpoint_pending = False
+        self._flush_pending = False
+        self._background: set[asyncio.Task] = set()
+        self.last_checkpoint: dict = {}
+
+    # ------------------------------------------------------------------ helpers
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = self.loop.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._report_failure)
+        return task
+
+    def _report_failure(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.oplog.emit("HMQ5008E", f"background task failed: {task.exception()!r}")
+
+    def _check_running(self) -> None:
+        if self.stopping:
+            raise QueueManagerStopping(f"queue manager {self.name} is stopping "
+                                       f"({self.stopping}); no new work is accepted")
+
+    def queue(self, name: str) -> LocalQueue:
+        q = self.queues.get(name)
+        if q is None:
+            raise UnknownObject(f"queue {name} is not defined on queue manager {self.name} "
+                                "(MQRC 2085 UNKNOWN_OBJECT_NAME)", queue=name)
+        if q.damaged:
+            raise ObjectError(f"queue {name} is damaged (MQRC 2101 OBJECT_DAMAGED)",
+                              msgid="HMQ7472E", queue=name)
+        return q
+
+    @property
+    def qmgr_attrs(self) -> dict:
+        return self.objects[QMGR_OBJECT]["attrs"]
+
+    def _append(self, rtype: RecordType, *, uow_id: int = 0, prev_lsn: int = 0,
+                obj: LocalQueue | None = None, object_id: int = 0, name: str = "",
+                payload: bytes = b"", flags: int = 0) -> int:
+        rec = LogRecord(rtype, uow_id=uow_id, prev_lsn=prev_lsn,
+                        object_id=obj.object_id if obj else object_id,
+                        object_name=obj.name if obj else name, payload=payload, flags=flags)
+        lsn = self.log.append(rec)
+        if self.started and not self._checkpoint_pending and \
+                self.log.records_since_checkpoint >= self.config.log.checkpoint_records:
+            self._checkpoint_pending = True
+            self._spawn(self.checkpoint("log records"))
+        return lsn
+
+    def _log_uow(self, uow: UnitOfWork, rtype: RecordType, q: LocalQueue | None,
+                 payload: bytes) -> tuple[int, int]:
+        """Append a record of ``uow`` (writing its BEGIN first); returns (lsn, prev)."""
+        if not uow.first_lsn:
+            uow.first_lsn = uow.last_lsn = self._append(
+                RecordType.UOW_BEGIN, uow_id=uow.id, payload=encode_json({"owner": uow.owner}))
+            uow.first_log_ns = time.time_ns()
+        prev = uow.last_lsn
+        uow.last_lsn = self._append(rtype, uow_id=uow.id, prev_lsn=prev, obj=q, payload=payload)
+        return uow.last_lsn, prev
+
+    # ------------------------------------------------------------------ objects
+
+    def _catalog_set(self, name: str, definition: dict | None, lsn: int) -> None:
+        if definition is None:
+            self.objects.pop(name, None)
+        else:
+            self.objects[name] = definition
+        self.catalog_dirty[name] = definition
+        if self.catalog_dirty_lsn is None:
+            self.catalog_dirty_lsn = lsn
+
+    def open_queue_store(self, definition: dict) -> LocalQueue:
+        path = self.config.queue_dir(definition["name"])
+        store = QueueStore(path, definition["object_id"],
+                           map_size=self.config.tuning.store_map_size_mb << 20)
+        q = LocalQueue(definition, store)
+        if store.object_id != definition["object_id"]:
+            q.damaged = True
+            self.oplog.emit("HMQ7472E", f"queue {q.name}: its store in {path} belongs to object "
+                            f"id {store.object_id}, the catalog says {definition['object_id']}; "
+                            "the queue is marked damaged")
+        self.queues[q.name] = q
+        return q
+
+    async def define_queue(self, name: str, attrs: dict | None = None, *, like: str | None = None,
+                           replace: bool = False) -> dict:
+        self._check_running()
+        check_name(name)
+        if name in self.objects:
+            if not replace:
+                raise ObjectExists(f"queue {name} already exists (use REPLACE to change it)",
+                                   queue=name)
+            return await self.alter_queue(name, attrs or {})
+        base_name = like or DEFAULT_LOCAL_QUEUE
+        base = self.objects.get(base_name)
+        if like and base is None:
+            raise UnknownObject(f"LIKE({like}): queue {like} is not defined", queue=like)
+        merged = dict(base["attrs"] if base else QLOCAL_DEFAULTS)
+        if base_name == DEFAULT_LOCAL_QUEUE:
+            merged["DESCR"] = ""
+        merged.update(validate(attrs or {}, QLOCAL_DEFAULTS, f"queue {name}"))
+        oid = self.next_object_id
+        self.next_object_id += 1
+        definition = {"type": "QLOCAL", "name": name, "object_id": oid, "attrs": merged}
+        lsn = self._append(RecordType.OBJECT_CREATE, object_id=oid, name=name,
+                           payload=encode_json(definition))
+        definition["create_lsn"] = lsn
+        self._catalog_set(name, definition, lsn)
+        q = self.open_queue_store(definition)
+        if merged["INDXTYPE"] != "NONE":
+            q.store.rebuild_index(merged["INDXTYPE"])
+        await self.log.force()
+        return definition
+
+    async def alter_queue(self, name: str, attrs: dict) -> dict:
+        self._check_running()
+        q = self.queue(name)
+        changes = validate(attrs, QLOCAL_DEFAULTS, f"queue {name}")
+        definition = dict(q.definition, attrs=dict(q.attrs, **changes))
+        lsn = self._append(RecordType.OBJECT_ALTER, obj=q, payload=encode_json(definition))
+        self._catalog_set(name, definition, lsn)
+        old_index = q.index_type
+        q.definition = definition
+        if definition["attrs"]["INDXTYPE"] != old_index:
+            await self.flush_all()
+            q.store.rebuild_index(definition["attrs"]["INDXTYPE"])
+        await self.log.force()
+        return definition
+
+    async def alter_qmgr(self, attrs: dict) -> dict:
+        self._check_running()
+        changes = validate(attrs, QMGR_DEFAULTS, f"queue manager {self.name}")
+        qm = self.objects[QMGR_OBJECT]
+        definition = dict(qm, attrs=dict(qm["attrs"], **changes))
+        lsn = self._append(RecordType.OBJECT_ALTER, object_id=qm["object_id"], name=QMGR_OBJECT,
+                           payload=encode_json(definition))
+        self._catalog_set(QMGR_OBJECT, definition, lsn)
+        await self.log.force()
+        return definition
+
+    def _busy(self, q: LocalQueue) -> str | None:
+        if q.uncommitted_puts or q.locked:
+            return "it has uncommitted messages"
+        if q.open_handles:
+            return f"{q.open_handles} handles have it open"
+        return None
+
+    async def delete_queue(self, name: str, *, purge: bool = False) -> None:
+        self._check_running()
+        q = self.queue(name) if name in self.queues else None
+        if q is None:
+            raise UnknownObject(f"queue {name} is not defined", queue=name)
+        if name in (DEFAULT_LOCAL_QUEUE, DEAD_LETTER_QUEUE):
+            raise ObjectInUse(f"{name} is a system queue and cannot be deleted", queue=name)
+        if (why := self._busy(q)) is not None:
+            raise ObjectInUse(f"queue {name} cannot be deleted: {why} (MQRC 2055)", queue=name)
+        if q.depth and not purge:
+            raise ObjectInUse(f"queue {name} holds {q.depth} messages; delete it with PURGE "
+                              "to discard them (MQRC 2055 Q_NOT_EMPTY)", queue=name)
+        lsn = self._append(RecordType.OBJECT_DELETE, obj=q, payload=encode_json({"name": name}))
+        self._catalog_set(name, None, lsn)
+        del self.queues[name]
+        await self.log.force()
+        q.store.close()
+        q.store.destroy(q.store.path)
+
+    async def clear_queue(self, name: str) -> int:
+        """CLEAR QLOCAL: remove every message (refused while any is uncommitted)."""
+        self._check_running()
+        q = self.queue(name)
+        if (why := self._busy(q)) is not None:
+            raise ObjectInUse(f"queue {name} cannot be cleared: {why}", queue=name)
+        count = q.depth
+        lsn = self._append(RecordType.OBJECT_ALTER, obj=q,
+                           payload=encode_json(dict(q.definition, clear=True)))
+        await self.log.force()
+        async with self._flush_lock:
+            self._clear_store(q, self.log.end_lsn)
+        del lsn
+        return count
+
+    def _clear_store(self, q: LocalQueue, recovery_lsn: int) -> None:
+        changes = {k: None for k in q.store.iter_keys()}
+        q.store.apply(changes, recovery_lsn, q.index_type, q.next_seq)
+        q.dirty.clear()
+        q.flushing = {}
+        q._mem_keys.clear()
+        q.dirty_lsn = q.flushing_lsn = None
+        q._scan_from = None
+        q.depth = 0
+
+    # ------------------------------------------------------------------ messages
+
+    def _prepare_message(self, q: LocalQueue, msg: Message) -> Message:
+        attrs = q.attrs
+        limit = min(attrs["MAXMSGL"], self.qmgr_attrs["MAXMSGL"])
+        if len(msg.body) > limit:
+            raise MessageTooLong(
+                f"message of {len(msg.body)} bytes is longer than MAXMSGL {limit} of queue "
+                f"{q.name} (MQRC 2030 MSG_TOO_BIG_FOR_Q)", queue=q.name)
+        if q.depth + q.uncommitted_puts >= attrs["MAXDEPTH"]:
+            raise QueueFull(f"queue {q.name} is full: MAXDEPTH is {attrs['MAXDEPTH']} "
+                            "(MQRC 2053 Q_FULL)", queue=q.name)
+        if not 0 <= msg.priority <= 9:
+            raise InvalidAttribute(f"priority {msg.priority} is out of range 0..9")
+        msg.msg_id = msg.msg_id or new_msg_id()
+        msg.put_time_ns = time.time_ns()
+        msg.seq = q.allocate_seq()
+        return msg
+
+    def defaults_for(self, q: LocalQueue, priority: int | None, persistent: bool | None):
+        return (q.attrs["DEFPRTY"] if priority is None else priority,
+                q.attrs["DEFPSIST"] == "YES" if persistent is None else persistent)
+
+    async def put(self, queue: str, msg: Message, uow: UnitOfWork | None = None) -> Message:
+        """Put ``msg`` (priority and persistence already resolved by the caller)."""
+        self._check_running()
+        q = self.queue(queue)
+        if q.attrs["PUT"] != "ENABLED":
+            raise PutInhibited(f"puts are inhibited on queue {queue} (MQRC 2051)", queue=queue)
+        msg = self._prepare_message(q, msg)
+        q.last_put_ns = msg.put_time_ns
+        if uow is None:
+            if msg.persistent:
+                lsn = self._append(RecordType.MSG_PUT, obj=q, payload=msg.encode(),
+                                   flags=RecordFlag.AUTO_COMMIT)
+                q.commit_put(msg, lsn)
+                self._after_commit_put(q)
+                await self.log.force()
+            else:
+                q.commit_put(msg, 0)
+                self._after_commit_put(q)
+            return msg
+        self._check_uow(uow)
+        lsn = prev = 0
+        if msg.persistent:
+            lsn, prev = self._log_uow(uow, RecordType.MSG_PUT, q, msg.encode())
+        uow.ops.append(UowOp("put", q, msg, lsn, prev))
+        q.uncommitted_puts += 1
+        return msg
+
+    def _after_commit_put(self, q: LocalQueue) -> None:
+        while q.waiters:
+            fut = q.waiters.pop(0)
+            if not fut.done():
+                fut.set_result(None)
+                break
+        if q.dirty_entries() >= self.config.tuning.flush_max_entries and not self._flush_pending:
+            self._flush_pending = True
+            self._spawn(self.flush_all())
+
+    async def get(self, queue: str, uow: UnitOfWork | None = None, *, wait: float = 0,
+                  match: MessageMatch | None = None) -> Message | None:
+        self._check_running()
+        q = self.queue(queue)
+        if q.attrs["GET"] != "ENABLED":
+            raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
+        if uow is not None:
+            self._check_uow(uow)
+        if match is not None and match.ident is None:
+            match = None
+        deadline = time.monotonic() + wait
+        while True:
+            key, msg, expired = q.first_available(match, time.time_ns())
+            for ekey, emsg in expired:
+                self._expire(q, ekey, emsg)
+            if msg is not None:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            fut = self.loop.create_future()
+            q.waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                if fut in q.waiters:
+                    q.waiters.remove(fut)
+            self._check_running()
+            q = self.queue(queue)
+        q.last_get_ns = time.time_ns()
+        ref = MessageRef(msg.seq, msg.priority, msg.msg_id)
+        if uow is None:
+            if msg.persistent:
+                lsn = self._append(RecordType.MSG_GET, obj=q, payload=ref.encode(),
+                                   flags=RecordFlag.AUTO_COMMIT)
+                q.commit_delete(key, lsn)
+                await self.log.force()
+            else:
+                q.commit_delete(key, 0)
+            return msg
+        q.locked[key] = uow.id
+        lsn = prev = 0
+        if msg.persistent:
+            lsn, prev = self._log_uow(uow, RecordType.MSG_GET, q, ref.encode())
+        uow.ops.append(UowOp("get", q, msg, lsn, prev))
+        return msg
+
+    def browse(self, queue: str, *, limit: int | None = None, after: bytes | None = None,
+               match: MessageMatch | None = None) -> list[Message]:
+        """Messages a get could take, in delivery order, without removing them."""
+        q = self.queue(queue)
+        now = time.time_ns()
+        out = []
+        for key in q.iter_keys():
+            if after is not None and key <= after:
+                continue
+            if key in q.locked:
+                continue
+            msg = q.lookup(key)
+            if msg is None or msg.expired(now) or (match is not None and not match(msg)):
+                continue
+            out.append(msg)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    def _expire(self, q: LocalQueue, key: bytes, msg: Message) -> None:
+        """Expired messages are removed when met (MQ does the same at get time)."""
+        lsn = 0
+        if msg.persistent:
+            lsn = self._append(RecordType.MSG_EXPIRE, obj=q, flags=RecordFlag.AUTO_COMMIT,
+                               payload=MessageRef(msg.seq, msg.priority, msg.msg_id).encode())
+        q.commit_delete(key, lsn)
+
+    # ------------------------------------------------------------------ units of work
+
+    def begin(self, owner: str = "") -> UnitOfWork:
+        self._check_running()
+        uow = UnitOfWork(self.next_uow_id, owner=owner)
+        self.next_uow_id += 1
+        self.uows[uow.id] = uow
+        return uow
+
+    def _check_uow(self, uow: UnitOfWork) -> None:
+        if uow.rolled_back:
+            raise UnitOfWorkError(f"unit of work {uow.id} was backed out by the queue manager: "
+                                  f"{uow.rolled_back} (MQRC 2003 BACKED_OUT)", uow=uow.id)
+        if uow.state != "active":
+            raise UnitOfWorkError(f"unit of work {uow.id} is {uow.state}; it takes no more "
+                                  "puts or gets", uow=uow.id)
+
+    def find_uow(self, uow_id: int) -> UnitOfWork:
+        uow = self.uows.get(uow_id)
+        if uow is None:
+            raise UnknownUnitOfWork(f"no unit of work {uow_id} is active or in doubt",
+                                    uow=uow_id)
+        return uow
+
+    async def prepare(self, uow: UnitOfWork) -> None:
+        """Phase one of two-phase commit: from here the UOW is in doubt and survives
+        restart, its messages locked, until commit or backout."""
+        self._check_uow(uow)
+        self._log_uow(uow, RecordType.UOW_PREPARE, None, b"")
+        uow.state = "prepared"
+        await self.log.force()
+
+    async def commit(self, uow: UnitOfWork) -> None:
+        if uow.rolled_back:
+            self._check_uow(uow)
+        if uow.state not in ("active", "prepared"):
+            raise UnitOfWorkError(f"unit of work {uow.id} is {uow.state} and cannot commit",
+                                  uow=uow.id)
+        effect_lsn = 0
+        if uow.first_lsn:
+            effect_lsn = self._append(RecordType.UOW_COMMIT, uow_id=uow.id,
+                                      prev_lsn=uow.last_lsn)
+            uow.last_lsn = effect_lsn
+        self._apply_commit(uow, effect_lsn)
+        if effect_lsn:
+            await self.log.force()
+
+    def _apply_commit(self, uow: UnitOfWork, effect_lsn: int) -> None:
+        touched = set()
+        for op in uow.ops:
+            q = op.queue
+            if op.kind == "put":
+                q.uncommitted_puts -= 1
+                q.commit_put(op.msg, effect_lsn if op.lsn else 0)
+                touched.add(q)
+            else:
+                q.commit_delete(op.msg.key, effect_lsn if op.lsn else 0)
+        uow.state = "committed"
+        self.uows.pop(uow.id, None)
+        for q in touched:
+            self._after_commit_put(q)
+
+    async def backout(self, uow: UnitOfWork, *, reason: str | None = None) -> None:
+        if uow.state not in ("active", "prepared", "backing_out"):
+            raise UnitOfWorkError(f"unit of work {uow.id} is {uow.state} and cannot be backed "
+                                  "out", uow=uow.id)
+        requeue = self._undo(uow)
+        if reason:
+            uow.rolled_back = reason
+        if uow.first_lsn:
+            await self.log.force()
+        for q, msg in requeue:
+            await self._requeue_backout(q, msg)
+
+    def _undo(self, uow: UnitOfWork) -> list[tuple[LocalQueue, Message]]:
+        """Back out ``uow`` in one synchronous step: a COMPENSATION record per undone
+        logged record (so a crash mid-backout resumes where it was), then BACKOUT.
+        Returns got messages that reached their queue's backout threshold."""
+        uow.state = "backing_out"
+        requeue = []
+        for op in reversed(uow.ops):
+            q = op.queue
+            if op.kind == "put":
+                q.uncommitted_puts -= 1
+                if op.lsn:
+                    self._compensate(uow, op, op.msg.backout_count)
+                continue
+            msg = replace(op.msg, backout_count=op.msg.backout_count + 1)
+            clr_lsn = self._compensate(uow, op, msg.backout_count) if op.lsn else 0
+            q.commit_update(msg, clr_lsn)
+            threshold = q.attrs["BOTHRESH"]
+            if threshold and msg.backout_count >= threshold:
+                requeue.append((q, msg))
+        uow.ops.clear()
+        if uow.first_lsn:
+            uow.last_lsn = self._append(RecordType.UOW_BACKOUT, uow_id=uow.id,
+                                        prev_lsn=uow.last_lsn)
+        uow.state = "backed_out"
+        self.uows.pop(uow.id, None)
+        return requeue
+
+    def _compensate(self, uow: UnitOfWork, op: UowOp, backout_count: int) -> int:
+        undone = RecordType.MSG_PUT if op.kind == "put" else RecordType.MSG_GET
+        comp = Compensation(undone, op.lsn, op.prev_lsn,
+                            MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id), backout_count)
+        uow.last_lsn = self._append(RecordType.COMPENSATION, uow_id=uow.id,
+                                    prev_lsn=uow.last_lsn, obj=op.queue, payload=comp.encode())
+        return uow.last_lsn
+
+    async def _requeue_backout(self, q: LocalQueue, msg: Message) -> None:
+        """Move a message that reached BOTHRESH to BOQNAME, else the dead-letter queue,
+        in a unit of work of the queue manager's own."""
+        targets = [t for t in (q.attrs["BOQNAME"], self.qmgr_attrs["DEADQ"]) if t]
+        for target in targets:
+            if target not in self.queues or target == q.name:
+                continue
+            uow = self.begin(owner="backout-requeue")
+            try:
+                got = await self.get(q.name, uow, match=MessageMatch(msg_id=msg.msg_id))
+                if got is None:  # somebody else took it meanwhile
+                    await self.backout(uow)
+                    return
+                moved = replace(got, seq=0, properties=dict(
+                    got.properties, HMQ_BACKOUT_QUEUE=q.name))
+                await self.put(target, moved, uow)
+                await self.commit(uow)
+                self.oplog.emit("HMQ7508I", f"message {msg.msg_id.hex()} reached backout "
+                                f"threshold {q.attrs['BOTHRESH']} on {q.name}; moved to "
+                                f"{target}")
+                return
+            except (QueueFull, PutInhibited, UnknownObject, MessageTooLong) as exc:
+                if uow.state in ("active", "backing_out"):
+                    self._undo_quietly(uow)
+                self.oplog.emit("HMQ7509W", f"could not move message {msg.msg_id.hex()} to "
+                                f"{target}: {exc}")
+        self.oplog.emit("HMQ7510W", f"message {msg.msg_id.hex()} stays on {q.name} although "
+                        "it reached its backout threshold: no backout or dead-letter queue "
+                        "could take it")
+
+    def _undo_quietly(self, uow: UnitOfWork) -> None:
+        # the requeue's own get is backed out without counting against the message
+        for op in uow.ops:
+            if op.kind == "get":
+                op.queue.unlocked(op.msg.key)
+            else:
+                op.queue.uncommitted_puts -= 1
+        uow.ops.clear()
+        if uow.first_lsn:
+            self._append(RecordType.UOW_BACKOUT, uow_id=uow.id, prev_lsn=uow.last_lsn)
+        uow.state = "backed_out"
+        self.uows.pop(uow.id, None)
+
+    async def resolve(self, uow_id: int, commit: bool) -> None:
+        """Resolve an in-doubt unit of work by id (MQ's RESOLVE/rsvmqtrn)."""
+        uow = self.find_uow(uow_id)
+        if not uow.in_doubt:
+            raise UnitOfWorkError(f"unit of work {uow_id} is {uow.state}, not in doubt",
+                                  uow=uow_id)
+        await (self.commit(uow) if commit else self.backout(uow))
+
+    def in_doubt(self) -> list[UnitOfWork]:
+        return [u for u in self.uows.values() if u.in_doubt]
+
+    # ------------------------------------------------------------------ flush & checkpoint
+
+    async def flush_all(self) -> int:
+        """Write every dirty store under the write-ahead rule: snapshot, force the log
+        past the snapshot, then one synced transaction per store."""
+        self._flush_pending = False
+        async with self._flush_lock:
+            snapshots = [(q, q.begin_flush()) for q in list(self.queues.values())]
+            snapshots = [(q, s) for q, s in snapshots if s]
+            catalog = self.catalog_dirty
+            self.catalog_dirty, self.catalog_dirty_lsn = {}, None
+            if not snapshots and not catalog:
+                return 0
+            target = self.log.end_lsn
+            await self.log.force(target)
+            for q, snap in snapshots:
+                await self.loop.run_in_executor(None, q.store.apply, snap, target, q.index_type,
+                                                q.next_seq)
+                q.end_flush()
+            if catalog:
+                await self.loop.run_in_executor(None, self.catalog_store.apply, catalog, target)
+            return len(snapshots)
+
+    def restart_point(self, begin_lsn: int, oldest_at_begin: int | None) -> int:
+        candidates = [begin_lsn]
+        if oldest_at_begin:
+            candidates.append(oldest_at_begin)
+        candidates += [u.first_lsn for u in self.uows.values() if u.first_lsn]
+        candidates += [q.recovery_lsn for q in self.queues.values() if q.recovery_lsn]
+        if self.catalog_dirty_lsn:
+            candidates.append(self.catalog_dirty_lsn)
+        return min(candidates)
+
+    def media_point(self) -> int:
+        """Oldest LSN media recovery of the objects needs: without media images yet,
+        the create record of the oldest object."""
+        lsns = [d.get("create_lsn", 0) for d in self.objects.values()]
+        return min(lsns) if lsns else 0
+
+    async def checkpoint(self, reason: str = "requested") -> dict:
+        async with self._checkpoint_lock:
+            self._checkpoint_pending = False
+            begin = self._append(RecordType.CHECKPOINT_BEGIN, payload=encode_json({"reason": reason}))
+            oldest_at_begin = min((u.first_lsn for u in self.uows.values() if u.first_lsn),
+                                  default=0)
+            await self.flush_all()
+            from ..crashpoints import crash_point
+            crash_point("checkpoint.mid")
+            table = {
+                "begin_lsn": begin,
+                "oldest_uow_at_begin": oldest_at_begin,
+                "uows": [{"id": u.id, "state": u.state, "first_lsn": u.first_lsn,
+                          "last_lsn": u.last_lsn} for u in self.uows.values() if u.first_lsn],
+                "stores": {q.name: {"object_id": q.object_id, "recovery_lsn": q.recovery_lsn,
+                                    "next_seq": q.next_seq} for q in self.queues.values()},
+                "next_uow_id": self.next_uow_id,
+                "next_object_id": self.next_object_id,
+                "reason": reason,
+            }
+            restart_lsn = self.restart_point(begin, oldest_at_begin)
+            table["restart_lsn"] = restart_lsn
+            end = self._append(RecordType.CHECKPOINT_END, payload=encode_json(table))
+            await self.log.force()
+            media_lsn = self.media_point() if self.config.log.log_type == "linear" else 0
+            await self.log.set_checkpoint(end, restart_lsn, media_lsn)
+            self.last_checkpoint = table | {"end_lsn": end}
+            self.report_log_need()
+            return self.last_checkpoint
+
+    def report_log_need(self) -> None:
+        st = self.log.state
+        e = self.log.extent_of(st.restart_lsn)
+        if e is not None:
+            self.oplog.emit("HMQ7467I", f"The oldest log extent required to start queue "
+                            f"manager {self.name} is {self.log.extent_path(e.number).name} "
+                            f"(restart LSN {st.restart_lsn})")
+        if st.log_type == "linear":
+            m = self.log.extent_of(st.media_lsn)
+            if m is not None:
+                self.oplog.emit("HMQ7468I", f"The oldest log extent required to perform media "
+                                f"recovery of queue manager {self.name} is "
+                                f"{self.log.extent_path(m.number).name} (media LSN "
+                                f"{st.media_lsn})")
+
+    # ------------------------------------------------------------------ log space
+
+    def on_extent_switch(self, number: int) -> None:
+        """After every extent switch: report, checkpoint, and when the circular log
+        has no spare extent left, back out the units of work that pin it."""
+        if self.stopping == "preemptive" or not self.started:
+            return
+        if self.log.available_extents() == 0:
+            self._spawn(self._relieve_log_pressure())
+        elif not self._checkpoint_pending:
+            self._checkpoint_pending = True
+            self._spawn(self.checkpoint("extent switch"))
+
+    async def _relieve_log_pressure(self) -> None:
+        await self.checkpoint("log space")
+        if self.log.available_extents() > 0:
+            return
+        chain = self.log.chain()
+        if len(chain) < 2:
+            return
+        pinned_before = chain[0].end_lsn
+        victims = sorted((u for u in self.uows.values()
+                          if u.first_lsn and u.first_lsn < pinned_before
+                          and u.state in ("active", "backing_out")),
+                         key=lambda u: u.first_lsn)
+        if not victims:
+            return
+        self.oplog.emit("HMQ7469W", f"{len(victims)} unit(s) of work backed out to release log "
+                        f"space: " + ", ".join(f"UOW {u.id} (owner {u.owner or '-'}, first LSN "
+                                               f"{u.first_lsn})" for u in victims))
+        for u in victims:
+            try:
+                await self.backout(u, reason="backed out to release log space (HMQ7469W)")
+            except LogFull:
+                break
+        await self.checkpoint("log space released")

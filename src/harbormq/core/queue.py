@@ -1,0 +1,202 @@
+"""A local queue at run time: its store plus what is not in the store yet.
+
+Layers, newest first, each mapping message key -> Message (put or update) or
+None (delete), all committed:
+    ``dirty``     effects since the last flush began
+    ``flushing``  the snapshot a flush is writing to the store right now
+    store         everything below the store's recovery LSN
+
+Uncommitted effects are not here: puts wait in their unit of work, gets only
+``lock`` the message. Memory is bounded by what is dirty between flushes, not
+by queue depth: message bodies on the queue live in the store.
+"""
+
+from __future__ import annotations
+
+from sortedcontainers import SortedSet
+
+from ..log.records import Message
+from ..store import QueueStore
+
+
+class LocalQueue:
+    def __init__(self, definition: dict, store: QueueStore):
+        self.name: str = definition["name"]
+        self.object_id: int = definition["object_id"]
+        self.definition = definition
+        self.store = store
+        self.dirty: dict[bytes, Message | None] = {}
+        self.flushing: dict[bytes, Message | None] = {}
+        #: keys of messages put in dirty/flushing, in delivery order
+        self._mem_keys: SortedSet = SortedSet()
+        #: oldest LSN of an effect in ``dirty`` (None when clean)
+        self.dirty_lsn: int | None = None
+        self.flushing_lsn: int | None = None
+        self.locked: dict[bytes, int] = {}      # key -> uow id holding it (got, uncommitted)
+        self.uncommitted_puts = 0
+        self.depth = store.count()              # committed messages, locked ones included
+        self.next_seq = store.next_seq
+        self.damaged = False
+        self.index_ready = True
+        self.open_handles = 0
+        self.last_put_ns = 0
+        self.last_get_ns = 0
+        #: lowest store key that may still be available (all below are gone or locked)
+        self._scan_from: bytes | None = None
+        self.waiters: list = []                 # futures of getters waiting for a message
+
+    # -- attributes ------------------------------------------------------------------
+
+    @property
+    def attrs(self) -> dict:
+        return self.definition["attrs"]
+
+    @property
+    def index_type(self) -> str:
+        return self.attrs["INDXTYPE"]
+
+    @property
+    def curdepth(self) -> int:
+        """MQ's CURDEPTH: committed messages not got, plus uncommitted puts."""
+        return self.depth - len(self.locked) + self.uncommitted_puts
+
+    def allocate_seq(self) -> int:
+        seq = self.next_seq
+        self.next_seq += 1
+        return seq
+
+    # -- reading -----------------------------------------------------------------------
+
+    def lookup(self, key: bytes) -> Message | None:
+        for layer in (self.dirty, self.flushing):
+            if key in layer:
+                return layer[key]
+        return self.store.get(key)
+
+    def _gone(self, key: bytes) -> bool:
+        """Deleted in memory (the store still has it until the next flush)."""
+        for layer in (self.dirty, self.flushing):
+            if key in layer:
+                return layer[key] is None
+        return False
+
+    def iter_keys(self):
+        """Every committed, present key in delivery order, locked ones included.
+
+        Store keys at the head that are deleted (or shadowed) in memory are
+        skipped for good by moving ``_scan_from`` past them: consumers take from
+        the head, and without this every get would walk the messages consumed
+        since the last flush."""
+        store_keys = self.store.iter_keys(self._scan_from)
+        mem_iter = iter(list(self._mem_keys))
+        s = next(store_keys, None)
+        m = next(mem_iter, None)
+        advancing = True
+        while s is not None or m is not None:
+            if m is None or (s is not None and s < m):
+                key, s = s, next(store_keys, None)
+                if key in self._mem_keys or self._gone(key):
+                    if advancing:
+                        self._scan_from = key + b"\0"
+                    continue
+                advancing = False
+            else:
+                key, m = m, next(mem_iter, None)
+                if s == key:
+                    s = next(store_keys, None)
+            yield key
+
+    def first_available(self, match=None, now_ns: int = 0):
+        """(key, message) of the first message a get may take, or None. Expired
+        messages met on the way are returned in ``expired`` for removal."""
+        expired = []
+        for key in self._candidate_keys(match):
+            if key in self.locked:
+                continue
+            msg = self.lookup(key)
+            if msg is None:
+                continue
+            if msg.expired(now_ns):
+                expired.append((key, msg))
+                continue
+            if match is not None and not match(msg):
+                continue
+            return key, msg, expired
+        return None, None, expired
+
+    def _candidate_keys(self, match):
+        if match is not None and self.index_ready and self.index_type != "NONE" and \
+                getattr(match, "ident", None) is not None and \
+                getattr(match, "index_type", None) == self.index_type:
+            keys = set(self.store.index_lookup(match.ident))
+            for k in self._mem_keys:
+                keys.add(k)
+            yield from (k for k in sorted(keys) if not self._gone(k))
+            return
+        yield from self.iter_keys()
+
+    # -- committed effects (loop thread, same step as the record that makes them) ----------
+
+    def _note_lsn(self, lsn: int) -> None:
+        if lsn and self.dirty_lsn is None:
+            self.dirty_lsn = lsn
+
+    def commit_put(self, msg: Message, lsn: int) -> None:
+        key = msg.key
+        self.dirty[key] = msg
+        self._mem_keys.add(key)
+        self.depth += 1
+        self._note_lsn(lsn)
+
+    def commit_delete(self, key: bytes, lsn: int) -> None:
+        self.locked.pop(key, None)
+        if key in self.dirty and self.dirty[key] is not None and key not in self.flushing \
+                and not self._in_store_maybe(key):
+            # put and got between two flushes: it never needs to reach the store
+            del self.dirty[key]
+        else:
+            self.dirty[key] = None
+        self._mem_keys.discard(key)
+        self.depth -= 1
+        self._note_lsn(lsn)
+
+    def _in_store_maybe(self, key: bytes) -> bool:
+        return self.store.get(key) is not None
+
+    def commit_update(self, msg: Message, lsn: int) -> None:
+        """A new version of a message already on the queue (backout count)."""
+        self.dirty[msg.key] = msg
+        self._note_lsn(lsn)
+        self.unlocked(msg.key)
+
+    def unlocked(self, key: bytes) -> None:
+        self.locked.pop(key, None)
+        if self._scan_from is not None and key < self._scan_from:
+            self._scan_from = None
+
+    # -- flushing ---------------------------------------------------------------------
+
+    def begin_flush(self) -> dict | None:
+        if not self.dirty:
+            return None
+        self.flushing, self.dirty = self.dirty, {}
+        self.flushing_lsn, self.dirty_lsn = self.dirty_lsn, None
+        return self.flushing
+
+    def end_flush(self) -> None:
+        for key, msg in self.flushing.items():
+            if key in self.dirty:
+                continue
+            self._mem_keys.discard(key)
+        self.flushing = {}
+        self.flushing_lsn = None
+        self._scan_from = None
+
+    @property
+    def recovery_lsn(self) -> int | None:
+        """Oldest LSN restart would need for this store (None when clean)."""
+        lsns = [x for x in (self.flushing_lsn, self.dirty_lsn) if x is not None]
+        return min(lsns) if lsns else None
+
+    def dirty_entries(self) -> int:
+        return len(self.dirty)

@@ -1,0 +1,38 @@
+"""Named crash points for the crash harness.
+
+Set ``HARBORMQ_CRASH_AT=name`` (or ``name:N`` to crash at the N-th time the
+point is reached) and the process SIGKILLs itself there. Unset, every call is
+a dictionary-free no-op. The names are the durability boundaries of the
+system, so the tests can aim at exactly the windows that matter.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = (
+    "log.after_write_before_fsync",     # bytes written to the extent, not yet forced
+    "log.after_fsync_before_ack",       # forced, waiters not yet told
+    "checkpoint.mid",                   # stores flushed, checkpoint end record not written
+    "store.mid_flush",                  # inside a store's write transaction
+    "extent.mid_switch",                # new extent initialised, control file not updated
+    "control.mid_rewrite",              # first control-file copy replaced, second not
+    "restart.mid_redo",                 # during forward recovery
+    "restart.mid_undo",                 # during backward recovery, after some compensation
+)
+
+_target, _, _count = (os.environ.get("HARBORMQ_CRASH_AT") or "").partition(":")
+_remaining = int(_count) if _count else 1
+if _target and _target not in POINTS:
+    raise SystemExit(f"HARBORMQ_CRASH_AT names an unknown crash point {_target!r}; "
+                     f"known: {', '.join(POINTS)}")
+
+
+def crash_point(name: str) -> None:
+    global _remaining
+    if name != _target:
+        return
+    _remaining -= 1
+    if _remaining <= 0:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,154 @@
+"""One exception tree for harbormq.
+
+Every error carries an operator message id (``HMQnnnn`` + severity letter,
+reusing IBM MQ's number where one exists), the facts that explain it (path,
+offset, LSN, queue, reason code) and, where useful, a hint saying what to do.
+The CLI turns any of them into an operator message and exit status in one
+place (``harbormq.cli.main``).
+"""
+
+from __future__ import annotations
+
+
+class HarbormqError(Exception):
+    """Root of every error harbormq raises on purpose."""
+
+    msgid = "HMQ0001E"
+    #: MQ reason code (MQRC) where the failure maps onto one, else None.
+    reason: int | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None, msgid: str | None = None,
+                 **facts):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.facts = facts
+        if msgid:
+            self.msgid = msgid
+
+    def __str__(self) -> str:
+        text = f"{self.msgid}: {self.message}"
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+# --- configuration and lifecycle -------------------------------------------------
+
+class ConfigError(HarbormqError):
+    msgid = "HMQ8101E"
+
+
+class QueueManagerExists(HarbormqError):
+    msgid = "HMQ8110E"
+
+
+class QueueManagerNotFound(HarbormqError):
+    msgid = "HMQ8118E"
+
+
+class QueueManagerRunning(HarbormqError):
+    msgid = "HMQ8041E"
+
+
+class QueueManagerNotRunning(HarbormqError):
+    msgid = "HMQ8146E"
+
+
+class QueueManagerStopping(HarbormqError):
+    """New calls during an immediate or controlled shutdown (MQRC 2161)."""
+    msgid = "HMQ8161E"
+    reason = 2161
+
+
+# --- the recovery log ----------------------------------------------------------
+
+class LogError(HarbormqError):
+    msgid = "HMQ7500E"
+
+
+class LogCorrupt(LogError):
+    """A record that is not a torn tail fails its checks: recovery must stop."""
+    msgid = "HMQ7501E"
+
+
+class LogMissing(LogError):
+    """An extent needed for restart (or media recovery) is not there (AMQ6767)."""
+    msgid = "HMQ6767E"
+
+
+class LogFull(LogError):
+    """Every extent is pinned and nothing can be rolled back (MQRC 2102)."""
+    msgid = "HMQ7463E"
+    reason = 2102
+
+
+class ControlFileMismatch(LogError):
+    """Both control-file copies are readable but disagree (MQ's CSQJ120E)."""
+    msgid = "HMQ7120E"
+
+
+class ControlFileDamaged(LogError):
+    msgid = "HMQ7121E"
+
+
+# --- objects and messages ---------------------------------------------------------
+
+class ObjectError(HarbormqError):
+    msgid = "HMQ8147E"
+
+
+class UnknownObject(ObjectError):
+    msgid = "HMQ8147E"
+    reason = 2085
+
+
+class ObjectExists(ObjectError):
+    msgid = "HMQ8150E"
+    reason = 2100
+
+
+class ObjectInUse(ObjectError):
+    msgid = "HMQ8149E"
+    reason = 2055
+
+
+class InvalidAttribute(ObjectError):
+    msgid = "HMQ8405E"
+
+
+class MessageError(HarbormqError):
+    msgid = "HMQ2000E"
+
+
+class QueueFull(MessageError):
+    msgid = "HMQ2053E"
+    reason = 2053
+
+
+class MessageTooLong(MessageError):
+    msgid = "HMQ2030E"
+    reason = 2030
+
+
+class PutInhibited(MessageError):
+    msgid = "HMQ2051E"
+    reason = 2051
+
+
+class GetInhibited(MessageError):
+    msgid = "HMQ2016E"
+    reason = 2016
+
+
+class NoMessageAvailable(MessageError):
+    msgid = "HMQ2033E"
+    reason = 2033
+
+
+class UnitOfWorkError(HarbormqError):
+    msgid = "HMQ2195E"
+
+
+class UnknownUnitOfWork(UnitOfWorkError):
+    msgid = "HMQ2018E"

@@ -1,0 +1,508 @@
+"""The recovery log of one queue manager: extents, LSN assignment, group commit.
+
+Threads: ``append`` and ``force`` run on the queue manager's event loop (the one
+owner of state); a single log-writer thread performs every write, fsync,
+extent initialisation and control-file update, in the order the loop queued
+them. An operation's ``force`` future completes after the fsync that covers its
+records; all records queued while one fsync runs share the next one (group
+commit).
+
+Extent allocation:
+* linear: a new extent ``S{next}.LOG`` at every switch; old ones are kept
+  (``log.management = "manual"``).
+* circular: ``primary`` extents preallocated; at a switch the writer reuses a
+  *free* extent, one that lies wholly before the durable restart point, or adds
+  a secondary extent while fewer than ``primary + secondary`` exist. A reused
+  extent is zero-filled first, so everything after the end of the log is zero
+  and a torn tail is unambiguous.
+
+The control file written by the writer always describes what is already on
+disk; an extent is only reused after a control file that no longer needs it
+is durable, because both travel through the same ordered command stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import heapq
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..crashpoints import crash_point
+from ..errors import LogCorrupt, LogError, LogFull, LogMissing
+from ..fsutil import fsync_dir
+from .control import ControlFile, ControlState, ExtentInfo
+from .reader import ExtentEnd, ExtentReader, keep_torn_tail
+from .records import (EXTENT_HEADER_SIZE, PAGE_SIZE, ExtentHeader, LogRecord, RecordType,
+                      encode, encoded_length, extent_file_name)
+
+MIN_PAGES, MAX_PAGES = 32, 65535
+EXTENT_END_LENGTH = encoded_length(0, 0)
+#: wake the writer once this many bytes wait, even if nobody forces yet
+WAKE_BYTES = 256 * 1024
+ZERO_CHUNK = bytes(1 << 20)
+
+
+@dataclass
+class LogSettings:
+    log_type: str = "circular"
+    pages: int = 4096
+    primary: int = 3
+    secondary: int = 2
+    checkpoint_records: int = 10_000
+
+    def validate(self) -> None:
+        from ..errors import ConfigError
+        if self.log_type not in ("circular", "linear"):
+            raise ConfigError(f"log type must be 'circular' or 'linear', not {self.log_type!r}")
+        if not MIN_PAGES <= self.pages <= MAX_PAGES:
+            raise ConfigError(f"--log-file-pages {self.pages} is out of range: it must be "
+                              f"between {MIN_PAGES} and {MAX_PAGES} (4 KiB pages)")
+        if self.primary < 2 or self.primary > 254:
+            raise ConfigError(f"--log-primary {self.primary} is out of range (2..254)")
+        if self.secondary < 1 or self.primary + self.secondary > 255:
+            raise ConfigError(f"--log-secondary {self.secondary} is out of range "
+                              "(1.., primary + secondary <= 255)")
+        if self.checkpoint_records < 100:
+            raise ConfigError("log.checkpoint_records must be at least 100")
+
+
+class RecoveryScan:
+    """Iterates the log from an LSN to its end, across extents, and records how
+    the log ended (``end_lsn``, ``end`` of the newest extent, torn copy)."""
+
+    def __init__(self, log: "RecoveryLog", from_lsn: int, *, repair_tail: bool):
+        self.log = log
+        self.from_lsn = from_lsn
+        self.repair_tail = repair_tail
+        self.end_lsn = from_lsn
+        self.end: ExtentEnd | None = None
+        self.torn_copy: Path | None = None
+        self.records_read = 0
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        chain = self.log.chain()
+        start_index = 0
+        for i, e in enumerate(chain):
+            if e.end_lsn is not None and e.end_lsn <= self.from_lsn:
+                start_index = i + 1
+        if start_index >= len(chain):
+            raise LogMissing(f"LSN {self.from_lsn} is not in any extent of the log",
+                             lsn=self.from_lsn)
+        for i in range(start_index, len(chain)):
+            e = chain[i]
+            newest = e.state == "active"
+            path = self.log.extent_path(e.number)
+            reader = ExtentReader(path, newest=newest)
+            if reader.header.first_lsn != e.first_lsn:
+                raise LogCorrupt(f"log extent {path.name} starts at LSN "
+                                 f"{reader.header.first_lsn}, the control file says "
+                                 f"{e.first_lsn}", path=str(path), offset=0)
+            if i == start_index and self.from_lsn < e.first_lsn:
+                raise LogMissing(f"LSN {self.from_lsn} is older than the oldest extent kept "
+                                 f"({path.name} starts at {e.first_lsn})", lsn=self.from_lsn,
+                                 path=str(path))
+            for rec in reader.records(max(self.from_lsn, e.first_lsn)):
+                self.records_read += 1
+                self.bytes_read += rec.length
+                yield rec
+            end = reader.end
+            if not newest and (end.how != "extent_end" or end.lsn != e.end_lsn):
+                raise LogCorrupt(f"log extent {path.name} ends at LSN {end.lsn}, the control "
+                                 f"file says {e.end_lsn}", path=str(path), lsn=end.lsn,
+                                 offset=end.offset)
+            self.end = end
+            self.end_lsn = end.lsn
+            if newest and end.how == "torn" and self.repair_tail:
+                self.torn_copy = keep_torn_tail(path, end)
+
+
+class RecoveryLog:
+    """The log of one queue manager, opened for restart and then for writing."""
+
+    def __init__(self, log_dir: Path, qm_name: str):
+        self.dir = Path(log_dir)
+        self.qm_name = qm_name
+        self.control = ControlFile(self.dir)
+        self.state: ControlState | None = None
+        self.end_lsn = 0
+        self.synced_lsn = 0
+        self.records_since_checkpoint = 0
+        #: called on the loop after every extent switch, with the new extent number
+        self.on_switch: Callable[[int], None] | None = None
+        self._writer: _Writer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: list = []
+        self._seq = itertools.count()
+        self._active: ExtentInfo | None = None
+        self._active_limit = 0      # LSN past which the active extent has no room
+        self.failed: BaseException | None = None
+
+    # -- creation -----------------------------------------------------------------
+
+    @classmethod
+    def create(cls, log_dir: Path, qm_name: str, settings: LogSettings) -> "RecoveryLog":
+        settings.validate()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log = cls(log_dir, qm_name)
+        st = ControlState(qm_name=qm_name, log_type=settings.log_type, pages=settings.pages,
+                          primary=settings.primary, secondary=settings.secondary)
+        log.state = st
+        count = settings.primary if settings.log_type == "circular" else 1
+        for n in range(count):
+            log._preallocate(n)
+            st.extents.append(ExtentInfo(number=n, first_lsn=0, end_lsn=None,
+                                         state="active" if n == 0 else "free"))
+        log._write_header(0, first_lsn=0)
+        st.next_extent_number = count
+        log.control.write(st)
+        return log
+
+    @property
+    def extent_size(self) -> int:
+        return self.state.pages * PAGE_SIZE
+
+    def extent_path(self, number: int) -> Path:
+        return self.dir / extent_file_name(number)
+
+    def _preallocate(self, number: int) -> None:
+        path = self.extent_path(number)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, self.extent_size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.dir)
+
+    def _write_header(self, number: int, first_lsn: int) -> None:
+        path = self.extent_path(number)
+        head = ExtentHeader(number, first_lsn, time.time_ns(), self.qm_name,
+                            self.state.pages).encode()
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.pwrite(fd, head, 0)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    # -- opening for restart ---------------------------------------------------------
+
+    def open(self) -> ControlState:
+        """Phase 1 of restart: read and reconcile the control file."""
+        self.state = self.control.load()
+        return self.state
+
+    def chain(self) -> list[ExtentInfo]:
+        """Extents holding live log data (not free), oldest first."""
+        return sorted((e for e in self.state.extents if e.state in ("active", "full")),
+                      key=lambda e: e.first_lsn)
+
+    def verify_chain(self) -> list[ExtentInfo]:
+        """Every extent the control file lists as live exists, starts where it
+        should, and the LSN ranges join up."""
+        chain = self.chain()
+        prev_end = None
+        for e in chain:
+            path = self.extent_path(e.number)
+            if not path.exists():
+                raise LogMissing(f"log extent {path.name} (LSN {e.first_lsn}..) is missing",
+                                 path=str(path), lsn=e.first_lsn,
+                                 hint="restore it from the archive or a backup")
+            if prev_end is not None and e.first_lsn != prev_end:
+                raise LogCorrupt(f"log extent {path.name} starts at LSN {e.first_lsn} but "
+                                 f"the previous extent ends at {prev_end}", path=str(path),
+                                 lsn=e.first_lsn, offset=0)
+            prev_end = e.end_lsn
+        return chain
+
+    def scan(self, from_lsn: int, *, repair_tail: bool = False) -> RecoveryScan:
+        return RecoveryScan(self, from_lsn, repair_tail=repair_tail)
+
+    def read_from(self, from_lsn: int, to_lsn: int | None = None) -> Iterator[LogRecord]:
+        """Records in [from_lsn, to_lsn), for undo and tools; never repairs."""
+        for rec in RecoveryScan(self, from_lsn, repair_tail=False):
+            if to_lsn is not None and rec.lsn >= to_lsn:
+                return
+            yield rec
+
+    def extent_of(self, lsn: int) -> ExtentInfo | None:
+        for e in self.chain():
+            if e.first_lsn <= lsn and (e.end_lsn is None or lsn < e.end_lsn):
+                return e
+        return None
+
+    # -- writing -------------------------------------------------------------------
+
+    def start_writing(self, end_lsn: int, loop: asyncio.AbstractEventLoop,
+                      active_closed: bool = False) -> None:
+        """Position the log at ``end_lsn`` (found by the restart scan) and start the
+        writer thread. ``active_closed``: the active extent already ends with an
+        EXTENT_END record (a crash mid switch), so switch before writing."""
+        self._loop = loop
+        self.end_lsn = self.synced_lsn = end_lsn
+        self._active = self.state.active
+        self._active_limit = (self._active.first_lsn + self.extent_size - EXTENT_HEADER_SIZE
+                              - EXTENT_END_LENGTH)
+        self._writer = _Writer(self)
+        self._writer.open_extent(self._active.number, self._active.first_lsn)
+        self._writer.start()
+        if active_closed:
+            self._switch(write_end_record=False)
+
+    def append(self, rec: LogRecord) -> int:
+        """Assign the next LSN to ``rec`` and queue it for writing; returns its LSN.
+        Runs on the loop thread only."""
+        if self.failed is not None:
+            raise LogError(f"the log can no longer be written: {self.failed}")
+        length = encoded_length(len(rec.object_name.encode()), len(rec.payload))
+        if length > self.extent_size - EXTENT_HEADER_SIZE - EXTENT_END_LENGTH:
+            raise LogError(f"a log record of {length} bytes cannot fit in an extent of "
+                           f"{self.state.pages} pages", reason=2030)
+        if self.end_lsn + length > self._active_limit:
+            self._switch()
+        rec.lsn = self.end_lsn
+        rec.timestamp_ns = time.time_ns()
+        data = encode(rec)
+        self._writer.add_data(self._active.number,
+                              EXTENT_HEADER_SIZE + rec.lsn - self._active.first_lsn, data,
+                              rec.lsn + length)
+        self.end_lsn += length
+        self.records_since_checkpoint += 1
+        return rec.lsn
+
+    def force(self, lsn_end: int | None = None) -> asyncio.Future:
+        """A future that completes once every record below ``lsn_end`` (default: all
+        appended so far) is on disk."""
+        target = self.end_lsn if lsn_end is None else lsn_end
+        fut = self._loop.create_future()
+        if self.failed is not None:
+            fut.set_exception(LogError(f"the log can no longer be written: {self.failed}"))
+        elif target <= self.synced_lsn:
+            fut.set_result(self.synced_lsn)
+        else:
+            heapq.heappush(self._waiters, (target, next(self._seq), fut))
+            self._writer.request_force(target)
+        return fut
+
+    def _on_synced(self, lsn: int) -> None:  # loop thread
+        self.synced_lsn = max(self.synced_lsn, lsn)
+        while self._waiters and self._waiters[0][0] <= self.synced_lsn:
+            _, _, fut = heapq.heappop(self._waiters)
+            if not fut.done():
+                fut.set_result(self.synced_lsn)
+
+    def _on_failed(self, exc: BaseException) -> None:  # loop thread
+        self.failed = exc
+        while self._waiters:
+            _, _, fut = heapq.heappop(self._waiters)
+            if not fut.done():
+                fut.set_exception(LogError(f"writing the log failed: {exc}"))
+
+    # -- extent switch ---------------------------------------------------------------
+
+    def _switch(self, *, write_end_record: bool = True) -> None:
+        st = self.state
+        old = self._active
+        if write_end_record:
+            end = LogRecord(RecordType.EXTENT_END)
+            end.lsn = self.end_lsn
+            end.timestamp_ns = time.time_ns()
+            data = encode(end)
+            self._writer.add_data(old.number, EXTENT_HEADER_SIZE + end.lsn - old.first_lsn,
+                                  data, end.lsn + len(data))
+            self.end_lsn += len(data)
+        nxt, reuse = self._choose_next_extent()
+        old.state = "full"
+        old.end_lsn = self.end_lsn
+        nxt.first_lsn = self.end_lsn
+        nxt.end_lsn = None
+        nxt.state = "active"
+        self._active = nxt
+        self._active_limit = (nxt.first_lsn + self.extent_size - EXTENT_HEADER_SIZE
+                              - EXTENT_END_LENGTH)
+        self._writer.add_switch(nxt.number, nxt.first_lsn, reuse, copy.deepcopy(st))
+        if self.on_switch is not None:
+            self._loop.call_soon(self.on_switch, nxt.number)
+
+    def _choose_next_extent(self) -> tuple[ExtentInfo, bool]:
+        st = self.state
+        if st.log_type == "circular":
+            free = sorted((e for e in st.extents if e.state == "free"),
+                          key=lambda e: (e.first_lsn, e.number))
+            if free:
+                return free[0], True
+            if len(st.extents) >= st.primary + st.secondary:
+                raise LogFull(
+                    f"the circular log is full: all {len(st.extents)} extents are needed "
+                    "for restart", hint="long-running units of work pin the log; commit or "
+                    "back them out, or create the queue manager with more log space")
+        info = ExtentInfo(number=st.next_extent_number, first_lsn=0, state="free")
+        st.next_extent_number += 1
+        st.extents.append(info)
+        return info, False
+
+    def available_extents(self) -> int:
+        """Extents a switch could still move to without freeing anything."""
+        st = self.state
+        free = sum(1 for e in st.extents if e.state == "free")
+        if st.log_type == "linear":
+            return 1 << 30
+        return free + (st.primary + st.secondary - len(st.extents))
+
+    def set_checkpoint(self, checkpoint_lsn: int, restart_lsn: int,
+                       media_lsn: int = 0) -> asyncio.Future:
+        """Record a completed checkpoint; frees circular extents wholly before the
+        restart point. Written to the control file in order with the log; the
+        future completes when that control file is on disk."""
+        st = self.state
+        st.checkpoint_lsn = checkpoint_lsn
+        st.restart_lsn = restart_lsn
+        st.media_lsn = media_lsn
+        if st.log_type == "circular":
+            for e in st.extents:
+                if e.state == "full" and e.end_lsn <= restart_lsn:
+                    e.state = "free"
+        self.records_since_checkpoint = 0
+        fut = self._loop.create_future()
+        self._writer.add_control(copy.deepcopy(st), fut)
+        return fut
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.stop()
+            self._writer = None
+
+
+class _Writer(threading.Thread):
+    """The log-writer thread. Consumes an ordered list of operations:
+    ("data", extent, offset, [chunks]), ("switch", ...), ("control", state)."""
+
+    def __init__(self, log: RecoveryLog):
+        super().__init__(name=f"harbormq-log-{log.qm_name}", daemon=True)
+        self.log = log
+        self.cond = threading.Condition()
+        self.ops: list[list] = []
+        self.pending_bytes = 0
+        self.queued_lsn = log.end_lsn   # LSN past everything queued
+        self.force_target = 0
+        self.stopping = False
+        self.fds: dict[int, int] = {}
+        self.current: int | None = None
+
+    # loop-thread side -------------------------------------------------------------
+
+    def add_data(self, extent: int, offset: int, data: bytes, end_lsn: int) -> None:
+        with self.cond:
+            last = self.ops[-1] if self.ops else None
+            if last is not None and last[0] == "data" and last[1] == extent and \
+                    last[2] + last[4] == offset:
+                last[3].append(data)
+                last[4] += len(data)
+            else:
+                self.ops.append(["data", extent, offset, [data], len(data)])
+            self.pending_bytes += len(data)
+            self.queued_lsn = end_lsn
+            if self.pending_bytes >= WAKE_BYTES:
+                self.cond.notify()
+
+    def add_switch(self, number: int, first_lsn: int, reuse: bool, state: ControlState) -> None:
+        with self.cond:
+            self.ops.append(["switch", number, first_lsn, reuse])
+            self.ops.append(["control", state, None])
+            self.cond.notify()
+
+    def add_control(self, state: ControlState, done: asyncio.Future | None = None) -> None:
+        with self.cond:
+            self.ops.append(["control", state, done])
+            self.cond.notify()
+
+    def request_force(self, lsn: int) -> None:
+        with self.cond:
+            if lsn > self.force_target:
+                self.force_target = lsn
+                self.cond.notify()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+        self.join()
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+    # writer-thread side -----------------------------------------------------------
+
+    def open_extent(self, number: int, first_lsn: int) -> None:
+        self.fds[number] = os.open(self.log.extent_path(number), os.O_RDWR)
+        self.current = number
+
+    def run(self) -> None:
+        synced = self.log.synced_lsn
+        try:
+            while True:
+                with self.cond:
+                    while not self.ops and not self.stopping and self.force_target <= synced:
+                        self.cond.wait()
+                    if self.stopping and not self.ops and self.force_target <= synced:
+                        return
+                    ops, self.ops = self.ops, []
+                    self.pending_bytes = 0
+                    upto = self.queued_lsn
+                    must_sync = self.force_target > synced or self.stopping
+                for op in ops:
+                    kind = op[0]
+                    if kind == "data":
+                        os.pwrite(self.fds[op[1]], b"".join(op[3]), op[2])
+                    elif kind == "switch":
+                        self._switch(op[1], op[2], op[3])
+                    else:
+                        self.log.control.write(op[1])
+                        if op[2] is not None:
+                            self.log._loop.call_soon_threadsafe(_resolve, op[2])
+                if must_sync or any(op[0] != "data" for op in ops):
+                    crash_point("log.after_write_before_fsync")
+                    os.fdatasync(self.fds[self.current])
+                    synced = upto
+                    crash_point("log.after_fsync_before_ack")
+                    self.log._loop.call_soon_threadsafe(self.log._on_synced, upto)
+        except BaseException as exc:  # disk full, EIO: the log is unusable
+            try:
+                self.log._loop.call_soon_threadsafe(self.log._on_failed, exc)
+            except RuntimeError:
+                pass
+
+    def _switch(self, number: int, first_lsn: int, reuse: bool) -> None:
+        old = self.current
+        os.fdatasync(self.fds[old])
+        os.close(self.fds.pop(old))
+        path = self.log.extent_path(number)
+        size = self.log.extent_size
+        if reuse and path.exists():
+            fd = os.open(path, os.O_RDWR)
+            for off in range(0, size, len(ZERO_CHUNK)):
+                os.pwrite(fd, ZERO_CHUNK[:min(len(ZERO_CHUNK), size - off)], off)
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.posix_fallocate(fd, 0, size)
+            fsync_dir(path.parent)
+        head = ExtentHeader(number, first_lsn, time.time_ns(), self.log.qm_name,
+                            self.log.state.pages).encode()
+        os.pwrite(fd, head, 0)
+        os.fsync(fd)
+        crash_point("extent.mid_switch")
+        self.fds[number] = fd
+        self.current = number
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)

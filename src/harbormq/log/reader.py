@@ -1,0 +1,188 @@
+"""Reading extents: record iteration, end-of-log detection, corruption reports.
+
+The rules (DESIGN §5):
+* A full (closed) extent is read up to its end, which is its EXTENT_END
+  record; any record that fails its checks before that is corruption.
+* In the newest extent, the log ends at the first position that holds no valid
+  record of the current cycle. If nothing valid of this cycle follows that
+  position, it is the end of the log: zero bytes are a clean end, anything
+  else is a torn tail whose bytes are kept aside by ``keep_torn_tail``. If a
+  valid record of this cycle *does* follow, the bad record is not a tail but
+  mid-log corruption: stop and name it.
+
+A reader opens files only when asked to and needs no control file, so the
+Spark data source can use it on archived extents as they are.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import LogCorrupt, LogMissing
+from ..fsutil import fsync_dir
+from .records import (EXTENT_HEADER_SIZE, MIN_RECORD, RECORD_HEADER, ExtentHeader,
+                      LogRecord, RecordDecodeError, RecordType, decode)
+
+
+@dataclass
+class ExtentEnd:
+    """How the read of one extent ended."""
+    #: "extent_end" (closed by its EXTENT_END record), "clean" (zeros follow),
+    #: "torn" (non-zero bytes that are no valid record follow)
+    how: str
+    offset: int            # file offset just past the last valid record
+    lsn: int               # LSN just past the last valid record
+    torn_length: int = 0   # bytes of torn data from ``offset``
+    reason: str = ""
+
+
+def _open_map(path: Path):
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise LogMissing(f"log extent {path.name} is missing", path=str(path),
+                         hint="restore it from the archive or a backup") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size < EXTENT_HEADER_SIZE:
+            raise LogCorrupt(f"log extent {path} is shorter than its header ({size} bytes)",
+                             path=str(path), offset=0)
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def read_header(path: Path) -> ExtentHeader:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(EXTENT_HEADER_SIZE)
+    except FileNotFoundError:
+        raise LogMissing(f"log extent {path.name} is missing", path=str(path),
+                         hint="restore it from the archive or a backup") from None
+    try:
+        return ExtentHeader.decode(head)
+    except RecordDecodeError as exc:
+        raise LogCorrupt(f"log extent {path}: {exc.message}", path=str(path), offset=0) from None
+
+
+class ExtentReader:
+    """Iterates the records of one extent.
+
+    ``newest``: this is the newest extent of the log, so a bad record may be
+    its torn tail. After iterating, ``end`` says how the extent ended.
+    """
+
+    def __init__(self, path: Path, *, newest: bool):
+        self.path = Path(path)
+        self.newest = newest
+        self.end: ExtentEnd | None = None
+        self.header = read_header(self.path)
+
+    def _corrupt(self, exc: RecordDecodeError, offset: int, lsn: int) -> LogCorrupt:
+        return LogCorrupt(
+            f"log extent {self.path.name} is corrupt at offset {offset} (LSN {lsn}): "
+            f"{exc.message}", path=str(self.path), offset=offset, lsn=lsn,
+            hint="restore this extent from the archive or a dual copy; harbormq will not skip it")
+
+    def records(self, from_lsn: int | None = None, *, to_lsn: int | None = None
+                ) -> Iterator[LogRecord]:
+        """Yield records with LSN >= from_lsn (a record boundary) and < to_lsn."""
+        h = self.header
+        buf = _open_map(self.path)
+        try:
+            size = len(buf)
+            offset = EXTENT_HEADER_SIZE
+            if from_lsn is not None and from_lsn > h.first_lsn:
+                offset = EXTENT_HEADER_SIZE + (from_lsn - h.first_lsn)
+                if offset > size:
+                    raise LogCorrupt(f"LSN {from_lsn} lies beyond the end of extent "
+                                     f"{self.path.name}", path=str(self.path), lsn=from_lsn,
+                                     offset=offset)
+            while True:
+                lsn = h.first_lsn + offset - EXTENT_HEADER_SIZE
+                if to_lsn is not None and lsn >= to_lsn:
+                    self.end = None  # stopped early on request
+                    return
+                try:
+                    rec = decode(buf, offset, expected_lsn=lsn)
+                except RecordDecodeError as exc:
+                    self.end = self._classify_end(buf, offset, lsn, exc)
+                    return
+                yield rec
+                offset += rec.length
+                if rec.type == RecordType.EXTENT_END:
+                    self.end = ExtentEnd("extent_end", offset, lsn + rec.length)
+                    return
+        finally:
+            buf.close()
+
+    def _classify_end(self, buf, offset: int, lsn: int, exc: RecordDecodeError) -> ExtentEnd:
+        if not self.newest:
+            raise self._corrupt(exc, offset, lsn)
+        last = _last_nonzero(buf, offset)
+        if last < offset:
+            return ExtentEnd("clean", offset, lsn)
+        later = _find_valid_record(buf, offset + 8, last, self.header.first_lsn)
+        if later is not None:
+            raise self._corrupt(exc, offset, lsn)
+        torn = ((last - offset) + 8) & ~7
+        return ExtentEnd("torn", offset, lsn, torn_length=min(torn, len(buf) - offset),
+                         reason=exc.message)
+
+
+def _last_nonzero(buf, start: int) -> int:
+    """Offset of the last non-zero byte at or after ``start``, or start-1."""
+    end = len(buf)
+    step = 1 << 20
+    while end > start:
+        lo = max(start, end - step)
+        chunk = buf[lo:end]
+        stripped = chunk.rstrip(b"\0")
+        if stripped:
+            return lo + len(stripped) - 1
+        end = lo
+    return start - 1
+
+
+def _find_valid_record(buf, start: int, last: int, first_lsn: int) -> int | None:
+    """First 8-aligned offset in [start, last] holding a valid record of this cycle."""
+    pos = (start + 7) & ~7
+    unpack = RECORD_HEADER.unpack_from
+    while pos + MIN_RECORD <= len(buf) and pos <= last:
+        length, _crc, lsn = unpack(buf, pos)[:3]
+        expected = first_lsn + pos - EXTENT_HEADER_SIZE
+        if lsn == expected and length >= MIN_RECORD:
+            try:
+                decode(buf, pos, expected_lsn=expected)
+                return pos
+            except RecordDecodeError:
+                pass
+        pos += 8
+    return None
+
+
+def keep_torn_tail(path: Path, end: ExtentEnd) -> Path | None:
+    """Copy the torn bytes to ``S…LOG.torn.N`` beside the extent, then zero them in
+    the extent so new records are written over clean space. Returns the copy."""
+    if end.how != "torn" or not end.torn_length:
+        return None
+    n = 0
+    while (copy := path.with_name(f"{path.name}.torn.{n}")).exists():
+        n += 1
+    with open(path, "r+b") as f:
+        f.seek(end.offset)
+        data = f.read(end.torn_length)
+        with open(copy, "wb") as out:
+            out.write(f"# torn tail of {path.name} at offset {end.offset} (LSN {end.lsn}): "
+                      f"{end.reason}\n".encode())
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        fsync_dir(path.parent)
+        f.seek(end.offset)
+        f.write(b"\0" * len(data))
+        f.flush()
+        os.fsync(f.fileno())
+    return copy

@@ -1,0 +1,411 @@
+"""The log record codec: one pure module shared by the engine, ``log dump`` and
+the Spark data source. No I/O here.
+
+Log record layout (little-endian, every record a multiple of 8 bytes)::
+
+    offset  size  field
+    0       4     length         total bytes of the record, header to trailer
+    4       4     crc32c         CRC32C of bytes [8, length): everything after it
+    8       8     lsn            byte address of this record in the logical log
+    16      8     timestamp_ns   wall-clock time of the append, ns since the epoch
+    24      8     uow_id         unit of work; 0 = none (auto-committed or system)
+    32      8     prev_lsn       previous record of the same UOW; 0 = first
+    40      4     object_id      object the record is about; 0 = none
+    44      4     payload_len
+    48      1     type           RecordType
+    49      1     flags          RecordFlag bits
+    50      1     name_len       length of the object name that follows
+    51      1     version        record format version (1)
+    52      n     object name    UTF-8, name_len bytes
+    ..      p     payload        payload_len bytes, layout per type (below)
+    ..      0-7   zero padding   so that the trailer ends on an 8-byte boundary
+    L-4     4     length         the length again, so the log can be walked backwards
+
+LSN arithmetic: an extent holds a contiguous LSN range and records never span
+extents, so a record at file offset ``o`` of an extent whose first LSN is ``F``
+has LSN ``F + o - EXTENT_HEADER_SIZE``. A reader uses this to tell records of
+the current cycle from stale ones left in a reused circular extent.
+
+Extent header (first 4096 bytes of every extent, the rest zero)::
+
+    0   8   magic            b"HMQLOGX1"
+    8   4   format version   1
+    12  4   extent number    the N of SnnnnnnN.LOG
+    16  8   first LSN        LSN of the first record in this extent
+    24  8   created_ns       when this cycle of the extent was started
+    32  48  QM name          UTF-8, zero padded
+    80  4   page count       extent size in 4 KiB pages
+    84  4   crc32c           CRC32C of bytes [0, 84)
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+from ..errors import HarbormqError
+
+RECORD_VERSION = 1
+PAGE_SIZE = 4096
+
+RECORD_HEADER = struct.Struct("<IIQQQQIIBBBB")
+assert RECORD_HEADER.size == 52
+TRAILER = struct.Struct("<I")
+assert TRAILER.size == 4
+#: smallest possible record: header + trailer rounded up to 8
+MIN_RECORD = 56
+MAX_NAME = 255
+
+EXTENT_HEADER = struct.Struct("<8sIIQQ48sI")
+assert EXTENT_HEADER.size == 84
+EXTENT_HEADER_CRC = struct.Struct("<I")
+EXTENT_HEADER_SIZE = PAGE_SIZE
+EXTENT_MAGIC = b"HMQLOGX1"
+EXTENT_VERSION = 1
+
+
+class RecordType(enum.IntEnum):
+    # objects (payload: JSON attributes)
+    OBJECT_CREATE = 1
+    OBJECT_ALTER = 2
+    OBJECT_DELETE = 3
+    # messages
+    MSG_PUT = 10          # payload: Message (descriptor + body)
+    MSG_GET = 11          # payload: MessageRef (destructive get)
+    MSG_EXPIRE = 12       # payload: MessageRef, an expired message removed (auto-committed)
+    # units of work (payload: empty, or UowInfo JSON for BEGIN)
+    UOW_BEGIN = 20
+    UOW_PREPARE = 21      # in doubt from here until COMMIT or BACKOUT
+    UOW_COMMIT = 22
+    UOW_BACKOUT = 23      # the backout is complete
+    COMPENSATION = 24     # undo of one record of a UOW being backed out; payload: Compensation
+    # checkpoints
+    CHECKPOINT_BEGIN = 30
+    CHECKPOINT_END = 31   # payload: JSON active-UOW table and store recovery LSNs
+    # media images (issue: media recovery)
+    MEDIA_IMAGE_BEGIN = 40
+    MEDIA_IMAGE_CHUNK = 41
+    MEDIA_IMAGE_END = 42
+    # channels (issue: channels)
+    CHANNEL_SYNC = 50
+    # long-running UOW shunting
+    SHUNT = 60
+    # log housekeeping
+    EXTENT_END = 90       # last record of a full extent; the next LSN is in the next extent
+    QM_START = 91         # the queue manager finished restart (payload: JSON)
+    QM_STOP = 92          # controlled or immediate shutdown began (payload: JSON)
+
+
+class RecordFlag(enum.IntFlag):
+    NONE = 0
+    #: a MSG_PUT/MSG_GET outside a unit of work: committed by itself
+    AUTO_COMMIT = 1
+
+
+@dataclass(slots=True)
+class LogRecord:
+    type: RecordType
+    uow_id: int = 0
+    prev_lsn: int = 0
+    object_id: int = 0
+    object_name: str = ""
+    payload: bytes = b""
+    flags: int = 0
+    lsn: int = 0
+    timestamp_ns: int = 0
+    #: total encoded length; filled by decode and encode_into
+    length: int = 0
+
+    @property
+    def end_lsn(self) -> int:
+        return self.lsn + self.length
+
+
+class RecordDecodeError(HarbormqError):
+    """A record failed a check. Whether that is a torn tail or corruption is
+    decided by the reader, which knows where in the log it stands."""
+
+    msgid = "HMQ7501E"
+
+    def __init__(self, message: str, *, offset: int, **facts):
+        super().__init__(message, offset=offset, **facts)
+        self.offset = offset
+
+
+def encoded_length(name_len: int, payload_len: int) -> int:
+    raw = RECORD_HEADER.size + name_len + payload_len + TRAILER.size
+    return (raw + 7) & ~7
+
+
+def encode(rec: LogRecord) -> bytes:
+    """Encode a record whose ``lsn`` and ``timestamp_ns`` are already set."""
+    name = rec.object_name.encode()
+    if len(name) > MAX_NAME:
+        raise ValueError(f"object name longer than {MAX_NAME} bytes: {rec.object_name!r}")
+    length = encoded_length(len(name), len(rec.payload))
+    rec.length = length
+    buf = bytearray(length)
+    RECORD_HEADER.pack_into(buf, 0, length, 0, rec.lsn, rec.timestamp_ns, rec.uow_id,
+                            rec.prev_lsn, rec.object_id, len(rec.payload), int(rec.type),
+                            int(rec.flags), len(name), RECORD_VERSION)
+    pos = RECORD_HEADER.size
+    buf[pos:pos + len(name)] = name
+    pos += len(name)
+    buf[pos:pos + len(rec.payload)] = rec.payload
+    TRAILER.pack_into(buf, length - 4, length)
+    struct.pack_into("<I", buf, 4, crc32c(memoryview(buf)[8:]))
+    return bytes(buf)
+
+
+def decode(buf, offset: int, *, expected_lsn: int | None = None,
+           limit: int | None = None) -> LogRecord:
+    """Decode the record at ``buf[offset:]``.
+
+    Raises RecordDecodeError with a reason when the bytes there are not a
+    whole valid record (short, zero, bad length, bad CRC, wrong LSN).
+    """
+    end = len(buf) if limit is None else limit
+    if end - offset < MIN_RECORD:
+        raise RecordDecodeError("short record: fewer bytes than a record header", offset=offset)
+    (length, crc, lsn, ts, uow, prev, obj, plen, rtype, flags, nlen,
+     version) = RECORD_HEADER.unpack_from(buf, offset)
+    if length == 0:
+        raise RecordDecodeError("zero length: no record here", offset=offset, zero=True)
+    if length < MIN_RECORD or length % 8 or length != encoded_length(nlen, plen):
+        raise RecordDecodeError(f"impossible record length {length}", offset=offset)
+    if offset + length > end:
+        raise RecordDecodeError(f"record of {length} bytes runs past the end of the data",
+                                offset=offset)
+    view = memoryview(buf)
+    if crc32c(view[offset + 8:offset + length]) != crc:
+        raise RecordDecodeError("CRC mismatch", offset=offset)
+    (trailer,) = TRAILER.unpack_from(buf, offset + length - 4)
+    if trailer != length:  # cannot happen when the CRC matched, kept as a belt
+        raise RecordDecodeError("trailer length differs from header length", offset=offset)
+    if expected_lsn is not None and lsn != expected_lsn:
+        raise RecordDecodeError(f"record LSN {lsn} where LSN {expected_lsn} belongs",
+                                offset=offset, stale=True)
+    if version != RECORD_VERSION:
+        raise RecordDecodeError(f"unknown record format version {version}", offset=offset)
+    try:
+        rtype = RecordType(rtype)
+    except ValueError:
+        raise RecordDecodeError(f"unknown record type {rtype}", offset=offset) from None
+    pos = offset + RECORD_HEADER.size
+    name = bytes(view[pos:pos + nlen]).decode("utf-8", errors="replace")
+    pos += nlen
+    payload = bytes(view[pos:pos + plen])
+    return LogRecord(type=rtype, uow_id=uow, prev_lsn=prev, object_id=obj, object_name=name,
+                     payload=payload, flags=flags, lsn=lsn, timestamp_ns=ts, length=length)
+
+
+# --- extent header ---------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ExtentHeader:
+    extent_number: int
+    first_lsn: int
+    created_ns: int
+    qm_name: str
+    pages: int
+
+    def encode(self) -> bytes:
+        head = EXTENT_HEADER.pack(EXTENT_MAGIC, EXTENT_VERSION, self.extent_number,
+                                  self.first_lsn, self.created_ns,
+                                  self.qm_name.encode()[:48], self.pages)
+        block = bytearray(EXTENT_HEADER_SIZE)
+        block[:len(head)] = head
+        EXTENT_HEADER_CRC.pack_into(block, EXTENT_HEADER.size, crc32c(head))
+        return bytes(block)
+
+    @classmethod
+    def decode(cls, buf: bytes) -> "ExtentHeader":
+        if len(buf) < EXTENT_HEADER.size + 4:
+            raise RecordDecodeError("extent header is short", offset=0)
+        magic, version, number, first, created, name, pages = EXTENT_HEADER.unpack_from(buf, 0)
+        if magic != EXTENT_MAGIC:
+            raise RecordDecodeError("not a harbormq log extent (bad magic)", offset=0)
+        (crc,) = EXTENT_HEADER_CRC.unpack_from(buf, EXTENT_HEADER.size)
+        if crc != crc32c(bytes(buf[:EXTENT_HEADER.size])):
+            raise RecordDecodeError("extent header CRC mismatch", offset=0)
+        if version != EXTENT_VERSION:
+            raise RecordDecodeError(f"unknown extent format version {version}", offset=0)
+        return cls(number, first, created, name.rstrip(b"\0").decode(), pages)
+
+
+def extent_file_name(number: int) -> str:
+    return f"S{number:07d}.LOG"
+
+
+# --- payloads ----------------------------------------------------------------------
+#
+# MSG_PUT payload (Message), little-endian:
+#   0   8  seq            put sequence on the queue (the message's key with priority)
+#   8   1  priority       0-9
+#   9   1  persistent     1 (only persistent messages are logged)
+#   10  2  reserved
+#   12  4  backout_count
+#   16  8  put_time_ns
+#   24  8  expiry_ns      absolute expiry time, 0 = never
+#   32  2  msg_id length        then the variable fields in this order:
+#   34  2  correl_id length       msg_id, correl_id, reply_to (UTF-8),
+#   36  2  reply_to length        format (UTF-8), properties (JSON, UTF-8), body
+#   38  2  format length
+#   40  4  properties length
+#   44  4  body length
+MSG_FIXED = struct.Struct("<QBBHIqqHHHHII")
+assert MSG_FIXED.size == 48
+
+# MSG_GET / MSG_EXPIRE payload (MessageRef): seq u64, priority u8, msg_id length u8, msg_id
+MSG_REF = struct.Struct("<QBB")
+assert MSG_REF.size == 10
+
+# COMPENSATION payload: undone record type u8, pad 7, undone LSN u64, undo-next LSN u64,
+# then seq u64, priority u8, msg_id length u8, pad 2, new backout count u32, msg_id.
+COMPENSATION = struct.Struct("<B7xQQQBB2xI")
+assert COMPENSATION.size == 40
+
+
+@dataclass(slots=True)
+class Message:
+    """A message: its descriptor and body. The same class is the in-memory
+    message, the MSG_PUT payload and the value kept in a queue's store."""
+    body: bytes = b""
+    msg_id: bytes = b""
+    correl_id: bytes = b""
+    priority: int = 0
+    persistent: bool = True
+    expiry_ns: int = 0          # absolute expiry time, 0 = never expires
+    put_time_ns: int = 0
+    backout_count: int = 0
+    reply_to: str = ""
+    format: str = ""
+    properties: dict = field(default_factory=dict)
+    seq: int = 0                # put sequence on its queue, with priority the key
+
+    @property
+    def key(self) -> bytes:
+        return message_key(self.priority, self.seq)
+
+    def expired(self, now_ns: int) -> bool:
+        return bool(self.expiry_ns) and self.expiry_ns <= now_ns
+
+    def encode(self) -> bytes:
+        reply = self.reply_to.encode()
+        fmt = self.format.encode()
+        props = json.dumps(self.properties, separators=(",", ":")).encode() if self.properties \
+            else b""
+        head = MSG_FIXED.pack(self.seq, self.priority, 1 if self.persistent else 0, 0,
+                              self.backout_count, self.put_time_ns, self.expiry_ns,
+                              len(self.msg_id), len(self.correl_id), len(reply), len(fmt),
+                              len(props), len(self.body))
+        return b"".join((head, self.msg_id, self.correl_id, reply, fmt, props, self.body))
+
+    @classmethod
+    def decode(cls, buf: bytes, *, with_body: bool = True) -> "Message":
+        (seq, prio, pers, _r, boc, put_ns, exp_ns, lmid, lcid, lrep, lfmt, lprops,
+         lbody) = MSG_FIXED.unpack_from(buf, 0)
+        pos = MSG_FIXED.size
+        msg_id = bytes(buf[pos:pos + lmid]); pos += lmid
+        correl_id = bytes(buf[pos:pos + lcid]); pos += lcid
+        reply_to = bytes(buf[pos:pos + lrep]).decode(); pos += lrep
+        fmt = bytes(buf[pos:pos + lfmt]).decode(); pos += lfmt
+        props = json.loads(bytes(buf[pos:pos + lprops])) if lprops else {}
+        pos += lprops
+        body = bytes(buf[pos:pos + lbody]) if with_body else b""
+        if pos + lbody != len(buf):
+            raise ValueError("message payload length does not match its fields")
+        return cls(body, msg_id, correl_id, prio, bool(pers), exp_ns, put_ns, boc, reply_to,
+                   fmt, props, seq)
+
+    @staticmethod
+    def body_size(buf: bytes) -> int:
+        return MSG_FIXED.unpack_from(buf, 0)[-1]
+
+
+def message_key(priority: int, seq: int) -> bytes:
+    """Store key that sorts in delivery order: priority high to low, then FIFO."""
+    return bytes((9 - priority,)) + seq.to_bytes(8, "big")
+
+
+def key_parts(key: bytes) -> tuple[int, int]:
+    return 9 - key[0], int.from_bytes(key[1:9], "big")
+
+
+@dataclass(slots=True, frozen=True)
+class MessageRef:
+    seq: int
+    priority: int
+    msg_id: bytes
+
+    def encode(self) -> bytes:
+        return MSG_REF.pack(self.seq, self.priority, len(self.msg_id)) + self.msg_id
+
+    @property
+    def key(self) -> bytes:
+        return message_key(self.priority, self.seq)
+
+    @classmethod
+    def decode(cls, buf: bytes) -> "MessageRef":
+        seq, prio, n = MSG_REF.unpack_from(buf, 0)
+        return cls(seq, prio, bytes(buf[MSG_REF.size:MSG_REF.size + n]))
+
+
+@dataclass(slots=True, frozen=True)
+class Compensation:
+    undone_type: RecordType
+    undone_lsn: int
+    undo_next_lsn: int
+    ref: MessageRef
+    backout_count: int
+
+    def encode(self) -> bytes:
+        return COMPENSATION.pack(int(self.undone_type), self.undone_lsn, self.undo_next_lsn,
+                                 self.ref.seq, self.ref.priority, len(self.ref.msg_id),
+                                 self.backout_count) + self.ref.msg_id
+
+    @classmethod
+    def decode(cls, buf: bytes) -> "Compensation":
+        (utype, ulsn, unext, seq, prio, n, boc) = COMPENSATION.unpack_from(buf, 0)
+        msg_id = bytes(buf[COMPENSATION.size:COMPENSATION.size + n])
+        return cls(RecordType(utype), ulsn, unext, MessageRef(seq, prio, msg_id), boc)
+
+
+def encode_json(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_json(buf: bytes):
+    return json.loads(buf) if buf else {}
+
+
+def describe(rec: LogRecord) -> dict:
+    """A plain-dict view of a record for ``log dump`` (and tests)."""
+    out = {"lsn": rec.lsn, "type": rec.type.name, "uow": rec.uow_id, "prev_lsn": rec.prev_lsn,
+           "object_id": rec.object_id, "object": rec.object_name, "ts_ns": rec.timestamp_ns,
+           "length": rec.length}
+    if rec.flags & RecordFlag.AUTO_COMMIT:
+        out["auto_commit"] = True
+    t = rec.type
+    if t == RecordType.MSG_PUT:
+        m = Message.decode(rec.payload, with_body=False)
+        out.update(msg_id=m.msg_id.hex(), correl_id=m.correl_id.hex(), priority=m.priority,
+                   seq=m.seq, expiry_ns=m.expiry_ns, backout_count=m.backout_count,
+                   body_size=Message.body_size(rec.payload), properties=m.properties)
+    elif t in (RecordType.MSG_GET, RecordType.MSG_EXPIRE):
+        r = MessageRef.decode(rec.payload)
+        out.update(msg_id=r.msg_id.hex(), priority=r.priority, seq=r.seq)
+    elif t == RecordType.COMPENSATION:
+        c = Compensation.decode(rec.payload)
+        out.update(undone=c.undone_type.name, undone_lsn=c.undone_lsn,
+                   undo_next_lsn=c.undo_next_lsn, msg_id=c.ref.msg_id.hex(),
+                   backout_count=c.backout_count)
+    elif rec.payload and t in (RecordType.OBJECT_CREATE, RecordType.OBJECT_ALTER,
+                               RecordType.OBJECT_DELETE, RecordType.CHECKPOINT_END,
+                               RecordType.UOW_BEGIN, RecordType.QM_START, RecordType.QM_STOP):
+        out["data"] = decode_json(rec.payload)
+    return out

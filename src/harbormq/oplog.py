@@ -1,0 +1,57 @@
+"""The operator log: ``qmgrs/<QM>/errors/HMQERR01.LOG`` (MQ's AMQERR01.LOG).
+
+One entry per line: ``<UTC time> <message id> <text>``. When HMQERR01.LOG
+passes ``max_bytes`` it becomes HMQERR02.LOG, HMQERR02 becomes HMQERR03, and
+the oldest is dropped, as MQ rotates its error logs. Entries also go to a
+console (rich) when one is attached, and to any listeners (tests, the tour).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+from typing import Callable
+
+FILES = ("HMQERR01.LOG", "HMQERR02.LOG", "HMQERR03.LOG")
+
+
+class OperatorLog:
+    def __init__(self, errors_dir: Path | None, console=None, max_bytes: int = 2 * 1024 * 1024):
+        self.dir = Path(errors_dir) if errors_dir else None
+        self.console = console
+        self.max_bytes = max_bytes
+        self.listeners: list[Callable[[str, str], None]] = []
+        self.entries: list[tuple[str, str]] = []   # this process's entries, newest last
+        if self.dir:
+            self.dir.mkdir(parents=True, exist_ok=True)
+
+    def emit(self, msgid: str, text: str) -> None:
+        self.entries.append((msgid, text))
+        del self.entries[:-1000]
+        if self.dir:
+            stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+            line = f"{stamp} {msgid} {' '.join(text.split())}\n"
+            path = self.dir / FILES[0]
+            try:
+                if path.exists() and path.stat().st_size + len(line) > self.max_bytes:
+                    self._rotate()
+                with open(path, "a", encoding="utf-8") as f:
+                    f.write(line)
+            except OSError:
+                pass  # the operator log must never stop the queue manager
+        if self.console is not None:
+            style = {"E": "bold red", "W": "yellow"}.get(msgid[-1:], "")
+            self.console.print(f"[{style}]{msgid}[/{style}] {text}" if style
+                               else f"{msgid} {text}", highlight=False)
+        for listener in self.listeners:
+            listener(msgid, text)
+
+    def _rotate(self) -> None:
+        for i in range(len(FILES) - 1, 0, -1):
+            src = self.dir / FILES[i - 1]
+            if src.exists():
+                os.replace(src, self.dir / FILES[i])
+
+    def ids(self) -> list[str]:
+        return [m for m, _ in self.entries]

@@ -1,0 +1,215 @@
+"""Queue manager lifecycle: create, start (restart recovery), stop, delete.
+
+One running instance per queue manager, in-process (the Python API) or as a
+server process (``harbormq start``): the instance holds an exclusive ``flock``
+on ``qmgrs/<QM>/qm.lock`` for its whole life, and writes its pid there.
+
+Stop modes (MQ's endmqm):
+* ``controlled``: new work is refused once no unit of work is active (waits
+  for applications to finish their units of work), then a checkpoint.
+* ``immediate``: new calls fail at once, calls in progress complete; units of
+  work still in flight are left to be backed out at the next start; checkpoint.
+* ``preemptive``: stop at once, no checkpoint; restart recovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import shutil
+import time
+from pathlib import Path
+
+from .config import QMConfig, harbormq_home
+from .core.engine import QueueManagerCore
+from .core.objects import (DEAD_LETTER_QUEUE, DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS,
+                           QMGR_DEFAULTS, QMGR_OBJECT, check_name)
+from .errors import QueueManagerExists, QueueManagerNotFound, QueueManagerRunning
+from .log.manager import LogSettings, RecoveryLog
+from .log.records import RecordType, encode_json
+from .oplog import OperatorLog
+from .recovery import Progress, Restart, RestartReport
+
+STOP_MODES = ("controlled", "immediate", "preemptive")
+
+
+class InstanceLock:
+    """The exclusive lock a running queue manager holds."""
+
+    def __init__(self, config: QMConfig):
+        self.path = config.lock_path
+        self.name = config.name
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise QueueManagerRunning(f"queue manager {self.name} is already running "
+                                      f"(process {pid})",
+                                      hint=f"stop it first with 'harbormq stop {self.name}'")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def running_pid(config: QMConfig) -> int | None:
+    """The pid of the running instance, or None if the lock is free."""
+    if not config.lock_path.exists():
+        return None
+    fd = os.open(config.lock_path, os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def create(name: str, *, home: Path | None = None, log_type: str = "circular",
+           log_file_pages: int = 4096, log_primary: int = 3, log_secondary: int = 2,
+           log_path: Path | None = None, checkpoint_records: int = 10_000,
+           console=None) -> QMConfig:
+    """crtmqm: directories, configuration, preallocated log, default objects."""
+    check_name(name, "queue manager")
+    home = Path(home) if home else harbormq_home()
+    settings = LogSettings(log_type=log_type, pages=log_file_pages, primary=log_primary,
+                           secondary=log_secondary, checkpoint_records=checkpoint_records)
+    settings.validate()
+    config = QMConfig(name=name, home=home, log=settings,
+                      log_path=Path(log_path).resolve() if log_path else None)
+    if config.config_path.exists():
+        raise QueueManagerExists(f"queue manager {name} already exists in {home}")
+    if config.log_dir.exists() and any(config.log_dir.iterdir()):
+        raise QueueManagerExists(f"log directory {config.log_dir} is not empty")
+    try:
+        config.qm_dir.mkdir(parents=True, exist_ok=True)
+        config.queues_dir.mkdir(exist_ok=True)
+        RecoveryLog.create(config.log_dir, name, settings)
+        asyncio.run(_first_start(config, console))
+        config.save()   # last: a queue manager exists once its qm.toml does
+    except BaseException:
+        shutil.rmtree(config.qm_dir, ignore_errors=True)
+        shutil.rmtree(config.log_dir, ignore_errors=True)
+        raise
+    return config
+
+
+async def _first_start(config: QMConfig, console) -> None:
+    qm = await RunningQueueManager.start(config, console=console, quiet=True)
+    core = qm.core
+    oid = core.next_object_id
+    core.next_object_id += 1
+    qmgr = {"type": "QMGR", "name": QMGR_OBJECT, "object_id": oid, "attrs": dict(QMGR_DEFAULTS)}
+    lsn = core._append(RecordType.OBJECT_CREATE, object_id=oid, name=QMGR_OBJECT,
+                       payload=encode_json(qmgr))
+    qmgr["create_lsn"] = lsn
+    core._catalog_set(QMGR_OBJECT, qmgr, lsn)
+    await core.define_queue(DEFAULT_LOCAL_QUEUE, dict(QLOCAL_DEFAULTS))
+    await core.define_queue(DEAD_LETTER_QUEUE, {"DESCR": "dead-letter queue",
+                                                "DEFPSIST": "YES", "MAXDEPTH": 999_999_999})
+    core.oplog.emit("HMQ8001I", f"Queue manager {config.name} created "
+                    f"({config.log.log_type} log, {config.log.pages} pages per extent)")
+    await qm.stop("controlled")
+
+
+def delete(name: str, *, home: Path | None = None) -> None:
+    """dltmqm: refuses while the queue manager runs."""
+    config = QMConfig.load(name, home)
+    if running_pid(config) is not None:
+        raise QueueManagerRunning(f"queue manager {name} is running; stop it before deleting")
+    shutil.rmtree(config.log_dir, ignore_errors=True)
+    shutil.rmtree(config.qm_dir, ignore_errors=True)
+
+
+def list_queue_managers(home: Path | None = None) -> list[str]:
+    home = Path(home) if home else harbormq_home()
+    qdir = home / "qmgrs"
+    return sorted(p.name for p in qdir.iterdir() if (p / "qm.toml").exists()) \
+        if qdir.is_dir() else []
+
+
+class RunningQueueManager:
+    """A started queue manager on the current event loop."""
+
+    def __init__(self, core: QueueManagerCore, lock: InstanceLock):
+        self.core = core
+        self.lock = lock
+        self.report: RestartReport | None = None
+        self._flusher: asyncio.Task | None = None
+
+    @classmethod
+    async def start(cls, config: QMConfig, *, console=None, progress: Progress | None = None,
+                    quiet: bool = False) -> "RunningQueueManager":
+        if not config.config_path.exists() and not config.log_dir.exists():
+            raise QueueManagerNotFound(f"queue manager {config.name} does not exist")
+        lock = InstanceLock(config)
+        lock.acquire()
+        oplog = OperatorLog(config.errors_dir, console=None if quiet else console)
+        core = QueueManagerCore(config, oplog)
+        core.loop = asyncio.get_running_loop()
+        core._flush_lock = asyncio.Lock()
+        core._checkpoint_lock = asyncio.Lock()
+        core.log.on_switch = core.on_extent_switch
+        self = cls(core, lock)
+        try:
+            self.report = await Restart(core, progress).run()
+            core._append(RecordType.QM_START, payload=encode_json(
+                {"pid": os.getpid(), "restart": {k: v for k, v in self.report.as_dict().items()
+                                                 if isinstance(v, (int, str))}}))
+            await core.log.force()
+        except BaseException:
+            core.log.close()
+            lock.release()
+            raise
+        self._flusher = core._spawn(self._flush_loop())
+        if not quiet:
+            oplog.emit("HMQ8003I", f"Queue manager {config.name} started")
+        return self
+
+    async def _flush_loop(self) -> None:
+        interval = self.core.config.tuning.flush_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            await self.core.flush_all()
+
+    async def stop(self, mode: str = "controlled", *, timeout: float | None = None) -> None:
+        core = self.core
+        if mode not in STOP_MODES:
+            raise ValueError(f"stop mode must be one of {STOP_MODES}")
+        if mode == "controlled":
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while any(u.state == "active" for u in core.uows.values()):
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+        core.stopping = mode
+        if self._flusher is not None:
+            self._flusher.cancel()
+        if mode != "preemptive":
+            core._append(RecordType.QM_STOP, payload=encode_json({"mode": mode}))
+            await core.checkpoint(f"shutdown ({mode})")
+        for task in list(core._background):
+            task.cancel()
+        core.log.close()
+        for q in core.queues.values():
+            q.store.close()
+        if core.catalog_store is not None:
+            core.catalog_store.close()
+        self.lock.release()
+        core.oplog.emit("HMQ8004I", f"Queue manager {core.name} ended ({mode})")

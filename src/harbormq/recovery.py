@@ -1,0 +1,473 @@
+"""Restart recovery, in the phases of MQ's restart (DESIGN §6):
+
+1. Log initialisation: read and reconcile both control-file copies, verify the
+   extent chain, open the stores, discard non-persistent messages.
+2. Status rebuild: read the last checkpoint; compute the redo start point =
+   min(checkpoint begin, oldest unit of work active at it, stores' recovery LSNs).
+3. Forward recovery (redo): read from the redo start to the end of the log
+   (keeping a torn tail aside), rebuild the units of work, and apply each
+   committed effect whose LSN is at or above its store's recovery LSN.
+4. Backward recovery (undo): back out in-flight and in-backout units of work,
+   writing compensation records; keep in-doubt ones with their messages locked.
+5. Index rebuild for indexed queues (``qindxbld`` wait or nowait).
+6. A checkpoint; HMQ7467I/HMQ7468I name the extents still needed.
+
+Redo writes nothing to the log and stores record their recovery LSN in the same
+transaction as their data, so restarting twice, or crashing during restart,
+gives the same result.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .crashpoints import crash_point
+from .fsutil import sweep_tmp
+from .log.records import (Compensation, LogRecord, Message, MessageRef, RecordFlag, RecordType,
+                          decode_json, extent_file_name)
+from .store import CatalogStore, QueueStore
+from .core.engine import QueueManagerCore, UnitOfWork, UowOp
+from .core.queue import LocalQueue
+
+#: flush stores during redo when this many effects wait, so memory stays bounded
+REDO_FLUSH_ENTRIES = 20_000
+
+Progress = Callable[[str, int, int], None]   # (phase, done, total)
+
+
+@dataclass
+class RestartReport:
+    phases: dict[str, float] = field(default_factory=dict)   # phase -> seconds
+    control_sequence: int = 0
+    extents: list[str] = field(default_factory=list)
+    checkpoint_lsn: int = 0
+    redo_start_lsn: int = 0
+    end_lsn: int = 0
+    records_replayed: int = 0
+    bytes_replayed: int = 0
+    effects_redone: int = 0
+    nonpersistent_discarded: int = 0
+    uows_backed_out: int = 0
+    uows_in_flight: int = 0
+    uows_in_doubt: int = 0
+    compensations_written: int = 0
+    indexes_rebuilt: int = 0
+    indexes_verified: int = 0
+    torn_tail: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Restart:
+    def __init__(self, core: QueueManagerCore, progress: Progress | None = None):
+        self.core = core
+        self.progress = progress or (lambda phase, done, total: None)
+        self.report = RestartReport()
+        self.deleted_ids: set[int] = set()
+        self.redo_from: dict[int, int] = {}     # object id -> store recovery LSN at open
+        self.rebuilt: dict[int, UnitOfWork] = {}
+
+    def emit(self, msgid: str, text: str) -> None:
+        self.core.oplog.emit(msgid, text)
+
+    async def run(self) -> RestartReport:
+        core = self.core
+        t0 = time.monotonic()
+        self.phase1_log_init()
+        t1 = time.monotonic()
+        table = self.phase2_status_rebuild()
+        t2 = time.monotonic()
+        scan = self.phase3_redo(table)
+        t3 = time.monotonic()
+        core.log.start_writing(scan.end_lsn, core.loop,
+                               active_closed=scan.end is not None and scan.end.how == "extent_end")
+        await self.phase4_undo()
+        t4 = time.monotonic()
+        await self.phase5_indexes()
+        t5 = time.monotonic()
+        core.started = True
+        await core.checkpoint("restart")
+        t6 = time.monotonic()
+        r = self.report
+        r.phases = {"log initialisation": t1 - t0, "status rebuild": t2 - t1,
+                    "forward recovery": t3 - t2, "backward recovery": t4 - t3,
+                    "index rebuild": t5 - t4, "checkpoint": t6 - t5}
+        return r
+
+    # -- phase 1 --------------------------------------------------------------------
+
+    def phase1_log_init(self) -> None:
+        core, r = self.core, self.report
+        log = core.log
+        self.progress("log initialisation", 0, 1)
+        st = log.open()
+        for msgid, text in log.control.warnings:
+            self.emit(msgid, text)
+            r.warnings.append(f"{msgid} {text}")
+        sweep_tmp(log.dir)
+        chain = log.verify_chain()
+        r.control_sequence = st.sequence
+        r.extents = [extent_file_name(e.number) for e in chain]
+        core.catalog_store = CatalogStore(core.config.catalog_dir)
+        core.objects = core.catalog_store.load()
+        self.redo_from[0] = core.catalog_store.recovery_lsn
+        for definition in core.objects.values():
+            if definition["type"] == "QLOCAL":
+                q = core.open_queue_store(definition)
+                self.redo_from[q.object_id] = q.store.recovery_lsn
+        self._sweep_orphan_stores()
+        for q in core.queues.values():
+            r.nonpersistent_discarded += q.store.purge_nonpersistent()
+            q.depth = q.store.count()
+        self.progress("log initialisation", 1, 1)
+        self.emit("HMQ7201I", f"Log initialisation for queue manager {core.name} complete: "
+                  f"{st.log_type} log, control file sequence {st.sequence}, "
+                  f"{len(chain)} extent(s) in use ({', '.join(r.extents)})")
+        if r.nonpersistent_discarded:
+            self.emit("HMQ7237I", f"{r.nonpersistent_discarded} non-persistent message(s) "
+                      "discarded at restart")
+
+    def _sweep_orphan_stores(self) -> None:
+        """Store directories with no catalog entry: a define whose record never got
+        to disk, or a delete interrupted before removing the directory. Empty ones
+        are removed; any with messages are kept aside, never destroyed."""
+        core = self.core
+        qdir = core.config.queues_dir
+        if not qdir.is_dir():
+            return
+        known = {core.config.queue_dir(n) for n in core.queues}
+        for path in qdir.iterdir():
+            if path in known or not path.is_dir() or path.name.endswith(".orphan"):
+                continue
+            store = QueueStore(path)
+            count = store.count()
+            store.close()
+            if count == 0:
+                QueueStore.destroy(path)
+            else:
+                aside = path.with_name(path.name + ".orphan")
+                path.rename(aside)
+                self.emit("HMQ7511W", f"store {path} holds {count} message(s) but no queue "
+                          f"is defined for it; kept aside as {aside}")
+
+    # -- phase 2 --------------------------------------------------------------------
+
+    def phase2_status_rebuild(self) -> dict:
+        core, r = self.core, self.report
+        st = core.log.state
+        table: dict = {}
+        if st.checkpoint_lsn:
+            rec = next(core.log.read_from(st.checkpoint_lsn), None)
+            if rec is None or rec.type != RecordType.CHECKPOINT_END:
+                from .errors import LogCorrupt
+                raise LogCorrupt(f"the control file names LSN {st.checkpoint_lsn} as the last "
+                                 "checkpoint, but no checkpoint record is there",
+                                 lsn=st.checkpoint_lsn)
+            table = decode_json(rec.payload)
+            candidates = [table["begin_lsn"], table["restart_lsn"]]
+            candidates += [u["first_lsn"] for u in table["uows"]]
+            redo_start = min(c for c in candidates if c is not None)
+            core.next_uow_id = max(core.next_uow_id, table["next_uow_id"])
+            core.next_object_id = max(core.next_object_id, table["next_object_id"])
+            for name, info in table["stores"].items():
+                q = core.queues.get(name)
+                if q is not None and q.object_id == info["object_id"]:
+                    q.next_seq = max(q.next_seq, info["next_seq"])
+        else:
+            redo_start = core.log.chain()[0].first_lsn
+        r.checkpoint_lsn = st.checkpoint_lsn
+        r.redo_start_lsn = redo_start
+        for definition in core.objects.values():
+            core.next_object_id = max(core.next_object_id, definition["object_id"] + 1)
+        ext = core.log.extent_of(redo_start)
+        self.emit("HMQ7232I", f"Status rebuild for queue manager {core.name} complete: last "
+                  f"checkpoint at LSN {st.checkpoint_lsn or '-'}, "
+                  f"{len(table.get('uows', []))} unit(s) of work active at it, redo starts at "
+                  f"LSN {redo_start}" + (f" in {extent_file_name(ext.number)}" if ext else ""))
+        return table
+
+    # -- phase 3 --------------------------------------------------------------------
+
+    def _queue_for(self, rec: LogRecord) -> LocalQueue | None:
+        q = self.core.queues.get(rec.object_name)
+        if q is None or q.object_id != rec.object_id:
+            return None   # a deleted queue, or an older incarnation of the name
+        return q
+
+    def _due(self, q: LocalQueue, lsn: int) -> bool:
+        """Redo applies an effect only if its LSN is at or above the store's LSN."""
+        return lsn >= self.redo_from.get(q.object_id, 0)
+
+    def phase3_redo(self, table: dict):
+        core, r = self.core, self.report
+        scan = core.log.scan(r.redo_start_lsn, repair_tail=True)
+        total = max(1, self._log_bytes_from(r.redo_start_lsn))
+        self.progress("forward recovery", 0, total)
+        last_progress = 0
+        for rec in scan:
+            self._redo(rec)
+            if scan.bytes_read - last_progress >= 4 << 20:
+                last_progress = scan.bytes_read
+                self.progress("forward recovery", scan.bytes_read, total)
+                crash_point("restart.mid_redo")
+                if sum(q.dirty_entries() for q in core.queues.values()) >= REDO_FLUSH_ENTRIES:
+                    self._flush_during_redo(rec.end_lsn)
+        self.progress("forward recovery", total, total)
+        r.records_replayed = scan.records_read
+        r.bytes_replayed = scan.bytes_read
+        r.end_lsn = scan.end_lsn
+        if scan.torn_copy is not None:
+            r.torn_tail = str(scan.torn_copy)
+            self.emit("HMQ7502W", f"the log ends in a torn record at offset {scan.end.offset} of "
+                      f"{extent_file_name(core.log.state.active.number)} (LSN {scan.end_lsn}): "
+                      f"{scan.end.reason}; {scan.end.torn_length} bytes kept in "
+                      f"{scan.torn_copy.name}")
+        self._flush_during_redo(scan.end_lsn)
+        for uow in self.rebuilt.values():
+            core.uows[uow.id] = uow
+            core.next_uow_id = max(core.next_uow_id, uow.id + 1)
+        self.emit("HMQ7229I", f"{r.records_replayed} log records accessed on queue manager "
+                  f"{core.name} during the log replay phase ({r.bytes_replayed} bytes, "
+                  f"{r.effects_redone} effects redone)")
+        self.emit("HMQ7230I", f"Log replay for queue manager {core.name} complete (log ends "
+                  f"at LSN {r.end_lsn})")
+        return scan
+
+    def _log_bytes_from(self, lsn: int) -> int:
+        chain = self.core.log.chain()
+        if not chain:
+            return 0
+        last = chain[-1]
+        end = last.first_lsn + self.core.log.extent_size
+        return max(0, end - lsn)
+
+    def _flush_during_redo(self, lsn: int) -> None:
+        """Everything below ``lsn`` is on disk already (we are reading it), so a
+        store may take every effect redone so far with recovery LSN ``lsn``."""
+        core = self.core
+        for q in core.queues.values():
+            snap = q.begin_flush()
+            if snap:
+                q.store.apply(snap, max(lsn, q.store.recovery_lsn), q.index_type, q.next_seq)
+                q.end_flush()
+        if core.catalog_dirty:
+            core.catalog_store.apply(core.catalog_dirty, max(lsn, core.catalog_store.recovery_lsn))
+            core.catalog_dirty, core.catalog_dirty_lsn = {}, None
+
+    def _uow(self, rec: LogRecord) -> UnitOfWork:
+        uow = self.rebuilt.get(rec.uow_id)
+        if uow is None:
+            uow = UnitOfWork(rec.uow_id, first_lsn=rec.lsn, last_lsn=rec.lsn)
+            self.rebuilt[rec.uow_id] = uow
+        return uow
+
+    def _redo(self, rec: LogRecord) -> None:
+        core, r = self.core, self.report
+        t = rec.type
+        if rec.uow_id:
+            core.next_uow_id = max(core.next_uow_id, rec.uow_id + 1)
+        if t in (RecordType.OBJECT_CREATE, RecordType.OBJECT_ALTER, RecordType.OBJECT_DELETE):
+            self._redo_object(rec)
+            return
+        auto = bool(rec.flags & RecordFlag.AUTO_COMMIT)
+        if t == RecordType.MSG_PUT:
+            q = self._queue_for(rec)
+            if q is None:
+                return
+            msg = Message.decode(rec.payload)
+            q.next_seq = max(q.next_seq, msg.seq + 1)
+            if auto:
+                if self._due(q, rec.lsn):
+                    q.commit_put(msg, rec.lsn)
+                    r.effects_redone += 1
+            else:
+                uow = self._uow(rec)
+                uow.ops.append(UowOp("put", q, msg, rec.lsn, rec.prev_lsn))
+                uow.last_lsn = rec.lsn
+                q.uncommitted_puts += 1
+        elif t in (RecordType.MSG_GET, RecordType.MSG_EXPIRE):
+            q = self._queue_for(rec)
+            if q is None:
+                return
+            ref = MessageRef.decode(rec.payload)
+            if auto:
+                if self._due(q, rec.lsn) and q.lookup(ref.key) is not None:
+                    q.commit_delete(ref.key, rec.lsn)
+                    r.effects_redone += 1
+                return
+            uow = self._uow(rec)
+            uow.last_lsn = rec.lsn
+            msg = q.lookup(ref.key)
+            if msg is None:
+                # expected when the store already holds a later state (the get's
+                # commit is below the store's LSN); anything else is a mismatch
+                if self._due(q, rec.lsn):
+                    self._inconsistent(rec, f"got message {ref.msg_id.hex()} is not on {q.name}")
+                return
+            q.locked[ref.key] = uow.id
+            uow.ops.append(UowOp("get", q, msg, rec.lsn, rec.prev_lsn))
+        elif t == RecordType.UOW_BEGIN:
+            uow = self._uow(rec)
+            uow.owner = decode_json(rec.payload).get("owner", "")
+            uow.started_ns = uow.first_log_ns = rec.timestamp_ns
+        elif t == RecordType.UOW_PREPARE:
+            uow = self._uow(rec)
+            uow.state = "prepared"
+            uow.last_lsn = rec.lsn
+        elif t == RecordType.UOW_COMMIT:
+            uow = self.rebuilt.pop(rec.uow_id, None)
+            if uow is None:
+                return
+            for op in uow.ops:
+                q = op.queue
+                due = self._due(q, rec.lsn) and bool(op.lsn)
+                if op.kind == "put":
+                    q.uncommitted_puts -= 1
+                    if due:
+                        q.commit_put(op.msg, rec.lsn)
+                        r.effects_redone += 1
+                else:
+                    if due:
+                        q.commit_delete(op.msg.key, rec.lsn)
+                        r.effects_redone += 1
+                    else:
+                        q.unlocked(op.msg.key)
+        elif t == RecordType.COMPENSATION:
+            uow = self._uow(rec)
+            uow.state = "backing_out"
+            uow.last_lsn = rec.lsn
+            comp = Compensation.decode(rec.payload)
+            op = next((o for o in uow.ops if o.lsn == comp.undone_lsn), None)
+            if op is None:
+                return
+            uow.ops.remove(op)
+            q = op.queue
+            if op.kind == "put":
+                q.uncommitted_puts -= 1
+            elif self._due(q, rec.lsn):
+                from dataclasses import replace
+                q.commit_update(replace(op.msg, backout_count=comp.backout_count), rec.lsn)
+                r.effects_redone += 1
+            else:
+                q.unlocked(op.msg.key)
+        elif t == RecordType.UOW_BACKOUT:
+            uow = self.rebuilt.pop(rec.uow_id, None)
+            if uow is not None:   # ops compensated already; unlock anything left
+                for op in uow.ops:
+                    if op.kind == "get":
+                        op.queue.unlocked(op.msg.key)
+                    else:
+                        op.queue.uncommitted_puts -= 1
+
+    def _redo_object(self, rec: LogRecord) -> None:
+        core, r = self.core, self.report
+        data = decode_json(rec.payload)
+        core.next_object_id = max(core.next_object_id, rec.object_id + 1)
+        catalog_due = rec.lsn >= self.redo_from[0]
+        if rec.type == RecordType.OBJECT_CREATE:
+            data["create_lsn"] = rec.lsn
+            existing = core.objects.get(rec.object_name)
+            if catalog_due or existing is None or existing["object_id"] != rec.object_id:
+                core._catalog_set(rec.object_name, data, rec.lsn)
+            if data["type"] == "QLOCAL":
+                q = core.queues.get(rec.object_name)
+                if q is None or q.object_id != rec.object_id:
+                    q = core.open_queue_store(data)
+                    self.redo_from.setdefault(q.object_id, q.store.recovery_lsn)
+            r.effects_redone += 1
+        elif rec.type == RecordType.OBJECT_ALTER:
+            clear = data.pop("clear", False)
+            existing = core.objects.get(rec.object_name)
+            if existing is not None and existing["object_id"] == rec.object_id:
+                data["create_lsn"] = existing.get("create_lsn", 0)
+                if catalog_due:
+                    core._catalog_set(rec.object_name, data, rec.lsn)
+                else:
+                    core.objects[rec.object_name] = data
+                q = self._queue_for(rec)
+                if q is not None:
+                    q.definition = data
+                    if clear and self._due(q, rec.lsn):
+                        core._clear_store(q, rec.lsn + rec.length)
+                        self.redo_from[q.object_id] = rec.lsn + rec.length
+        elif rec.type == RecordType.OBJECT_DELETE:
+            self.deleted_ids.add(rec.object_id)
+            existing = core.objects.get(rec.object_name)
+            if existing is not None and existing["object_id"] == rec.object_id:
+                core._catalog_set(rec.object_name, None, rec.lsn)
+            q = self._queue_for(rec)
+            if q is not None:
+                del core.queues[q.name]
+                q.store.close()
+                QueueStore.destroy(q.store.path)
+
+    def _inconsistent(self, rec: LogRecord, what: str) -> None:
+        text = f"log record at LSN {rec.lsn} ({rec.type.name}) does not match the store: {what}"
+        self.report.warnings.append(text)
+        self.emit("HMQ7512W", text)
+
+    # -- phase 4 --------------------------------------------------------------------
+
+    async def phase4_undo(self) -> None:
+        core, r = self.core, self.report
+        in_flight = [u for u in core.uows.values() if u.state in ("active", "backing_out")]
+        in_doubt = [u for u in core.uows.values() if u.state == "prepared"]
+        r.uows_in_flight = len(in_flight)
+        r.uows_in_doubt = len(in_doubt)
+        self.progress("backward recovery", 0, max(1, len(in_flight)))
+        requeue = []
+        for i, uow in enumerate(sorted(in_flight, key=lambda u: u.first_lsn), 1):
+            before = core.log.records_since_checkpoint
+            requeue += core._undo(uow)
+            r.compensations_written += core.log.records_since_checkpoint - before - 1
+            r.uows_backed_out += 1
+            crash_point("restart.mid_undo")
+            self.progress("backward recovery", i, len(in_flight))
+        await core.log.force()
+        self.emit("HMQ7233I", f"{r.uows_backed_out} out of {r.uows_in_flight} in-flight units "
+                  f"of work backed out for queue manager {core.name} "
+                  f"({r.compensations_written} compensation records)")
+        if in_doubt:
+            self.emit("HMQ7235I", f"{len(in_doubt)} in-doubt unit(s) of work kept, their "
+                      "messages locked until resolved: " +
+                      ", ".join(str(u.id) for u in in_doubt))
+        for q, msg in requeue:
+            await core._requeue_backout(q, msg)
+
+    # -- phase 5 --------------------------------------------------------------------
+
+    async def phase5_indexes(self) -> None:
+        core, r = self.core, self.report
+        indexed = [q for q in core.queues.values() if q.index_type != "NONE"]
+        if not indexed:
+            return
+        await core.flush_all()
+        stale = []
+        for q in indexed:
+            if q.store.index_type == q.index_type and q.store.index_entries() == q.store.count():
+                r.indexes_verified += 1
+            else:
+                stale.append(q)
+
+        def rebuild(q: LocalQueue) -> None:
+            q.store.rebuild_index(q.index_type)
+            q.index_ready = True
+
+        for q in stale:
+            q.index_ready = False
+        if core.config.tuning.qindxbld == "nowait":
+            for q in stale:
+                core.loop.run_in_executor(None, rebuild, q)
+            r.indexes_rebuilt = len(stale)
+        else:
+            for i, q in enumerate(stale, 1):
+                rebuild(q)
+                self.progress("index rebuild", i, len(stale))
+            r.indexes_rebuilt = len(stale)
+        self.emit("HMQ7236I", f"queue indexes: {r.indexes_rebuilt} rebuilt"
+                  f"{' in the background' if core.config.tuning.qindxbld == 'nowait' else ''}, "
+                  f"{r.indexes_verified} verified")

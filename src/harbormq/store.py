@@ -1,0 +1,201 @@
+"""Object stores: one LMDB environment per object, as MQ keeps one file per queue.
+
+A store holds *committed* state only; uncommitted effects live in the units of
+work that made them. Each flush is one synced LMDB write transaction that also
+records the store's **recovery LSN**: every committed effect whose LSN is
+below it is in the store, none at or above it is. Restart redoes a record on a
+store only if the record's LSN is at or above the store's recovery LSN (MQ's
+page-set recovery RBA is the same "start recovery here" address).
+
+Queue store databases:
+    meta   b"recovery_lsn", b"object_id", b"index_type", b"next_seq" (ASCII)
+    msgs   key = message_key(priority, seq) -> encoded Message
+    np     keys of the non-persistent messages in msgs (dropped at restart)
+    idx    (dupsort) msg_id or correl_id -> key, when the queue is indexed
+
+Catalog store (``qmgr/``):
+    meta   b"recovery_lsn"
+    objects  name -> JSON definition (type, object id, attributes)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import lmdb
+
+from .crashpoints import crash_point
+from .log.records import Message
+
+DEFAULT_MAP_SIZE = 16 << 30  # address space only: LMDB files grow as they fill
+
+
+class Store:
+    def __init__(self, path: Path, map_size: int = DEFAULT_MAP_SIZE, dbs=()):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, sync=True,
+                             metasync=True, readahead=False, meminit=False)
+        self.meta = self.env.open_db(b"meta")
+        self._dbs = {name: self.env.open_db(name.encode(), dupsort=(name == "idx"))
+                     for name in dbs}
+
+    def db(self, name: str):
+        return self._dbs[name]
+
+    def close(self) -> None:
+        self.env.close()
+
+    def get_meta(self, key: bytes, default: str | None = None) -> str | None:
+        with self.env.begin(db=self.meta) as txn:
+            v = txn.get(key)
+        return v.decode() if v is not None else default
+
+    @property
+    def recovery_lsn(self) -> int:
+        return int(self.get_meta(b"recovery_lsn", "0"))
+
+    def _set_lsn(self, txn, lsn: int) -> None:
+        txn.put(b"recovery_lsn", str(lsn).encode(), db=self.meta)
+
+    @staticmethod
+    def destroy(path: Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class QueueStore(Store):
+    def __init__(self, path: Path, object_id: int | None = None,
+                 map_size: int = DEFAULT_MAP_SIZE):
+        super().__init__(path, map_size, dbs=("msgs", "np", "idx"))
+        self.msgs = self.db("msgs")
+        self.np = self.db("np")
+        self.idx = self.db("idx")
+        if object_id is not None and self.get_meta(b"object_id") is None:
+            with self.env.begin(write=True) as txn:
+                txn.put(b"object_id", str(object_id).encode(), db=self.meta)
+
+    @property
+    def object_id(self) -> int | None:
+        v = self.get_meta(b"object_id")
+        return int(v) if v is not None else None
+
+    @property
+    def index_type(self) -> str:
+        return self.get_meta(b"index_type", "NONE")
+
+    def count(self) -> int:
+        with self.env.begin() as txn:
+            return txn.stat(self.msgs)["entries"]
+
+    @property
+    def next_seq(self) -> int:
+        """Put sequences are never reused in a queue's life: the next one is kept."""
+        return int(self.get_meta(b"next_seq", "1"))
+
+    def get(self, key: bytes) -> Message | None:
+        with self.env.begin(db=self.msgs, buffers=True) as txn:
+            v = txn.get(key)
+            return Message.decode(bytes(v)) if v is not None else None
+
+    def iter_keys(self, start: bytes | None = None):
+        """Message keys in delivery order, from ``start`` (inclusive)."""
+        with self.env.begin(db=self.msgs) as txn:
+            cur = txn.cursor()
+            ok = cur.set_range(start) if start else cur.first()
+            while ok:
+                yield cur.key()
+                ok = cur.next()
+
+    def index_lookup(self, ident: bytes) -> list[bytes]:
+        with self.env.begin(db=self.idx) as txn:
+            cur = txn.cursor()
+            if not cur.set_key(ident):
+                return []
+            return list(cur.iternext_dup())
+
+    def apply(self, changes: dict, recovery_lsn: int, index_type: str = "NONE",
+              next_seq: int = 0) -> None:
+        """One synced transaction: ``changes`` maps key -> Message (put or update)
+        or None (delete); then the new recovery LSN."""
+        with self.env.begin(write=True) as txn:
+            for key, msg in changes.items():
+                if msg is None:
+                    old = txn.get(key, db=self.msgs) if index_type != "NONE" else None
+                    if txn.delete(key, db=self.msgs):
+                        txn.delete(key, db=self.np)
+                        if old is not None:
+                            ident = _index_ident(Message.decode(old, with_body=False),
+                                                 index_type)
+                            txn.delete(ident, key, db=self.idx)
+                else:
+                    fresh = txn.put(key, msg.encode(), db=self.msgs, overwrite=True)
+                    if not msg.persistent:
+                        txn.put(key, b"", db=self.np)
+                    if index_type != "NONE" and fresh:
+                        txn.put(_index_ident(msg, index_type), key, db=self.idx)
+                crash_point("store.mid_flush")
+            if next_seq:
+                txn.put(b"next_seq", str(next_seq).encode(), db=self.meta)
+            self._set_lsn(txn, recovery_lsn)
+
+    def set_recovery_lsn(self, lsn: int) -> None:
+        with self.env.begin(write=True) as txn:
+            self._set_lsn(txn, lsn)
+
+    def purge_nonpersistent(self) -> int:
+        """Restart discards non-persistent messages; returns how many."""
+        n = 0
+        with self.env.begin(write=True) as txn:
+            cur = txn.cursor(db=self.np)
+            keys = list(cur.iternext(keys=True, values=False))
+            for key in keys:
+                txn.delete(key, db=self.msgs)
+                n += 1
+            txn.drop(self.np, delete=False)
+        return n
+
+    def index_entries(self) -> int:
+        with self.env.begin() as txn:
+            return txn.stat(self.idx)["entries"]
+
+    def rebuild_index(self, index_type: str) -> int:
+        """Drop and rebuild the msg_id/correl_id index; returns entries made."""
+        n = 0
+        with self.env.begin(write=True) as txn:
+            txn.drop(self.idx, delete=False)
+            if index_type != "NONE":
+                cur = txn.cursor(db=self.msgs)
+                for key, val in cur:
+                    txn.put(_index_ident(Message.decode(val, with_body=False), index_type),
+                            key, db=self.idx)
+                    n += 1
+            txn.put(b"index_type", index_type.encode(), db=self.meta)
+        return n
+
+
+def _index_ident(msg: Message, index_type: str) -> bytes:
+    return (msg.msg_id if index_type == "MSGID" else msg.correl_id) or b"\0"
+
+
+class CatalogStore(Store):
+    """The queue manager's object definitions (``qmgr/``)."""
+
+    def __init__(self, path: Path, map_size: int = 1 << 30):
+        super().__init__(path, map_size, dbs=("objects",))
+        self.objects = self.db("objects")
+
+    def load(self) -> dict[str, dict]:
+        with self.env.begin(db=self.objects) as txn:
+            return {k.decode(): json.loads(v) for k, v in txn.cursor()}
+
+    def apply(self, changes: dict[str, dict | None], recovery_lsn: int) -> None:
+        with self.env.begin(write=True) as txn:
+            for name, definition in changes.items():
+                if definition is None:
+                    txn.delete(name.encode(), db=self.objects)
+                else:
+                    txn.put(name.encode(), json.dumps(definition, sort_keys=True).encode(),
+                            db=self.objects)
+            self._set_lsn(txn, recovery_lsn)
