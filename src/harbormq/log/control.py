@@ -132,8 +132,9 @@ class ControlFile:
             if i == 0:
                 crash_point("control.mid_rewrite")
 
-    def load(self) -> ControlState:
-        """Read and reconcile the copies (see the module docstring)."""
+    def load(self, *, repair: bool = True) -> ControlState:
+        """Read and reconcile the copies (see the module docstring). Tools that
+        only read (``log dump``, ``status``) pass ``repair=False``."""
         copies: list[ControlState | None] = []
         problems: list[str] = []
         for path in self.paths:
@@ -168,6 +169,9 @@ class ControlFile:
                 problems.append(f"{path} is one update behind {newest_path} (an update was "
                                 "interrupted)")
         if problems:
+            if not repair:
+                self.warnings.append(("HMQ7121W", "; ".join(problems)))
+                return newest
             msg = "; ".join(problems) + f"; rewritten from {newest_path}"
             self.warnings.append(("HMQ7121W", msg))
             newest.sequence -= 1  # write() adds one back: the copies stay in step

@@ -195,9 +195,9 @@ class RecoveryLog:
 
     # -- opening for restart ---------------------------------------------------------
 
-    def open(self) -> ControlState:
+    def open(self, *, repair: bool = True) -> ControlState:
         """Phase 1 of restart: read and reconcile the control file."""
-        self.state = self.control.load()
+        self.state = self.control.load(repair=repair)
         return self.state
 
     def chain(self) -> list[ExtentInfo]:

@@ -1,0 +1,318 @@
+"""The ``harbormq`` command. Errors become one operator message and an exit
+status here, in one place (``main``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .config import QMConfig, harbormq_home
+from .errors import HarbormqError, QueueManagerNotRunning, QueueManagerRunning
+
+console = Console(stderr=False, highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+# -- admin socket client ----------------------------------------------------------------
+
+def admin_request(config: QMConfig, request: dict, timeout: float = 10.0) -> dict:
+    path = str(config.admin_socket)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(path)
+            s.sendall(json.dumps(request).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise QueueManagerNotRunning(f"queue manager {config.name} is not running",
+                                     hint=f"start it with 'harbormq start {config.name}'") \
+            from None
+    reply = json.loads(data or b"{}")
+    if not reply.get("ok"):
+        raise HarbormqError(reply.get("error", "the queue manager refused the request"))
+    return reply
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def make_progress_callback(con: Console):
+    """A restart progress bar per phase on an interactive console, else nothing."""
+    if not con.is_terminal:
+        return None
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+    bars = Progress(TextColumn("{task.description:<20}"), BarColumn(), TaskProgressColumn(),
+                    console=con, transient=False)
+    tasks: dict[str, int] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase not in tasks:
+            if not tasks:
+                bars.start()
+            tasks[phase] = bars.add_task(phase, total=max(total, 1))
+        bars.update(tasks[phase], completed=done, total=max(total, 1))
+        if phase == "backward recovery" and done >= total:
+            bars.stop()
+    return progress
+
+
+# -- commands ---------------------------------------------------------------------------
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="harbormq")
+def cli():
+    """harbormq: a durable message queue manager (IBM MQ's logging and recovery design)."""
+
+
+@cli.command()
+@click.argument("qm")
+@click.option("--log", "log_type", type=click.Choice(["circular", "linear"]),
+              default="circular", show_default=True, help="logging type")
+@click.option("--log-file-pages", type=int, default=4096, show_default=True,
+              help="extent size in 4 KiB pages (32..65535)")
+@click.option("--log-primary", type=int, default=3, show_default=True)
+@click.option("--log-secondary", type=int, default=2, show_default=True)
+@click.option("--log-path", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="put the log in this directory (another disk)")
+@click.option("--checkpoint-records", type=int, default=10_000, show_default=True)
+def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
+           checkpoint_records):
+    """Create queue manager QM (crtmqm)."""
+    from . import qmgr
+    config = qmgr.create(qm, log_type=log_type, log_file_pages=log_file_pages,
+                         log_primary=log_primary, log_secondary=log_secondary,
+                         log_path=log_path, checkpoint_records=checkpoint_records)
+    console.print(f"HMQ8001I Queue manager {qm} created in {config.qm_dir} "
+                  f"({log_type} log in {config.log_dir}).")
+
+
+@cli.command()
+@click.argument("qm")
+@click.option("--foreground", is_flag=True, help="run in this terminal until stopped")
+def start(qm, foreground):
+    """Start queue manager QM (strmqm): restart recovery, then serve."""
+    from .qmgr import running_pid
+    config = QMConfig.load(qm)
+    pid = running_pid(config)
+    if pid is not None:
+        raise QueueManagerRunning(f"queue manager {qm} is already running (process {pid})")
+    if foreground:
+        import asyncio
+        from .server import QueueManagerServer
+        server = QueueManagerServer(config, console=console,
+                                    progress=make_progress_callback(console))
+        sys.exit(asyncio.run(server.run()))
+    config.errors_dir.mkdir(parents=True, exist_ok=True)
+    out_path = config.errors_dir / "console.log"
+    with open(out_path, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "harbormq.server", qm],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True,
+                                env=dict(os.environ, HARBORMQ_HOME=str(config.home)))
+    deadline = time.monotonic() + 600
+    while True:
+        if proc.poll() is not None:
+            tail = out_path.read_text(errors="replace").strip().splitlines()[-5:]
+            raise HarbormqError(f"queue manager {qm} failed to start: " +
+                                (" | ".join(tail) or f"exit status {proc.returncode}"),
+                                msgid="HMQ8042E")
+        try:
+            status = admin_request(config, {"cmd": "status"}, timeout=2)["status"]
+            break
+        except QueueManagerNotRunning:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    r = status.get("restart") or {}
+    console.print(f"HMQ8003I Queue manager {qm} started (process {status['pid']}): replayed "
+                  f"{r.get('records_replayed', 0)} log records, backed out "
+                  f"{r.get('uows_backed_out', 0)} unit(s) of work, "
+                  f"{len(status['in_doubt'])} in doubt; restart extent "
+                  f"{status['restart_extent']}.")
+
+
+@cli.command()
+@click.argument("qm")
+@click.option("--immediate", "mode", flag_value="immediate",
+              help="calls in progress complete, new calls fail, incomplete units of work "
+                   "are backed out at the next start")
+@click.option("--preemptive", "mode", flag_value="preemptive",
+              help="stop at once; the process is killed if still alive after 30 s")
+@click.option("--wait", is_flag=True, help="return only when the queue manager has ended")
+def stop(qm, mode, wait):
+    """Stop queue manager QM (endmqm); controlled by default."""
+    from .qmgr import running_pid
+    mode = mode or "controlled"
+    config = QMConfig.load(qm)
+    pid = running_pid(config)
+    if pid is None:
+        raise QueueManagerNotRunning(f"queue manager {qm} is not running")
+    try:
+        admin_request(config, {"cmd": "stop", "mode": mode})
+    except QueueManagerNotRunning:
+        if mode != "preemptive":
+            raise
+    console.print(f"HMQ8025I Stop ({mode}) requested for queue manager {qm}.")
+    if mode == "preemptive":
+        deadline = time.monotonic() + 30
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _pid_alive(pid) and running_pid(config) == pid:
+            os.kill(pid, signal.SIGKILL)
+            console.print(f"HMQ8026W Queue manager {qm} (process {pid}) did not end in 30 s "
+                          "and was killed.")
+        wait = True
+    if wait:
+        while running_pid(config) is not None:
+            time.sleep(0.1)
+        console.print(f"HMQ8004I Queue manager {qm} ended.")
+
+
+@cli.command()
+@click.argument("qm")
+def delete(qm):
+    """Delete queue manager QM and its log (dltmqm)."""
+    from . import qmgr
+    qmgr.delete(qm)
+    console.print(f"HMQ8002I Queue manager {qm} deleted.")
+
+
+@cli.command()
+@click.argument("qm", required=False)
+@click.option("--json", "as_json", is_flag=True)
+def status(qm, as_json):
+    """Show whether queue managers run, their log type, current and restart extents."""
+    from .logtools import log_map
+    from .qmgr import list_queue_managers, running_pid
+    names = [qm] if qm else list_queue_managers()
+    rows = []
+    for name in names:
+        config = QMConfig.load(name)
+        m = log_map(config)
+        pid = running_pid(config)
+        rows.append({"name": name, "state": "running" if pid else "ended", "pid": pid,
+                     "log_type": m["log_type"], "current_extent": m["current_extent"],
+                     "restart_extent": m["restart_extent"], "checkpoint_lsn": m["checkpoint_lsn"]})
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    if not rows:
+        console.print(f"No queue managers in {harbormq_home()}.")
+        return
+    table = Table("QMNAME", "STATUS", "PID", "LOG", "CURRENT EXTENT", "RESTART EXTENT")
+    for r in rows:
+        table.add_row(r["name"], r["state"], str(r["pid"] or ""), r["log_type"],
+                      r["current_extent"], r["restart_extent"] or "")
+    console.print(table)
+
+
+@cli.group()
+def log():
+    """Look at the recovery log (works with the queue manager stopped or running)."""
+
+
+@log.command("dump")
+@click.argument("qm")
+@click.option("--from-lsn", type=int)
+@click.option("--to-lsn", type=int)
+@click.option("--since", help="ISO 8601 time (UTC if no zone) or epoch seconds")
+@click.option("--until")
+@click.option("--queue")
+@click.option("--uow", type=int)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per record")
+def log_dump(qm, from_lsn, to_lsn, since, until, queue, uow, as_json):
+    """Print log records (dmpmqlog)."""
+    from .logtools import DumpFilter, dump, parse_time
+    flt = DumpFilter(from_lsn, to_lsn, parse_time(since), parse_time(until), queue, uow)
+    out = sys.stdout
+    for d in dump(QMConfig.load(qm), flt):
+        if as_json:
+            out.write(json.dumps(d, default=str) + "\n")
+        else:
+            extra = " ".join(f"{k}={v}" for k, v in d.items()
+                             if k not in ("lsn", "type", "uow", "object", "time", "prev_lsn",
+                                          "object_id", "ts_ns", "length", "extent"))
+            out.write(f"LSN {d['lsn']:>12}  {d['time']}  {d['type']:<17} uow={d['uow']:<6} "
+                      f"prev={d['prev_lsn']:<10} {d['object'] or '-':<24} {extra}\n")
+
+
+@log.command("map")
+@click.argument("qm")
+@click.option("--json", "as_json", is_flag=True)
+def log_map_cmd(qm, as_json):
+    """Print the log map: extents, LSN ranges, checkpoint, restart point (CSQJU004)."""
+    from .logtools import log_map
+    m = log_map(QMConfig.load(qm))
+    if as_json:
+        console.print_json(json.dumps(m))
+        return
+    console.print(f"Queue manager {m['queue_manager']}: {m['log_type']} log, extents of "
+                  f"{m['pages']} pages; control file sequence {m['control_sequence']} written "
+                  f"{m['control_written']}")
+    console.print(f"Last checkpoint LSN {m['checkpoint_lsn']}; restart LSN {m['restart_lsn']} "
+                  f"in {m['restart_extent']}" + (f"; media recovery LSN {m['media_lsn']} in "
+                                                 f"{m['media_extent']}" if m['media_lsn']
+                                                 is not None else ""))
+    table = Table("EXTENT", "STATE", "FIRST LSN", "END LSN", "RESTART", "MEDIA")
+    for e in m["extents"]:
+        table.add_row(e["extent"], e["state"], "" if e["first_lsn"] is None else
+                      str(e["first_lsn"]), "" if e["end_lsn"] is None else str(e["end_lsn"]),
+                      "needed" if e["needed_for_restart"] else "",
+                      "needed" if e["needed_for_media_recovery"] else "")
+    console.print(table)
+    for w in m["warnings"]:
+        err_console.print(w)
+
+
+@cli.command()
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="keep the tour's HARBORMQ_HOME here instead of a temporary directory")
+@click.option("--seconds", type=float, default=4.0, show_default=True,
+              help="how long the workload runs before the SIGKILL")
+def tour(workdir, seconds):
+    """The end-to-end tour: create, load, SIGKILL, restart, verify."""
+    from .tour import run_tour
+    sys.exit(run_tour(workdir=workdir, seconds=seconds, console=console))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="harbormq", standalone_mode=False)
+        return 0
+    except HarbormqError as exc:
+        err_console.print(f"[bold red]{exc.msgid}[/]: {exc.message}" +
+                          (f"\n  hint: {exc.hint}" if exc.hint else ""), highlight=False)
+        return 1
+    except click.exceptions.Abort:
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Shared fixtures: every test gets its own HARBORMQ_HOME under tmp_path."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from harbormq import QueueManager, qmgr
+
+
+def pytest_addoption(parser):
+    parser.addoption("--crash-runs", type=int, default=None,
+                     help="random-SIGKILL crash runs (default: the CI count)")
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    h = tmp_path / "hmq"
+    h.mkdir()
+    monkeypatch.setenv("HARBORMQ_HOME", str(h))
+    return h
+
+
+@pytest.fixture
+def make_qm(home):
+    """make_qm(name="QM1", **create_options) -> name; small extents by default."""
+    def make(name: str = "QM1", **options):
+        options.setdefault("log_file_pages", 64)
+        qmgr.create(name, home=home, **options)
+        return name
+    return make
+
+
+@pytest.fixture
+def open_qm(home):
+    """open_qm(name) -> QueueManager, closed (immediate) at teardown if still open."""
+    opened = []
+
+    def open_(name: str = "QM1") -> QueueManager:
+        qm = QueueManager.open(name, home=home)
+        opened.append(qm)
+        return qm
+    yield open_
+    for qm in opened:
+        if not qm.closed:
+            qm.close("immediate")
+
+
+@pytest.fixture
+def python_env(home):
+    """Environment for child Python processes that use harbormq."""
+    env = dict(os.environ)
+    env["HARBORMQ_HOME"] = str(home)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("HARBORMQ_CRASH_AT", None)
+    return env
+
+
+PYTHON = sys.executable
