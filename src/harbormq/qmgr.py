@@ -206,6 +206,7 @@ class RunningQueueManager:
             await core.checkpoint(f"shutdown ({mode})")
         for task in list(core._background):
             task.cancel()
+        await core.quiesce_store_io()
         core.log.close()
         for q in core.queues.values():
             q.store.close()

@@ -105,6 +105,9 @@ class QueueManagerCore:
         self._checkpoint_pending = False
         self._flush_pending = False
         self._background: set[asyncio.Task] = set()
+        #: store writes running on executor threads; a cancelled flush does not stop
+        #: them, and a store must not be closed under its own write transaction
+        self._store_io: set[asyncio.Future] = set()
         self.last_checkpoint: dict = {}
 
     # ------------------------------------------------------------------ helpers
@@ -609,12 +612,24 @@ class QueueManagerCore:
             target = self.log.end_lsn
             await self.log.force(target)
             for q, snap in snapshots:
-                await self.loop.run_in_executor(None, q.store.apply, snap, target, q.index_type,
-                                                q.next_seq)
+                await self._store_write(q.store.apply, snap, target, q.index_type, q.next_seq)
                 q.end_flush()
             if catalog:
-                await self.loop.run_in_executor(None, self.catalog_store.apply, catalog, target)
+                await self._store_write(self.catalog_store.apply, catalog, target)
             return len(snapshots)
+
+    async def _store_write(self, fn, *args) -> None:
+        fut = self.loop.run_in_executor(None, fn, *args)
+        self._store_io.add(fut)
+        fut.add_done_callback(self._store_io.discard)
+        # shielded: cancelling the flush must not mark the write done while its
+        # thread is still inside the store's transaction
+        await asyncio.shield(fut)
+
+    async def quiesce_store_io(self) -> None:
+        """Wait for store writes already running on other threads."""
+        if self._store_io:
+            await asyncio.wait(list(self._store_io))
 
     def restart_point(self, begin_lsn: int, oldest_at_begin: int | None) -> int:
         candidates = [begin_lsn]
