@@ -118,23 +118,36 @@ class QueueStore(Store):
     def apply(self, changes: dict, recovery_lsn: int, index_type: str = "NONE",
               next_seq: int = 0) -> None:
         """One synced transaction: ``changes`` maps key -> Message (put or update)
-        or None (delete); then the new recovery LSN."""
+        or None (delete); then the new recovery LSN.
+
+        New messages mostly have keys past the end of their priority's range, so
+        puts go in key order with LMDB's append mode where the key is past the
+        last one: pages fill up instead of splitting half-empty."""
+        indexed = index_type != "NONE"
         with self.env.begin(write=True) as txn:
             for key, msg in changes.items():
-                if msg is None:
-                    old = txn.get(key, db=self.msgs) if index_type != "NONE" else None
-                    if txn.delete(key, db=self.msgs):
-                        txn.delete(key, db=self.np)
-                        if old is not None:
-                            ident = _index_ident(Message.decode(old, with_body=False),
-                                                 index_type)
-                            txn.delete(ident, key, db=self.idx)
+                if msg is not None:
+                    continue
+                old = txn.get(key, db=self.msgs) if indexed else None
+                if txn.delete(key, db=self.msgs):
+                    txn.delete(key, db=self.np)
+                    if old is not None:
+                        ident = _index_ident(Message.decode(old, with_body=False), index_type)
+                        txn.delete(ident, key, db=self.idx)
+                crash_point("store.mid_flush")
+            cur = txn.cursor(db=self.msgs)
+            last = cur.key() if cur.last() else None
+            for key in sorted(k for k, m in changes.items() if m is not None):
+                msg = changes[key]
+                if last is None or key > last:
+                    cur.put(key, msg.encode(), append=True)
+                    last = fresh = key
                 else:
                     fresh = txn.put(key, msg.encode(), db=self.msgs, overwrite=True)
-                    if not msg.persistent:
-                        txn.put(key, b"", db=self.np)
-                    if index_type != "NONE" and fresh:
-                        txn.put(_index_ident(msg, index_type), key, db=self.idx)
+                if not msg.persistent:
+                    txn.put(key, b"", db=self.np)
+                if indexed and fresh:
+                    txn.put(_index_ident(msg, index_type), key, db=self.idx)
                 crash_point("store.mid_flush")
             if next_seq:
                 txn.put(b"next_seq", str(next_seq).encode(), db=self.meta)
