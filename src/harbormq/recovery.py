@@ -20,13 +20,13 @@ gives the same result.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .crashpoints import crash_point
 from .fsutil import sweep_tmp
-from .log.records import (Compensation, LogRecord, Message, MessageRef, RecordFlag, RecordType,
-                          decode_json, extent_file_name)
+from .log.records import (AUTO_COMMIT, Compensation, LogRecord, Message, MessageRef,
+                          RecordType, decode_json, extent_file_name)
 from .store import CatalogStore, QueueStore
 from .core.engine import QueueManagerCore, UnitOfWork, UowOp
 from .core.queue import LocalQueue
@@ -205,6 +205,8 @@ class Restart:
     def phase3_redo(self, table: dict):
         core, r = self.core, self.report
         scan = core.log.scan(r.redo_start_lsn, repair_tail=True)
+        for q in core.queues.values():
+            q.ordered = False
         total = max(1, self._log_bytes_from(r.redo_start_lsn))
         self.progress("forward recovery", 0, total)
         last_progress = 0
@@ -227,6 +229,10 @@ class Restart:
                       f"{scan.end.reason}; {scan.end.torn_length} bytes kept in "
                       f"{scan.torn_copy.name}")
         self._flush_during_redo(scan.end_lsn)
+        for q in core.queues.values():
+            assert not q.dirty and not q.flushing, "redo ends with every store flushed"
+            q.ordered = True
+            q._mem_keys.clear()
         for uow in self.rebuilt.values():
             core.uows[uow.id] = uow
             core.next_uow_id = max(core.next_uow_id, uow.id + 1)
@@ -266,102 +272,120 @@ class Restart:
         return uow
 
     def _redo(self, rec: LogRecord) -> None:
-        core, r = self.core, self.report
-        t = rec.type
-        if rec.uow_id:
-            core.next_uow_id = max(core.next_uow_id, rec.uow_id + 1)
-        if t in (RecordType.OBJECT_CREATE, RecordType.OBJECT_ALTER, RecordType.OBJECT_DELETE):
-            self._redo_object(rec)
+        if rec.uow_id and rec.uow_id >= self.core.next_uow_id:
+            self.core.next_uow_id = rec.uow_id + 1
+        handler = self._handlers.get(rec.type)
+        if handler is not None:
+            handler(rec)
+
+    @property
+    def _handlers(self):
+        h = self.__dict__.get("_handler_table")
+        if h is None:
+            T = RecordType
+            h = self.__dict__["_handler_table"] = {
+                T.OBJECT_CREATE: self._redo_object, T.OBJECT_ALTER: self._redo_object,
+                T.OBJECT_DELETE: self._redo_object,
+                T.MSG_PUT: self._redo_put, T.MSG_GET: self._redo_get,
+                T.MSG_EXPIRE: self._redo_get, T.UOW_BEGIN: self._redo_begin,
+                T.UOW_PREPARE: self._redo_prepare, T.UOW_COMMIT: self._redo_commit,
+                T.COMPENSATION: self._redo_compensation, T.UOW_BACKOUT: self._redo_backout,
+            }
+        return h
+
+    def _redo_put(self, rec: LogRecord) -> None:
+        q = self._queue_for(rec)
+        if q is None:
             return
-        auto = bool(rec.flags & RecordFlag.AUTO_COMMIT)
-        if t == RecordType.MSG_PUT:
-            q = self._queue_for(rec)
-            if q is None:
-                return
-            msg = Message.decode(rec.payload)
-            q.next_seq = max(q.next_seq, msg.seq + 1)
-            if auto:
-                if self._due(q, rec.lsn):
-                    q.commit_put(msg, rec.lsn)
-                    r.effects_redone += 1
-            else:
-                uow = self._uow(rec)
-                uow.ops.append(UowOp("put", q, msg, rec.lsn, rec.prev_lsn))
-                uow.last_lsn = rec.lsn
-                q.uncommitted_puts += 1
-        elif t in (RecordType.MSG_GET, RecordType.MSG_EXPIRE):
-            q = self._queue_for(rec)
-            if q is None:
-                return
-            ref = MessageRef.decode(rec.payload)
-            if auto:
-                if self._due(q, rec.lsn) and q.lookup(ref.key) is not None:
-                    q.commit_delete(ref.key, rec.lsn)
-                    r.effects_redone += 1
-                return
-            uow = self._uow(rec)
-            uow.last_lsn = rec.lsn
-            msg = q.lookup(ref.key)
-            if msg is None:
-                # expected when the store already holds a later state (the get's
-                # commit is below the store's LSN); anything else is a mismatch
-                if self._due(q, rec.lsn):
-                    self._inconsistent(rec, f"got message {ref.msg_id.hex()} is not on {q.name}")
-                return
-            q.locked[ref.key] = uow.id
-            uow.ops.append(UowOp("get", q, msg, rec.lsn, rec.prev_lsn))
-        elif t == RecordType.UOW_BEGIN:
-            uow = self._uow(rec)
-            uow.owner = decode_json(rec.payload).get("owner", "")
-            uow.started_ns = uow.first_log_ns = rec.timestamp_ns
-        elif t == RecordType.UOW_PREPARE:
-            uow = self._uow(rec)
-            uow.state = "prepared"
-            uow.last_lsn = rec.lsn
-        elif t == RecordType.UOW_COMMIT:
-            uow = self.rebuilt.pop(rec.uow_id, None)
-            if uow is None:
-                return
-            for op in uow.ops:
-                q = op.queue
-                due = self._due(q, rec.lsn) and bool(op.lsn)
-                if op.kind == "put":
-                    q.uncommitted_puts -= 1
-                    if due:
-                        q.commit_put(op.msg, rec.lsn)
-                        r.effects_redone += 1
-                else:
-                    if due:
-                        q.commit_delete(op.msg.key, rec.lsn)
-                        r.effects_redone += 1
-                    else:
-                        q.unlocked(op.msg.key)
-        elif t == RecordType.COMPENSATION:
-            uow = self._uow(rec)
-            uow.state = "backing_out"
-            uow.last_lsn = rec.lsn
-            comp = Compensation.decode(rec.payload)
-            op = next((o for o in uow.ops if o.lsn == comp.undone_lsn), None)
-            if op is None:
-                return
-            uow.ops.remove(op)
+        msg = Message.decode(rec.payload)
+        if msg.seq >= q.next_seq:
+            q.next_seq = msg.seq + 1
+        if rec.flags & AUTO_COMMIT:
+            if self._due(q, rec.lsn):
+                q.commit_put(msg, rec.lsn)
+                self.report.effects_redone += 1
+            return
+        uow = self._uow(rec)
+        uow.ops.append(UowOp("put", q, msg, rec.lsn, rec.prev_lsn))
+        uow.last_lsn = rec.lsn
+        q.uncommitted_puts += 1
+
+    def _redo_get(self, rec: LogRecord) -> None:
+        q = self._queue_for(rec)
+        if q is None:
+            return
+        ref = MessageRef.decode(rec.payload)
+        if rec.flags & AUTO_COMMIT:
+            if self._due(q, rec.lsn) and q.lookup(ref.key) is not None:
+                q.commit_delete(ref.key, rec.lsn)
+                self.report.effects_redone += 1
+            return
+        uow = self._uow(rec)
+        uow.last_lsn = rec.lsn
+        msg = q.lookup(ref.key)
+        if msg is None:
+            # expected when the store already holds a later state (the get's
+            # commit is below the store's LSN); anything else is a mismatch
+            if self._due(q, rec.lsn):
+                self._inconsistent(rec, f"got message {ref.msg_id.hex()} is not on {q.name}")
+            return
+        q.locked[ref.key] = uow.id
+        uow.ops.append(UowOp("get", q, msg, rec.lsn, rec.prev_lsn))
+
+    def _redo_begin(self, rec: LogRecord) -> None:
+        uow = self._uow(rec)
+        uow.owner = decode_json(rec.payload).get("owner", "")
+        uow.started_ns = uow.first_log_ns = rec.timestamp_ns
+
+    def _redo_prepare(self, rec: LogRecord) -> None:
+        uow = self._uow(rec)
+        uow.state = "prepared"
+        uow.last_lsn = rec.lsn
+
+    def _redo_commit(self, rec: LogRecord) -> None:
+        uow = self.rebuilt.pop(rec.uow_id, None)
+        if uow is None:
+            return
+        for op in uow.ops:
             q = op.queue
+            due = self._due(q, rec.lsn) and bool(op.lsn)
             if op.kind == "put":
                 q.uncommitted_puts -= 1
-            elif self._due(q, rec.lsn):
-                from dataclasses import replace
-                q.commit_update(replace(op.msg, backout_count=comp.backout_count), rec.lsn)
-                r.effects_redone += 1
+                if due:
+                    q.commit_put(op.msg, rec.lsn)
+                    self.report.effects_redone += 1
+            elif due:
+                q.commit_delete(op.msg.key, rec.lsn)
+                self.report.effects_redone += 1
             else:
                 q.unlocked(op.msg.key)
-        elif t == RecordType.UOW_BACKOUT:
-            uow = self.rebuilt.pop(rec.uow_id, None)
-            if uow is not None:   # ops compensated already; unlock anything left
-                for op in uow.ops:
-                    if op.kind == "get":
-                        op.queue.unlocked(op.msg.key)
-                    else:
-                        op.queue.uncommitted_puts -= 1
+
+    def _redo_compensation(self, rec: LogRecord) -> None:
+        uow = self._uow(rec)
+        uow.state = "backing_out"
+        uow.last_lsn = rec.lsn
+        comp = Compensation.decode(rec.payload)
+        op = next((o for o in uow.ops if o.lsn == comp.undone_lsn), None)
+        if op is None:
+            return
+        uow.ops.remove(op)
+        q = op.queue
+        if op.kind == "put":
+            q.uncommitted_puts -= 1
+        elif self._due(q, rec.lsn):
+            q.commit_update(replace(op.msg, backout_count=comp.backout_count), rec.lsn)
+            self.report.effects_redone += 1
+        else:
+            q.unlocked(op.msg.key)
+
+    def _redo_backout(self, rec: LogRecord) -> None:
+        uow = self.rebuilt.pop(rec.uow_id, None)
+        if uow is not None:   # ops compensated already; release anything left
+            for op in uow.ops:
+                if op.kind == "get":
+                    op.queue.unlocked(op.msg.key)
+                else:
+                    op.queue.uncommitted_puts -= 1
 
     def _redo_object(self, rec: LogRecord) -> None:
         core, r = self.core, self.report

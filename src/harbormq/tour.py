@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 QUEUES = ("TOUR.ORDERS", "TOUR.PAYMENTS")

@@ -291,6 +291,7 @@ class QueueManagerCore:
         changes = {k: None for k in q.store.iter_keys()}
         q.store.apply(changes, recovery_lsn, q.index_type, q.next_seq)
         q.dirty.clear()
+        q._fresh.clear()
         q.flushing = {}
         q._mem_keys.clear()
         q.dirty_lsn = q.flushing_lsn = None

@@ -29,6 +29,11 @@ class LocalQueue:
         self.flushing: dict[bytes, Message | None] = {}
         #: keys of messages put in dirty/flushing, in delivery order
         self._mem_keys: SortedSet = SortedSet()
+        #: keys put since the last flush began: never in the store yet
+        self._fresh: set[bytes] = set()
+        #: keep ``_mem_keys`` in delivery order; off during redo, which reads no
+        #: order and ends with a flush that empties the memory layers anyway
+        self.ordered = True
         #: oldest LSN of an effect in ``dirty`` (None when clean)
         self.dirty_lsn: int | None = None
         self.flushing_lsn: int | None = None
@@ -144,24 +149,24 @@ class LocalQueue:
     def commit_put(self, msg: Message, lsn: int) -> None:
         key = msg.key
         self.dirty[key] = msg
-        self._mem_keys.add(key)
+        self._fresh.add(key)
+        if self.ordered:
+            self._mem_keys.add(key)
         self.depth += 1
         self._note_lsn(lsn)
 
     def commit_delete(self, key: bytes, lsn: int) -> None:
         self.locked.pop(key, None)
-        if key in self.dirty and self.dirty[key] is not None and key not in self.flushing \
-                and not self._in_store_maybe(key):
+        if key in self._fresh and key not in self.flushing:
             # put and got between two flushes: it never needs to reach the store
             del self.dirty[key]
+            self._fresh.discard(key)
         else:
             self.dirty[key] = None
-        self._mem_keys.discard(key)
+        if self.ordered:
+            self._mem_keys.discard(key)
         self.depth -= 1
         self._note_lsn(lsn)
-
-    def _in_store_maybe(self, key: bytes) -> bool:
-        return self.store.get(key) is not None
 
     def commit_update(self, msg: Message, lsn: int) -> None:
         """A new version of a message already on the queue (backout count)."""
@@ -181,6 +186,7 @@ class LocalQueue:
             return None
         self.flushing, self.dirty = self.dirty, {}
         self.flushing_lsn, self.dirty_lsn = self.dirty_lsn, None
+        self._fresh = set()
         return self.flushing
 
     def end_flush(self) -> None:
