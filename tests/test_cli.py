@@ -8,9 +8,9 @@ import stat
 import subprocess
 import time
 
-from harbormq import QueueManager
-
 from conftest import PYTHON
+
+from harbormq import QueueManager
 
 
 def hmq(env, *args, timeout=120, check=True):
@@ -137,7 +137,7 @@ def test_log_dump_filters_and_map(python_env, home):
     assert m["log_type"] == "linear" and len(m["extents"]) >= 3
     firsts = [e["first_lsn"] for e in m["extents"]]
     assert firsts == sorted(firsts)
-    for a, b in zip(m["extents"], m["extents"][1:]):
+    for a, b in zip(m["extents"], m["extents"][1:], strict=False):
         assert a["end_lsn"] == b["first_lsn"], "extent LSN ranges join up"
     assert m["restart_extent"] and m["media_extent"] == "S0000000.LOG"
     assert "restart LSN" in hmq(python_env, "log", "map", "QM1").stdout

@@ -8,9 +8,17 @@ import time
 
 import pytest
 
-from harbormq.errors import (GetInhibited, InvalidAttribute, MessageTooLong, ObjectExists,
-                             ObjectInUse, PutInhibited, QueueFull, UnitOfWorkError,
-                             UnknownObject)
+from harbormq.errors import (
+    GetInhibited,
+    InvalidAttribute,
+    MessageTooLong,
+    ObjectExists,
+    ObjectInUse,
+    PutInhibited,
+    QueueFull,
+    UnitOfWorkError,
+    UnknownObject,
+)
 
 
 @pytest.fixture

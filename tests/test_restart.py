@@ -7,9 +7,9 @@ import shutil
 import pytest
 
 from harbormq import QueueManager, qmgr
+from harbormq.config import QMConfig
 from harbormq.errors import QueueManagerRunning, UnitOfWorkError
 from harbormq.logtools import log_map
-from harbormq.config import QMConfig
 
 
 def contents(qm, queue):
@@ -132,7 +132,7 @@ def test_circular_log_reuses_extents(make_qm, open_qm, home):
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES", MAXDEPTH=1_000_000)
     body = b"x" * 1000
-    for i in range(1500):    # ~1.6 MB of log through 3 x 128 KiB extents
+    for _i in range(1500):    # ~1.6 MB of log through 3 x 128 KiB extents
         qm.put("Q1", body)
         qm.get("Q1")
     m = log_map(QMConfig.load("QM1", home))
@@ -168,7 +168,7 @@ def test_linear_log_grows_and_reports_media_extent(make_qm, open_qm, home):
     make_qm(log_type="linear", log_file_pages=32)
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES", MAXDEPTH=1_000_000)
-    for i in range(600):
+    for _i in range(600):
         qm.put("Q1", b"z" * 1000)
     qm.close()
     m = log_map(QMConfig.load("QM1", home))

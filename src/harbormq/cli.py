@@ -120,6 +120,7 @@ def start(qm, foreground):
         raise QueueManagerRunning(f"queue manager {qm} is already running (process {pid})")
     if foreground:
         import asyncio
+
         from .server import QueueManagerServer
         server = QueueManagerServer(config, console=console,
                                     progress=make_progress_callback(console))

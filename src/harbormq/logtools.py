@@ -34,7 +34,8 @@ def parse_time(text: str | None) -> int | None:
     try:
         t = _dt.datetime.fromisoformat(text)
     except ValueError:
-        raise ConfigError(f"time {text!r} is neither ISO 8601 nor seconds since the epoch")
+        raise ConfigError(f"time {text!r} is neither ISO 8601 nor seconds since the epoch") \
+            from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=_dt.timezone.utc)
     return int(t.timestamp() * 1e9)

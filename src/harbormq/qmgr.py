@@ -23,8 +23,14 @@ from pathlib import Path
 
 from .config import QMConfig, harbormq_home
 from .core.engine import QueueManagerCore
-from .core.objects import (DEAD_LETTER_QUEUE, DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS,
-                           QMGR_DEFAULTS, QMGR_OBJECT, check_name)
+from .core.objects import (
+    DEAD_LETTER_QUEUE,
+    DEFAULT_LOCAL_QUEUE,
+    QLOCAL_DEFAULTS,
+    QMGR_DEFAULTS,
+    QMGR_OBJECT,
+    check_name,
+)
 from .errors import QueueManagerExists, QueueManagerNotFound, QueueManagerRunning
 from .log.manager import LogSettings, RecoveryLog
 from .log.records import RecordType, encode_json
@@ -51,7 +57,8 @@ class InstanceLock:
             os.close(fd)
             raise QueueManagerRunning(f"queue manager {self.name} is already running "
                                       f"(process {pid})",
-                                      hint=f"stop it first with 'harbormq stop {self.name}'")
+                                      hint=f"stop it first with 'harbormq stop {self.name}'") \
+                from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd

@@ -23,13 +23,21 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from .crashpoints import crash_point
-from .fsutil import sweep_tmp
-from .log.records import (AUTO_COMMIT, Compensation, LogRecord, Message, MessageRef,
-                          RecordType, decode_json, extent_file_name)
-from .store import CatalogStore, QueueStore
 from .core.engine import QueueManagerCore, UnitOfWork, UowOp
 from .core.queue import LocalQueue
+from .crashpoints import crash_point
+from .fsutil import sweep_tmp
+from .log.records import (
+    AUTO_COMMIT,
+    Compensation,
+    LogRecord,
+    Message,
+    MessageRef,
+    RecordType,
+    decode_json,
+    extent_file_name,
+)
+from .store import CatalogStore, QueueStore
 
 #: flush stores during redo when this many effects wait, so memory stays bounded
 REDO_FLUSH_ENTRIES = 20_000

@@ -17,16 +17,42 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..config import QMConfig
-from ..errors import (GetInhibited, InvalidAttribute, LogFull, MessageTooLong, ObjectError,
-                      ObjectExists, ObjectInUse, PutInhibited, QueueFull, QueueManagerStopping,
-                      UnitOfWorkError, UnknownObject, UnknownUnitOfWork)
+from ..errors import (
+    GetInhibited,
+    InvalidAttribute,
+    LogFull,
+    MessageTooLong,
+    ObjectError,
+    ObjectExists,
+    ObjectInUse,
+    PutInhibited,
+    QueueFull,
+    QueueManagerStopping,
+    UnitOfWorkError,
+    UnknownObject,
+    UnknownUnitOfWork,
+)
 from ..log.manager import RecoveryLog
-from ..log.records import (Compensation, LogRecord, Message, MessageRef, RecordFlag,
-                           RecordType, encode_json)
+from ..log.records import (
+    Compensation,
+    LogRecord,
+    Message,
+    MessageRef,
+    RecordFlag,
+    RecordType,
+    encode_json,
+)
 from ..oplog import OperatorLog
 from ..store import CatalogStore, QueueStore
-from .objects import (DEAD_LETTER_QUEUE, DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS, QMGR_DEFAULTS,
-                      QMGR_OBJECT, check_name, validate)
+from .objects import (
+    DEAD_LETTER_QUEUE,
+    DEFAULT_LOCAL_QUEUE,
+    QLOCAL_DEFAULTS,
+    QMGR_DEFAULTS,
+    QMGR_OBJECT,
+    check_name,
+    validate,
+)
 from .queue import LocalQueue
 
 _id_prefix = os.urandom(8)
@@ -651,7 +677,8 @@ class QueueManagerCore:
     async def checkpoint(self, reason: str = "requested") -> dict:
         async with self._checkpoint_lock:
             self._checkpoint_pending = False
-            begin = self._append(RecordType.CHECKPOINT_BEGIN, payload=encode_json({"reason": reason}))
+            begin = self._append(RecordType.CHECKPOINT_BEGIN,
+                                 payload=encode_json({"reason": reason}))
             oldest_at_begin = min((u.first_lsn for u in self.uows.values() if u.first_lsn),
                                   default=0)
             await self.flush_all()

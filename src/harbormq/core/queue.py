@@ -190,7 +190,7 @@ class LocalQueue:
         return self.flushing
 
     def end_flush(self) -> None:
-        for key, msg in self.flushing.items():
+        for key, _msg in self.flushing.items():
             if key in self.dirty:
                 continue
             self._mem_keys.discard(key)

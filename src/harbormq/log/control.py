@@ -146,7 +146,7 @@ class ControlFile:
             except ValueError as exc:
                 copies.append(None)
                 problems.append(f"{path} is damaged ({exc})")
-        valid = [(p, c) for p, c in zip(self.paths, copies) if c is not None]
+        valid = [(p, c) for p, c in zip(self.paths, copies, strict=False) if c is not None]
         if not valid:
             raise ControlFileDamaged(
                 "no readable copy of the log control file: " + "; ".join(problems),

@@ -39,8 +39,16 @@ from ..errors import LogCorrupt, LogError, LogFull, LogMissing
 from ..fsutil import fsync_dir
 from .control import ControlFile, ControlState, ExtentInfo
 from .reader import ExtentEnd, ExtentReader, keep_torn_tail
-from .records import (EXTENT_HEADER_SIZE, PAGE_SIZE, ExtentHeader, LogRecord, RecordType,
-                      encode, encoded_length, extent_file_name)
+from .records import (
+    EXTENT_HEADER_SIZE,
+    PAGE_SIZE,
+    ExtentHeader,
+    LogRecord,
+    RecordType,
+    encode,
+    encoded_length,
+    extent_file_name,
+)
 
 MIN_PAGES, MAX_PAGES = 32, 65535
 EXTENT_END_LENGTH = encoded_length(0, 0)

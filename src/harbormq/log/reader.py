@@ -24,8 +24,16 @@ from typing import Iterator
 
 from ..errors import LogCorrupt, LogMissing
 from ..fsutil import fsync_dir
-from .records import (EXTENT_HEADER_SIZE, MIN_RECORD, RECORD_HEADER, ExtentHeader,
-                      LogRecord, RecordDecodeError, RecordType, decode)
+from .records import (
+    EXTENT_HEADER_SIZE,
+    MIN_RECORD,
+    RECORD_HEADER,
+    ExtentHeader,
+    LogRecord,
+    RecordDecodeError,
+    RecordType,
+    decode,
+)
 
 
 @dataclass
