@@ -130,6 +130,7 @@ class QueueManagerCore:
         self._checkpoint_lock: asyncio.Lock | None = None
         self._checkpoint_pending = False
         self._flush_pending = False
+        self._relieving = False
         self._background: set[asyncio.Task] = set()
         #: store writes running on executor threads; a cancelled flush does not stop
         #: them, and a store must not be closed under its own write transaction
@@ -415,6 +416,8 @@ class QueueManagerCore:
                     q.waiters.remove(fut)
             self._check_running()
             q = self.queue(queue)
+            if uow is not None:
+                self._check_uow(uow)   # it may have been backed out while we waited
         q.last_get_ns = time.time_ns()
         ref = MessageRef(msg.seq, msg.priority, msg.msg_id)
         if uow is None:
@@ -728,12 +731,20 @@ class QueueManagerCore:
         if self.stopping == "preemptive" or not self.started:
             return
         if self.log.available_extents() == 0:
-            self._spawn(self._relieve_log_pressure())
+            if not self._relieving:
+                self._relieving = True
+                self._spawn(self._relieve_log_pressure())
         elif not self._checkpoint_pending:
             self._checkpoint_pending = True
             self._spawn(self.checkpoint("extent switch"))
 
     async def _relieve_log_pressure(self) -> None:
+        try:
+            await self._release_log_space()
+        finally:
+            self._relieving = False
+
+    async def _release_log_space(self) -> None:
         await self.checkpoint("log space")
         if self.log.available_extents() > 0:
             return
@@ -751,6 +762,8 @@ class QueueManagerCore:
                         f"space: " + ", ".join(f"UOW {u.id} (owner {u.owner or '-'}, first LSN "
                                                f"{u.first_lsn})" for u in victims))
         for u in victims:
+            if u.state not in ("active", "backing_out"):
+                continue   # its owner ended it meanwhile
             try:
                 await self.backout(u, reason="backed out to release log space (HMQ7469W)")
             except LogFull:
