@@ -182,6 +182,7 @@ class RunningQueueManager:
             await core.log.force()
         except BaseException:
             core.log.close()
+            core.close_stores()
             lock.release()
             raise
         self._flusher = core._spawn(self._flush_loop())
@@ -215,9 +216,6 @@ class RunningQueueManager:
             task.cancel()
         await core.quiesce_store_io()
         core.log.close()
-        for q in core.queues.values():
-            q.store.close()
-        if core.catalog_store is not None:
-            core.catalog_store.close()
+        core.close_stores()
         self.lock.release()
         core.oplog.emit("HMQ8004I", f"Queue manager {core.name} ended ({mode})")

@@ -656,6 +656,12 @@ class QueueManagerCore:
         # thread is still inside the store's transaction
         await asyncio.shield(fut)
 
+    def close_stores(self) -> None:
+        for q in self.queues.values():
+            q.store.close()
+        if self.catalog_store is not None:
+            self.catalog_store.close()
+
     async def quiesce_store_io(self) -> None:
         """Wait for store writes already running on other threads."""
         if self._store_io:

@@ -14,7 +14,7 @@ first. Layout of one copy (little-endian)::
 Reading both (``load``):
 * both valid and equal sequence and body: use it;
 * both valid, sequences one apart: an update was interrupted between the two
-  copies; use the newer and rewrite the older, with a warning (HMQ7122W);
+  copies; use the newer and rewrite the older, with a warning (HMQ7121W);
 * both valid and otherwise different: refuse to start (HMQ7120E, MQ's CSQJ120E):
   one copy was probably restored on its own;
 * one valid: use it and rewrite the other, with a warning (HMQ7121W);
@@ -124,7 +124,8 @@ class ControlFile:
         return any(p.exists() for p in self.paths)
 
     def write(self, state: ControlState) -> None:
-        state.sequence += 1
+        """Write ``state`` to every copy, copy 1 first. The caller sets the
+        sequence (+1 per update; the same one to rewrite a lagging copy)."""
         state.written_ns = time.time_ns()
         data = encode_copy(state)
         for i, path in enumerate(self.paths):
@@ -174,6 +175,5 @@ class ControlFile:
                 return newest
             msg = "; ".join(problems) + f"; rewritten from {newest_path}"
             self.warnings.append(("HMQ7121W", msg))
-            newest.sequence -= 1  # write() adds one back: the copies stay in step
             self.write(newest)
         return newest

@@ -170,6 +170,7 @@ class RecoveryLog:
                                          state="active" if n == 0 else "free"))
         log._write_header(0, first_lsn=0)
         st.next_extent_number = count
+        st.sequence = 1
         log.control.write(st)
         return log
 
@@ -336,6 +337,7 @@ class RecoveryLog:
         self._active = nxt
         self._active_limit = (nxt.first_lsn + self.extent_size - EXTENT_HEADER_SIZE
                               - EXTENT_END_LENGTH)
+        st.sequence += 1
         self._writer.add_switch(nxt.number, nxt.first_lsn, reuse, copy.deepcopy(st))
         if self.on_switch is not None:
             self._loop.call_soon(self.on_switch, nxt.number)
@@ -379,6 +381,7 @@ class RecoveryLog:
                 if e.state == "full" and e.end_lsn <= restart_lsn:
                     e.state = "free"
         self.records_since_checkpoint = 0
+        st.sequence += 1
         fut = self._loop.create_future()
         self._writer.add_control(copy.deepcopy(st), fut)
         return fut

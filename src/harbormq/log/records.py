@@ -185,8 +185,11 @@ def decode(buf, offset: int, *, expected_lsn: int | None = None,
     if offset + length > end:
         raise RecordDecodeError(f"record of {length} bytes runs past the end of the data",
                                 offset=offset)
-    view = memoryview(buf)
-    if crc32c(view[offset + 8:offset + length]) != crc:
+    # the view is released before anything is raised: a live export would keep
+    # the caller from closing the map the record came from
+    with memoryview(buf) as view:
+        crc_ok = crc32c(view[offset + 8:offset + length]) == crc
+    if not crc_ok:
         raise RecordDecodeError("CRC mismatch", offset=offset)
     (trailer,) = TRAILER.unpack_from(buf, offset + length - 4)
     if trailer != length:  # cannot happen when the CRC matched, kept as a belt
@@ -200,9 +203,9 @@ def decode(buf, offset: int, *, expected_lsn: int | None = None,
     if rtype_enum is None:
         raise RecordDecodeError(f"unknown record type {rtype}", offset=offset)
     pos = offset + RECORD_HEADER.size
-    name = str(view[pos:pos + nlen], "utf-8", "replace") if nlen else ""
+    name = str(buf[pos:pos + nlen], "utf-8", "replace") if nlen else ""
     pos += nlen
-    payload = bytes(view[pos:pos + plen])
+    payload = bytes(buf[pos:pos + plen])
     return LogRecord(rtype_enum, uow, prev, obj, name, payload, flags, lsn, ts, length)
 
 
