@@ -238,3 +238,24 @@ def test_many_messages_survive_flushes_in_order(make_qm, open_qm):
     qm.close()
     qm = open_qm()
     assert bodies(qm.browse("BIG")) == [f"{i:05d}" for i in range(1500, 3000)]
+
+
+def test_put_landing_while_clear_is_forced_survives_and_restarts(qm, open_qm):
+    import asyncio
+
+    from harbormq.log.records import Message
+    for i in range(5):
+        qm.put("Q1", f"old{i}")
+    core = qm.core
+
+    async def race():
+        clearing = asyncio.ensure_future(core.clear_queue("Q1"))
+        await asyncio.sleep(0)          # the clear has logged and awaits its force
+        assert not clearing.done()
+        await core.put("Q1", Message(body=b"new", persistent=True))
+        return await clearing
+    assert qm._call(race()) == 5
+    assert bodies(qm.browse("Q1")) == ["new"]
+    qm.close("preemptive")
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["new"]

@@ -424,8 +424,10 @@ class Restart:
                 if q is not None:
                     q.definition = data
                     if clear and self._due(q, rec.lsn):
-                        core._clear_store(q, rec.lsn + rec.length)
-                        self.redo_from[q.object_id] = rec.lsn + rec.length
+                        q.clear_memory()
+                        q.store.clear(rec.end_lsn)
+                        q.store_hidden = False
+                        self.redo_from[q.object_id] = rec.end_lsn
         elif rec.type == RecordType.OBJECT_DELETE:
             self.deleted_ids.add(rec.object_id)
             existing = core.objects.get(rec.object_name)

@@ -153,6 +153,13 @@ class QueueStore(Store):
                 txn.put(b"next_seq", str(next_seq).encode(), db=self.meta)
             self._set_lsn(txn, recovery_lsn)
 
+    def clear(self, recovery_lsn: int) -> None:
+        """CLEAR QLOCAL: empty the store in one transaction."""
+        with self.env.begin(write=True) as txn:
+            for db in (self.msgs, self.np, self.idx):
+                txn.drop(db, delete=False)
+            self._set_lsn(txn, recovery_lsn)
+
     def set_recovery_lsn(self, lsn: int) -> None:
         with self.env.begin(write=True) as txn:
             self._set_lsn(txn, lsn)

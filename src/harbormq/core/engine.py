@@ -296,34 +296,30 @@ class QueueManagerCore:
         self._catalog_set(name, None, lsn)
         del self.queues[name]
         await self.log.force()
-        q.store.close()
-        q.store.destroy(q.store.path)
+        async with self._flush_lock:    # not under a flush that is writing it
+            q.store.close()
+            q.store.destroy(q.store.path)
 
     async def clear_queue(self, name: str) -> int:
-        """CLEAR QLOCAL: remove every message (refused while any is uncommitted)."""
+        """CLEAR QLOCAL: remove every message (refused while any is uncommitted).
+
+        The queue is emptied in memory in the same step as its record, so no put
+        that lands while the record is forced can be wiped; the store is hidden
+        until it is emptied, after the force (write-ahead)."""
         self._check_running()
         q = self.queue(name)
         if (why := self._busy(q)) is not None:
             raise ObjectInUse(f"queue {name} cannot be cleared: {why}", queue=name)
-        count = q.depth
-        lsn = self._append(RecordType.OBJECT_ALTER, obj=q,
-                           payload=encode_json(dict(q.definition, clear=True)))
-        await self.log.force()
+        count = q.curdepth
+        self._append(RecordType.OBJECT_ALTER, obj=q,
+                     payload=encode_json(dict(q.definition, clear=True)))
+        cleared_at = self.log.end_lsn
+        q.clear_memory()
+        await self.log.force(cleared_at)
         async with self._flush_lock:
-            self._clear_store(q, self.log.end_lsn)
-        del lsn
+            await self._store_write(q.store.clear, cleared_at)
+            q.store_hidden = False
         return count
-
-    def _clear_store(self, q: LocalQueue, recovery_lsn: int) -> None:
-        changes = {k: None for k in q.store.iter_keys()}
-        q.store.apply(changes, recovery_lsn, q.index_type, q.next_seq)
-        q.dirty.clear()
-        q._fresh.clear()
-        q.flushing = {}
-        q._mem_keys.clear()
-        q.dirty_lsn = q.flushing_lsn = None
-        q._scan_from = None
-        q.depth = 0
 
     # ------------------------------------------------------------------ messages
 

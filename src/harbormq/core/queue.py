@@ -34,6 +34,9 @@ class LocalQueue:
         #: keep ``_mem_keys`` in delivery order; off during redo, which reads no
         #: order and ends with a flush that empties the memory layers anyway
         self.ordered = True
+        #: set between a CLEAR's record and the store being emptied: the store's
+        #: messages are gone already for everyone
+        self.store_hidden = False
         #: oldest LSN of an effect in ``dirty`` (None when clean)
         self.dirty_lsn: int | None = None
         self.flushing_lsn: int | None = None
@@ -76,7 +79,7 @@ class LocalQueue:
         for layer in (self.dirty, self.flushing):
             if key in layer:
                 return layer[key]
-        return self.store.get(key)
+        return None if self.store_hidden else self.store.get(key)
 
     def _gone(self, key: bytes) -> bool:
         """Deleted in memory (the store still has it until the next flush)."""
@@ -92,7 +95,7 @@ class LocalQueue:
         skipped for good by moving ``_scan_from`` past them: consumers take from
         the head, and without this every get would walk the messages consumed
         since the last flush."""
-        store_keys = self.store.iter_keys(self._scan_from)
+        store_keys = iter(()) if self.store_hidden else self.store.iter_keys(self._scan_from)
         mem_iter = iter(list(self._mem_keys))
         s = next(store_keys, None)
         m = next(mem_iter, None)
@@ -178,6 +181,18 @@ class LocalQueue:
         self.locked.pop(key, None)
         if self._scan_from is not None and key < self._scan_from:
             self._scan_from = None
+
+    def clear_memory(self) -> None:
+        """CLEAR: every committed message is gone; the store follows once the
+        clear record is forced (``store_hidden`` until then)."""
+        self.dirty = {}
+        self.flushing = {}
+        self._fresh = set()
+        self._mem_keys.clear()
+        self.dirty_lsn = self.flushing_lsn = None
+        self._scan_from = None
+        self.depth = 0
+        self.store_hidden = True
 
     # -- flushing ---------------------------------------------------------------------
 
