@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..config import QMConfig
+from ..crashpoints import crash_point
 from ..errors import (
     GetInhibited,
     InvalidAttribute,
@@ -687,7 +688,6 @@ class QueueManagerCore:
             oldest_at_begin = min((u.first_lsn for u in self.uows.values() if u.first_lsn),
                                   default=0)
             await self.flush_all()
-            from ..crashpoints import crash_point
             crash_point("checkpoint.mid")
             table = {
                 "begin_lsn": begin,
