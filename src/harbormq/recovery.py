@@ -265,7 +265,7 @@ class Restart:
         core = self.core
         for q in core.queues.values():
             snap = q.begin_flush()
-            if snap:
+            if snap is not None:
                 q.store.apply(snap, max(lsn, q.store.recovery_lsn), q.index_type, q.next_seq)
                 q.end_flush()
         if core.catalog_dirty:

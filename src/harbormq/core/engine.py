@@ -631,7 +631,7 @@ class QueueManagerCore:
         self._flush_pending = False
         async with self._flush_lock:
             snapshots = [(q, q.begin_flush()) for q in list(self.queues.values())]
-            snapshots = [(q, s) for q, s in snapshots if s]
+            snapshots = [(q, s) for q, s in snapshots if s is not None]
             catalog = self.catalog_dirty
             self.catalog_dirty, self.catalog_dirty_lsn = {}, None
             if not snapshots and not catalog:

@@ -197,7 +197,11 @@ class LocalQueue:
     # -- flushing ---------------------------------------------------------------------
 
     def begin_flush(self) -> dict | None:
-        if not self.dirty:
+        """The snapshot to write, or None when there is nothing to do. The
+        snapshot may be empty: effects that cancelled out (put and got between
+        two flushes) still moved the recovery LSN the store must record, or the
+        queue would pin the restart point for as long as it stays idle."""
+        if not self.dirty and self.dirty_lsn is None:
             return None
         self.flushing, self.dirty = self.dirty, {}
         self.flushing_lsn, self.dirty_lsn = self.dirty_lsn, None
