@@ -461,6 +461,7 @@ class Restart:
             r.uows_backed_out += 1
             crash_point("restart.mid_undo")
             self.progress("backward recovery", i, len(in_flight))
+        self.progress("backward recovery", max(1, len(in_flight)), max(1, len(in_flight)))
         await core.log.force()
         self.emit("HMQ7233I", f"{r.uows_backed_out} out of {r.uows_in_flight} in-flight units "
                   f"of work backed out for queue manager {core.name} "
