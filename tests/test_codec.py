@@ -460,3 +460,14 @@ def test_an_unknown_record_version_with_a_valid_crc_is_rejected():
     struct.pack_into("<I", data, 4, crc32c(bytes(data[8:])))
     with pytest.raises(RecordDecodeError, match="version"):
         decode(bytes(data), 0)
+
+
+def test_decoded_message_reuses_its_encoding_and_replace_drops_it():
+    from dataclasses import replace
+
+    original = Message(body=b"a", msg_id=b"id", seq=5, properties={"k": 1})
+    decoded = Message.decode(original.encode())
+    assert decoded.raw == original.encode()
+    bumped = replace(decoded, backout_count=3)
+    assert bumped.raw is None, "a changed copy must not carry the old encoding"
+    assert Message.decode(bumped.encode()).backout_count == 3

@@ -409,6 +409,7 @@ class Restart:
                 q = core.queues.get(rec.object_name)
                 if q is None or q.object_id != rec.object_id:
                     q = core.open_queue_store(data)
+                    q.ordered = False   # as for every queue during redo
                     self.redo_from.setdefault(q.object_id, q.store.recovery_lsn)
             r.effects_redone += 1
         elif rec.type == RecordType.OBJECT_ALTER:

@@ -185,15 +185,12 @@ def decode(buf, offset: int, *, expected_lsn: int | None = None,
     if offset + length > end:
         raise RecordDecodeError(f"record of {length} bytes runs past the end of the data",
                                 offset=offset)
-    # the view is released before anything is raised: a live export would keep
-    # the caller from closing the map the record came from
-    with memoryview(buf) as view:
-        crc_ok = crc32c(view[offset + 8:offset + length]) == crc
-    if not crc_ok:
+    # one copy of the record; no view of ``buf`` outlives this call, so the
+    # caller can always close the map it came from
+    body = buf[offset + 8:offset + length]
+    if crc32c(body) != crc:
         raise RecordDecodeError("CRC mismatch", offset=offset)
-    (trailer,) = TRAILER.unpack_from(buf, offset + length - 4)
-    if trailer != length:  # cannot happen when the CRC matched, kept as a belt
-        raise RecordDecodeError("trailer length differs from header length", offset=offset)
+    # (the trailer is covered by the CRC: equal lengths need no second check)
     if expected_lsn is not None and lsn != expected_lsn:
         raise RecordDecodeError(f"record LSN {lsn} where LSN {expected_lsn} belongs",
                                 offset=offset, stale=True)
@@ -202,10 +199,10 @@ def decode(buf, offset: int, *, expected_lsn: int | None = None,
     rtype_enum = _TYPES.get(rtype)
     if rtype_enum is None:
         raise RecordDecodeError(f"unknown record type {rtype}", offset=offset)
-    pos = offset + RECORD_HEADER.size
-    name = str(buf[pos:pos + nlen], "utf-8", "replace") if nlen else ""
+    pos = RECORD_HEADER.size - 8
+    name = str(body[pos:pos + nlen], "utf-8", "replace") if nlen else ""
     pos += nlen
-    payload = bytes(buf[pos:pos + plen])
+    payload = body[pos:pos + plen]
     return LogRecord(rtype_enum, uow, prev, obj, name, payload, flags, lsn, ts, length)
 
 
@@ -292,6 +289,10 @@ class Message:
     format: str = ""
     properties: dict = field(default_factory=dict)
     seq: int = 0                # put sequence on its queue, with priority the key
+    #: the encoding this message was decoded from, reused by encode(). Not an
+    #: init field, so dataclasses.replace() drops it; code that assigns to a
+    #: decoded message's fields must reset it (QueueManagerCore._prepare_message)
+    raw: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def key(self) -> bytes:
@@ -301,6 +302,8 @@ class Message:
         return bool(self.expiry_ns) and self.expiry_ns <= now_ns
 
     def encode(self) -> bytes:
+        if self.raw is not None:
+            return self.raw
         reply = self.reply_to.encode()
         fmt = self.format.encode()
         props = json.dumps(self.properties, separators=(",", ":")).encode() if self.properties \
@@ -325,8 +328,11 @@ class Message:
         body = bytes(buf[pos:pos + lbody]) if with_body else b""
         if pos + lbody != len(buf):
             raise ValueError("message payload length does not match its fields")
-        return cls(body, msg_id, correl_id, prio, bool(pers), exp_ns, put_ns, boc, reply_to,
-                   fmt, props, seq)
+        msg = cls(body, msg_id, correl_id, prio, bool(pers), exp_ns, put_ns, boc, reply_to,
+                  fmt, props, seq)
+        if with_body:
+            msg.raw = bytes(buf)
+        return msg
 
     @staticmethod
     def body_size(buf: bytes) -> int:
