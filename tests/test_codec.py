@@ -471,3 +471,11 @@ def test_decoded_message_reuses_its_encoding_and_replace_drops_it():
     bumped = replace(decoded, backout_count=3)
     assert bumped.raw is None, "a changed copy must not carry the old encoding"
     assert Message.decode(bumped.encode()).backout_count == 3
+
+
+def test_key_follows_priority_and_seq_through_replace():
+    from dataclasses import replace
+
+    m = Message(priority=3, seq=7)
+    assert m.key == message_key(3, 7)
+    assert replace(m, seq=8).key == message_key(3, 8)

@@ -336,7 +336,7 @@ class QueueManagerCore:
                             "(MQRC 2053 Q_FULL)", queue=q.name)
         if not 0 <= msg.priority <= 9:
             raise InvalidAttribute(f"priority {msg.priority} is out of range 0..9")
-        msg.raw = None      # the fields below change: no stale encoding may survive
+        msg.raw = msg._key = None   # the fields below change: drop what was derived
         msg.msg_id = msg.msg_id or new_msg_id()
         msg.put_time_ns = time.time_ns()
         msg.seq = q.allocate_seq()

@@ -293,10 +293,15 @@ class Message:
     #: init field, so dataclasses.replace() drops it; code that assigns to a
     #: decoded message's fields must reset it (QueueManagerCore._prepare_message)
     raw: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    #: the store key, computed once (same rule as ``raw``)
+    _key: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def key(self) -> bytes:
-        return message_key(self.priority, self.seq)
+        k = self._key
+        if k is None:
+            k = self._key = message_key(self.priority, self.seq)
+        return k
 
     def expired(self, now_ns: int) -> bool:
         return bool(self.expiry_ns) and self.expiry_ns <= now_ns
