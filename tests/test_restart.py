@@ -8,7 +8,7 @@ import pytest
 
 from harbormq import QueueManager, qmgr
 from harbormq.config import QMConfig
-from harbormq.errors import QueueManagerRunning, UnitOfWorkError
+from harbormq.errors import ObjectError, QueueManagerRunning, UnitOfWorkError
 from harbormq.logtools import log_map
 
 
@@ -188,8 +188,13 @@ def test_lost_queue_store_marks_the_queue_damaged(make_qm, open_qm, home):
     qm.put("Q2", b"fine")
     qm.close()
     shutil.rmtree(home / "qmgrs" / "QM1" / "queues" / "Q1")
-    qm = open_qm()
-    assert contents(qm, "Q2") == [("fine", 0)]
+    for _ in range(2):     # the damage is remembered, not forgotten at the next start
+        qm = open_qm()
+        assert contents(qm, "Q2") == [("fine", 0)]
+        with pytest.raises(ObjectError, match="2101"):
+            qm.put("Q1", b"x")
+        assert "HMQ7472E" in qm.core.oplog.ids()
+        qm.close()
 
 
 def test_queue_deleted_and_redefined_across_restart(make_qm, open_qm):

@@ -69,6 +69,7 @@ class QueueManager:
             return
         try:
             self._call(self._running.stop(mode, timeout=timeout))
+            self._call(self._loop.shutdown_default_executor())
         finally:
             self.closed = True
             self._shutdown_loop()

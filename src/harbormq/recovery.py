@@ -75,7 +75,6 @@ class Restart:
         self.core = core
         self.progress = progress or (lambda phase, done, total: None)
         self.report = RestartReport()
-        self.deleted_ids: set[int] = set()
         self.redo_from: dict[int, int] = {}     # object id -> store recovery LSN at open
         self.rebuilt: dict[int, UnitOfWork] = {}
 
@@ -125,12 +124,13 @@ class Restart:
         self.redo_from[0] = core.catalog_store.recovery_lsn
         for definition in core.objects.values():
             if definition["type"] == "QLOCAL":
-                q = core.open_queue_store(definition)
+                q = core.open_queue_store(definition, must_exist=True)
                 self.redo_from[q.object_id] = q.store.recovery_lsn
         self._sweep_orphan_stores()
         for q in core.queues.values():
-            r.nonpersistent_discarded += q.store.purge_nonpersistent()
-            q.depth = q.store.count()
+            if not q.damaged:
+                r.nonpersistent_discarded += q.store.purge_nonpersistent()
+                q.depth = q.store.count()
         self.progress("log initialisation", 1, 1)
         self.emit("HMQ7201I", f"Log initialisation for queue manager {core.name} complete: "
                   f"{st.log_type} log, control file sequence {st.sequence}, "
@@ -202,8 +202,8 @@ class Restart:
 
     def _queue_for(self, rec: LogRecord) -> LocalQueue | None:
         q = self.core.queues.get(rec.object_name)
-        if q is None or q.object_id != rec.object_id:
-            return None   # a deleted queue, or an older incarnation of the name
+        if q is None or q.object_id != rec.object_id or q.damaged:
+            return None   # deleted, an older incarnation of the name, or damaged
         return q
 
     def _due(self, q: LocalQueue, lsn: int) -> bool:
@@ -430,7 +430,6 @@ class Restart:
                         q.store_hidden = False
                         self.redo_from[q.object_id] = rec.end_lsn
         elif rec.type == RecordType.OBJECT_DELETE:
-            self.deleted_ids.add(rec.object_id)
             existing = core.objects.get(rec.object_name)
             if existing is not None and existing["object_id"] == rec.object_id:
                 core._catalog_set(rec.object_name, None, rec.lsn)

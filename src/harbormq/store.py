@@ -8,7 +8,8 @@ store only if the record's LSN is at or above the store's recovery LSN (MQ's
 page-set recovery RBA is the same "start recovery here" address).
 
 Queue store databases:
-    meta   b"recovery_lsn", b"object_id", b"index_type", b"next_seq" (ASCII)
+    meta   b"recovery_lsn", b"object_id", b"index_type", b"next_seq" (ASCII),
+           b"damaged" (why, when the queue's data was lost: media recovery clears it)
     msgs   key = message_key(priority, seq) -> encoded Message
     np     keys of the non-persistent messages in msgs (dropped at restart)
     idx    (dupsort) msg_id or correl_id -> key, when the queue is indexed
@@ -80,6 +81,15 @@ class QueueStore(Store):
     def object_id(self) -> int | None:
         v = self.get_meta(b"object_id")
         return int(v) if v is not None else None
+
+    @property
+    def damaged(self) -> str | None:
+        """Why the store is damaged (kept until media recovery rebuilds it)."""
+        return self.get_meta(b"damaged")
+
+    def mark_damaged(self, why: str) -> None:
+        with self.env.begin(write=True) as txn:
+            txn.put(b"damaged", why.encode(), db=self.meta)
 
     @property
     def index_type(self) -> str:

@@ -205,16 +205,26 @@ class QueueManagerCore:
         if self.catalog_dirty_lsn is None:
             self.catalog_dirty_lsn = lsn
 
-    def open_queue_store(self, definition: dict) -> LocalQueue:
+    def open_queue_store(self, definition: dict, *, must_exist: bool = False) -> LocalQueue:
+        """Open (or, for a new queue, create) a queue's store. At restart the store
+        of every defined queue must exist: a missing or foreign one means its
+        messages are lost, and the queue is marked damaged (HMQ7472E) for good,
+        until media recovery rebuilds it."""
         path = self.config.queue_dir(definition["name"])
+        existed = (path / "data.mdb").exists()
         store = QueueStore(path, definition["object_id"],
                            map_size=self.config.tuning.store_map_size_mb << 20)
         q = LocalQueue(definition, store)
-        if store.object_id != definition["object_id"]:
+        if must_exist and not existed:
+            store.mark_damaged(f"its store {path} was missing at restart")
+        elif store.object_id != definition["object_id"]:
+            store.mark_damaged(f"its store {path} belongs to object id {store.object_id}, "
+                               f"the catalog says {definition['object_id']}")
+        if store.damaged:
             q.damaged = True
-            self.oplog.emit("HMQ7472E", f"queue {q.name}: its store in {path} belongs to object "
-                            f"id {store.object_id}, the catalog says {definition['object_id']}; "
-                            "the queue is marked damaged")
+            self.oplog.emit("HMQ7472E", f"queue {q.name} is damaged: {store.damaged}; its "
+                            "operations fail with MQRC 2101 until it is recreated from the "
+                            "log (media recovery) or deleted")
         self.queues[q.name] = q
         return q
 

@@ -472,7 +472,7 @@ class _Writer(threading.Thread):
                 for op in ops:
                     kind = op[0]
                     if kind == "data":
-                        os.pwrite(self.fds[op[1]], b"".join(op[3]), op[2])
+                        _pwrite_all(self.fds[op[1]], b"".join(op[3]), op[2])
                     elif kind == "switch":
                         self._switch(op[1], op[2], op[3])
                     else:
@@ -500,18 +500,28 @@ class _Writer(threading.Thread):
         if reuse and path.exists():
             fd = os.open(path, os.O_RDWR)
             for off in range(0, size, len(ZERO_CHUNK)):
-                os.pwrite(fd, ZERO_CHUNK[:min(len(ZERO_CHUNK), size - off)], off)
+                _pwrite_all(fd, ZERO_CHUNK[:min(len(ZERO_CHUNK), size - off)], off)
         else:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             os.posix_fallocate(fd, 0, size)
             fsync_dir(path.parent)
         head = ExtentHeader(number, first_lsn, time.time_ns(), self.log.qm_name,
                             self.log.state.pages).encode()
-        os.pwrite(fd, head, 0)
+        _pwrite_all(fd, head, 0)
         os.fsync(fd)
         crash_point("extent.mid_switch")
         self.fds[number] = fd
         self.current = number
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """pwrite may write less than asked (a signal, a full disk): finish or raise."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n == 0:
+            raise OSError(f"pwrite wrote nothing at offset {offset}")
+        view, offset = view[n:], offset + n
 
 
 def _resolve(fut: asyncio.Future) -> None:
