@@ -86,9 +86,9 @@ class Restart:
         t0 = time.monotonic()
         self.phase1_log_init()
         t1 = time.monotonic()
-        table = self.phase2_status_rebuild()
+        self.phase2_status_rebuild()
         t2 = time.monotonic()
-        scan = self.phase3_redo(table)
+        scan = self.phase3_redo()
         t3 = time.monotonic()
         core.log.start_writing(scan.end_lsn, core.loop,
                                active_closed=scan.end is not None and scan.end.how == "extent_end")
@@ -164,7 +164,7 @@ class Restart:
 
     # -- phase 2 --------------------------------------------------------------------
 
-    def phase2_status_rebuild(self) -> dict:
+    def phase2_status_rebuild(self) -> None:
         core, r = self.core, self.report
         st = core.log.state
         table: dict = {}
@@ -196,7 +196,6 @@ class Restart:
                   f"checkpoint at LSN {st.checkpoint_lsn or '-'}, "
                   f"{len(table.get('uows', []))} unit(s) of work active at it, redo starts at "
                   f"LSN {redo_start}" + (f" in {extent_file_name(ext.number)}" if ext else ""))
-        return table
 
     # -- phase 3 --------------------------------------------------------------------
 
@@ -210,7 +209,7 @@ class Restart:
         """Redo applies an effect only if its LSN is at or above the store's LSN."""
         return lsn >= self.redo_from.get(q.object_id, 0)
 
-    def phase3_redo(self, table: dict):
+    def phase3_redo(self):
         core, r = self.core, self.report
         scan = core.log.scan(r.redo_start_lsn, repair_tail=True)
         for q in core.queues.values():

@@ -170,10 +170,6 @@ class QueueStore(Store):
                 txn.drop(db, delete=False)
             self._set_lsn(txn, recovery_lsn)
 
-    def set_recovery_lsn(self, lsn: int) -> None:
-        with self.env.begin(write=True) as txn:
-            self._set_lsn(txn, lsn)
-
     def purge_nonpersistent(self) -> int:
         """Restart discards non-persistent messages; returns how many."""
         n = 0

@@ -78,12 +78,6 @@ class ControlState:
         d["extents"] = [ExtentInfo(**e) for e in d["extents"]]
         return cls(**d, sequence=sequence, written_ns=written_ns)
 
-    def extent(self, number: int) -> ExtentInfo:
-        for e in self.extents:
-            if e.number == number:
-                return e
-        raise KeyError(number)
-
     @property
     def active(self) -> ExtentInfo:
         return next(e for e in self.extents if e.state == "active")
@@ -119,9 +113,6 @@ class ControlFile:
         if dual_dir is not None:
             self.paths += [dual_dir / n for n in COPY_NAMES]
         self.warnings: list[tuple[str, str]] = []
-
-    def exists(self) -> bool:
-        return any(p.exists() for p in self.paths)
 
     def write(self, state: ControlState) -> None:
         """Write ``state`` to every copy, copy 1 first. The caller sets the
