@@ -121,7 +121,7 @@ class QueueManager:
             now = time.time_ns()
             oldest = self.core.browse(name, limit=1)
             return {"QUEUE": name, "CURDEPTH": q.curdepth, "UNCOM": q.uncommitted_puts,
-                    "LOCKED": len(q.locked), "IPPROCS": 0, "OPPROCS": 0,
+                    "LOCKED": len(q.locked),
                     "MSGAGE": (now - oldest[0].put_time_ns) // 1_000_000_000 if oldest else 0,
                     "LPUT": q.last_put_ns, "LGET": q.last_get_ns}
         return self._call_sync(status)

@@ -287,8 +287,6 @@ class QueueManagerCore:
     def _busy(self, q: LocalQueue) -> str | None:
         if q.uncommitted_puts or q.locked:
             return "it has uncommitted messages"
-        if q.open_handles:
-            return f"{q.open_handles} handles have it open"
         return None
 
     async def delete_queue(self, name: str, *, purge: bool = False) -> None:

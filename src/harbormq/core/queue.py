@@ -46,7 +46,6 @@ class LocalQueue:
         self.next_seq = store.next_seq
         self.damaged = False
         self.index_ready = True
-        self.open_handles = 0
         self.last_put_ns = 0
         self.last_get_ns = 0
         #: lowest store key that may still be available (all below are gone or locked)
