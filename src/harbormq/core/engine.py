@@ -120,6 +120,9 @@ class QueueManagerCore:
         self.objects: dict[str, dict] = {}            # name -> definition (incl. QMGR)
         self.catalog_dirty: dict[str, dict | None] = {}
         self.catalog_dirty_lsn: int | None = None
+        #: the catalog snapshot a flush is writing (kept until the store has it)
+        self.catalog_flushing: dict[str, dict | None] = {}
+        self.catalog_flushing_lsn: int | None = None
         self.queues: dict[str, LocalQueue] = {}
         self.uows: dict[int, UnitOfWork] = {}
         self.next_uow_id = 1
@@ -314,18 +317,25 @@ class QueueManagerCore:
 
         The queue is emptied in memory in the same step as its record, so no put
         that lands while the record is forced can be wiped; the store is hidden
-        until it is emptied, after the force (write-ahead)."""
+        until it is emptied, after the force (write-ahead). The flush lock is
+        held from the record to the store clear: a flush in that window would
+        write later puts into the store the clear then drops, and a checkpoint
+        would move the restart point past a clear not yet in the store."""
         self._check_running()
         q = self.queue(name)
         if (why := self._busy(q)) is not None:
             raise ObjectInUse(f"queue {name} cannot be cleared: {why}", queue=name)
-        count = q.curdepth
-        self._append(RecordType.OBJECT_ALTER, obj=q,
-                     payload=encode_json(dict(q.definition, clear=True)))
-        cleared_at = self.log.end_lsn
-        q.clear_memory()
-        await self.log.force(cleared_at)
         async with self._flush_lock:
+            await self.quiesce_store_io()
+            q = self.queue(name)
+            if (why := self._busy(q)) is not None:
+                raise ObjectInUse(f"queue {name} cannot be cleared: {why}", queue=name)
+            count = q.curdepth
+            self._append(RecordType.OBJECT_ALTER, obj=q,
+                         payload=encode_json(dict(q.definition, clear=True)))
+            cleared_at = self.log.end_lsn
+            q.clear_memory()
+            await self.log.force(cleared_at)
             await self._store_write(q.store.clear, cleared_at)
             q.store_hidden = False
         return count
@@ -435,10 +445,10 @@ class QueueManagerCore:
             else:
                 q.commit_delete(key, 0)
             return msg
-        q.locked[key] = uow.id
         lsn = prev = 0
         if msg.persistent:
             lsn, prev = self._log_uow(uow, RecordType.MSG_GET, q, ref.encode())
+        q.locked[key] = uow.id      # only once its record is in the log (LogFull)
         uow.ops.append(UowOp("get", q, msg, lsn, prev))
         return msg
 
@@ -549,20 +559,24 @@ class QueueManagerCore:
         Returns got messages that reached their queue's backout threshold."""
         uow.state = "backing_out"
         requeue = []
-        for op in reversed(uow.ops):
+        # each op leaves the list only once it is compensated: if the log fills
+        # part way (LogFull), a retry goes on where this stopped
+        while uow.ops:
+            op = uow.ops[-1]
             q = op.queue
             if op.kind == "put":
-                q.uncommitted_puts -= 1
                 if op.lsn:
                     self._compensate(uow, op, op.msg.backout_count)
+                q.uncommitted_puts -= 1
+                uow.ops.pop()
                 continue
             msg = replace(op.msg, backout_count=op.msg.backout_count + 1)
             clr_lsn = self._compensate(uow, op, msg.backout_count) if op.lsn else 0
             q.commit_update(msg, clr_lsn)
+            uow.ops.pop()
             threshold = q.attrs["BOTHRESH"]
             if threshold and msg.backout_count >= threshold:
                 requeue.append((q, msg))
-        uow.ops.clear()
         if uow.first_lsn:
             uow.last_lsn = self._append(RecordType.UOW_BACKOUT, uow_id=uow.id,
                                         prev_lsn=uow.last_lsn)
@@ -636,23 +650,37 @@ class QueueManagerCore:
 
     async def flush_all(self) -> int:
         """Write every dirty store under the write-ahead rule: snapshot, force the log
-        past the snapshot, then one synced transaction per store."""
+        past the snapshot, then one synced transaction per store. A snapshot
+        stays in memory until its store has it, so a flush that is cancelled or
+        fails is taken up by the next one."""
         self._flush_pending = False
         async with self._flush_lock:
+            # a cancelled flush's write may still run on its thread: let it finish
+            # first, or it could land after (and undo) the newer one
+            await self.quiesce_store_io()
             snapshots = [(q, q.begin_flush()) for q in list(self.queues.values())]
             snapshots = [(q, s) for q, s in snapshots if s is not None]
-            catalog = self.catalog_dirty
-            self.catalog_dirty, self.catalog_dirty_lsn = {}, None
-            if not snapshots and not catalog:
+            catalog = self._begin_catalog_flush()
+            if not snapshots and catalog is None:
                 return 0
             target = self.log.end_lsn
             await self.log.force(target)
             for q, snap in snapshots:
                 await self._store_write(q.store.apply, snap, target, q.index_type, q.next_seq)
                 q.end_flush()
-            if catalog:
+            if catalog is not None:
                 await self._store_write(self.catalog_store.apply, catalog, target)
+                self.catalog_flushing, self.catalog_flushing_lsn = {}, None
             return len(snapshots)
+
+    def _begin_catalog_flush(self) -> dict | None:
+        if not self.catalog_dirty and not self.catalog_flushing:
+            return None
+        self.catalog_flushing = {**self.catalog_flushing, **self.catalog_dirty}
+        lsns = [x for x in (self.catalog_flushing_lsn, self.catalog_dirty_lsn) if x]
+        self.catalog_flushing_lsn = min(lsns) if lsns else None
+        self.catalog_dirty, self.catalog_dirty_lsn = {}, None
+        return self.catalog_flushing
 
     async def _store_write(self, fn, *args) -> None:
         fut = self.loop.run_in_executor(None, fn, *args)
@@ -679,8 +707,7 @@ class QueueManagerCore:
             candidates.append(oldest_at_begin)
         candidates += [u.first_lsn for u in self.uows.values() if u.first_lsn]
         candidates += [q.recovery_lsn for q in self.queues.values() if q.recovery_lsn]
-        if self.catalog_dirty_lsn:
-            candidates.append(self.catalog_dirty_lsn)
+        candidates += [x for x in (self.catalog_dirty_lsn, self.catalog_flushing_lsn) if x]
         return min(candidates)
 
     def media_point(self) -> int:

@@ -196,14 +196,25 @@ class LocalQueue:
     # -- flushing ---------------------------------------------------------------------
 
     def begin_flush(self) -> dict | None:
-        """The snapshot to write, or None when there is nothing to do. The
-        snapshot may be empty: effects that cancelled out (put and got between
-        two flushes) still moved the recovery LSN the store must record, or the
-        queue would pin the restart point for as long as it stays idle."""
-        if not self.dirty and self.dirty_lsn is None:
+        """The snapshot to write, or None when there is nothing to do.
+
+        A previous flush that did not finish (cancelled at a stop, or its store
+        write failed) left its snapshot in ``flushing``: it is merged, never
+        dropped, newer changes winning. The snapshot may be empty: effects that
+        cancelled out (put and got between two flushes) still moved the
+        recovery LSN the store must record, or the queue would pin the restart
+        point for as long as it stays idle."""
+        if not self.dirty and self.dirty_lsn is None and not self.flushing \
+                and self.flushing_lsn is None:
             return None
-        self.flushing, self.dirty = self.dirty, {}
-        self.flushing_lsn, self.dirty_lsn = self.dirty_lsn, None
+        if self.flushing or self.flushing_lsn is not None:
+            merged = dict(self.flushing)
+            merged.update(self.dirty)
+            lsns = [x for x in (self.flushing_lsn, self.dirty_lsn) if x is not None]
+            self.flushing, self.flushing_lsn = merged, min(lsns) if lsns else None
+        else:
+            self.flushing, self.flushing_lsn = self.dirty, self.dirty_lsn
+        self.dirty, self.dirty_lsn = {}, None
         self._fresh = set()
         return self.flushing
 

@@ -78,6 +78,12 @@ class ControlState:
         d["extents"] = [ExtentInfo(**e) for e in d["extents"]]
         return cls(**d, sequence=sequence, written_ns=written_ns)
 
+    def extent(self, number: int) -> ExtentInfo:
+        for e in self.extents:
+            if e.number == number:
+                return e
+        raise KeyError(number)
+
     @property
     def active(self) -> ExtentInfo:
         return next(e for e in self.extents if e.state == "active")

@@ -320,6 +320,9 @@ class RecoveryLog:
     def _switch(self, *, write_end_record: bool = True) -> None:
         st = self.state
         old = self._active
+        # choose first: LogFull must leave the log exactly as it was (no
+        # EXTENT_END in an extent that stays active)
+        nxt, reuse = self._choose_next_extent()
         if write_end_record:
             end = LogRecord(RecordType.EXTENT_END)
             end.lsn = self.end_lsn
@@ -328,7 +331,6 @@ class RecoveryLog:
             self._writer.add_data(old.number, EXTENT_HEADER_SIZE + end.lsn - old.first_lsn,
                                   data, end.lsn + len(data))
             self.end_lsn += len(data)
-        nxt, reuse = self._choose_next_extent()
         old.state = "full"
         old.end_lsn = self.end_lsn
         nxt.first_lsn = self.end_lsn
