@@ -65,14 +65,19 @@ def test_log_full_leaves_no_end_record_and_later_puts_survive(make_qm, open_qm):
     make_qm(log_file_pages=32, log_primary=2, log_secondary=1)
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES", MAXDEPTH=100000)
-    pin = qm.begin("app")
+    log = qm.core.log
+    pin = qm.begin("app1")
     pin.put("Q1", b"in-doubt")
     pin.prepare()                          # in doubt: never backed out by the queue manager
+    late = None
     with pytest.raises(LogFull):
         for _ in range(100):
             qm.put("Q1", b"y" * 20000)
+            if late is None and log.available_extents() == 0:
+                late = qm.begin("app2")    # starts in the newest extent, keeps it needed
+                late.put("Q1", b"late-work")
     qm.resolve(pin.id, commit=False)
-    qm.checkpoint()
+    qm.checkpoint()                        # small records: they still fit
     qm.put("Q1", b"small-acked")
     qm.close("preemptive")
     qm = open_qm()
@@ -89,13 +94,11 @@ def test_flush_while_clear_is_forced_keeps_the_later_put(make_qm, open_qm):
 
     async def race():
         clearing = asyncio.ensure_future(core.clear_queue("Q1"))
-        await asyncio.sleep(0)
-        await core.put("Q1", Message(body=b"new", persistent=True))
+        await asyncio.sleep(0)             # the clear is logged, its force pending
+        putting = asyncio.ensure_future(core.put("Q1", Message(body=b"new", persistent=True)))
+        await asyncio.sleep(0)             # the put is committed in memory
         flushing = asyncio.ensure_future(core.flush_all())
-        checkpoint = asyncio.ensure_future(core.checkpoint("race"))
-        await clearing
-        await flushing
-        await checkpoint
+        await asyncio.gather(clearing, putting, flushing)
     qm._call(race())
     assert bodies(qm.browse("Q1")) == ["new"]
     qm.close("preemptive")
