@@ -130,3 +130,36 @@ def test_undo_interrupted_by_log_full_does_not_compensate_twice(make_qm, open_qm
     uow.backout()                          # goes on where it stopped
     assert [(m.body, m.backout_count) for m in qm.browse("Q1")] == [(b"m", 1)]
     assert qm.queue_status("Q1")["UNCOM"] == 0
+
+
+def test_delete_and_define_of_a_name_then_crash_restarts(make_qm, open_qm, home):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"first life")
+    qm.checkpoint()                      # the catalog on disk knows the first Q1
+    qm.delete_queue("Q1", purge=True)
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"second life")
+    qm.close("preemptive")               # the catalog still says: the first Q1
+    for _ in range(2):
+        qm = open_qm()
+        assert bodies(qm.browse("Q1")) == ["second life"]
+        assert "HMQ7472E" not in qm.core.oplog.ids()
+        qm.close()
+
+
+def test_forced_delete_whose_store_is_gone_is_completed_at_restart(make_qm, open_qm):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.checkpoint()
+    qm.delete_queue("Q1")                # forced, store directory removed
+    qm.close("preemptive")               # before the catalog flush
+    qm = open_qm()
+    assert "Q1" not in qm.queue_names()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"new")
+    qm.close()
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["new"]

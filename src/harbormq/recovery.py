@@ -124,7 +124,7 @@ class Restart:
         self.redo_from[0] = core.catalog_store.recovery_lsn
         for definition in core.objects.values():
             if definition["type"] == "QLOCAL":
-                q = core.open_queue_store(definition, must_exist=True)
+                q = core.open_queue_store(definition, at_restart=True)
                 self.redo_from[q.object_id] = q.store.recovery_lsn
         self._sweep_orphan_stores()
         for q in core.queues.values():
@@ -237,6 +237,8 @@ class Restart:
                       f"{scan.torn_copy.name}")
         self._flush_during_redo(scan.end_lsn)
         for q in core.queues.values():
+            if q.damaged:
+                core.report_damage(q)
             assert not q.dirty and not q.flushing, "redo ends with every store flushed"
             q.ordered = True
             q._mem_keys.clear()
@@ -406,7 +408,11 @@ class Restart:
                 core._catalog_set(rec.object_name, data, rec.lsn)
             if data["type"] == "QLOCAL":
                 q = core.queues.get(rec.object_name)
-                if q is None or q.object_id != rec.object_id:
+                if q is not None and q.object_id != rec.object_id:
+                    del core.queues[q.name]      # an older incarnation of the name
+                    q.store.close()
+                    q = None
+                if q is None:
                     q = core.open_queue_store(data)
                     q.ordered = False   # as for every queue during redo
                     self.redo_from.setdefault(q.object_id, q.store.recovery_lsn)
@@ -432,11 +438,13 @@ class Restart:
             existing = core.objects.get(rec.object_name)
             if existing is not None and existing["object_id"] == rec.object_id:
                 core._catalog_set(rec.object_name, None, rec.lsn)
-            q = self._queue_for(rec)
-            if q is not None:
+            q = core.queues.get(rec.object_name)
+            if q is not None and q.object_id == rec.object_id:   # damaged or not
                 del core.queues[q.name]
+                own = q.store.object_id == rec.object_id
                 q.store.close()
-                QueueStore.destroy(q.store.path)
+                if own:     # never the store of a newer incarnation of the name
+                    QueueStore.destroy(q.store.path)
 
     def _inconsistent(self, rec: LogRecord, what: str) -> None:
         text = f"log record at LSN {rec.lsn} ({rec.type.name}) does not match the store: {what}"

@@ -208,28 +208,34 @@ class QueueManagerCore:
         if self.catalog_dirty_lsn is None:
             self.catalog_dirty_lsn = lsn
 
-    def open_queue_store(self, definition: dict, *, must_exist: bool = False) -> LocalQueue:
-        """Open (or, for a new queue, create) a queue's store. At restart the store
-        of every defined queue must exist: a missing or foreign one means its
-        messages are lost, and the queue is marked damaged (HMQ7472E) for good,
-        until media recovery rebuilds it."""
+    def open_queue_store(self, definition: dict, *, at_restart: bool = False) -> LocalQueue:
+        """Open (or, for a new queue, create) a queue's store.
+
+        At restart the store of every queue in the catalog must exist: a missing
+        one means its messages are lost, and the queue is marked damaged for
+        good (the mark is written into the new empty store) until media
+        recovery rebuilds it. A store holding another object id may belong to a
+        newer incarnation of the name whose create is still in the log: that is
+        judged after redo (``report_damage``), and nothing is written into it."""
         path = self.config.queue_dir(definition["name"])
         existed = (path / "data.mdb").exists()
         store = QueueStore(path, definition["object_id"],
                            map_size=self.config.tuning.store_map_size_mb << 20)
         q = LocalQueue(definition, store)
-        if must_exist and not existed:
+        if at_restart and not existed:
             store.mark_damaged(f"its store {path} was missing at restart")
-        elif store.object_id != definition["object_id"]:
-            store.mark_damaged(f"its store {path} belongs to object id {store.object_id}, "
-                               f"the catalog says {definition['object_id']}")
-        if store.damaged:
-            q.damaged = True
-            self.oplog.emit("HMQ7472E", f"queue {q.name} is damaged: {store.damaged}; its "
-                            "operations fail with MQRC 2101 until it is recreated from the "
-                            "log (media recovery) or deleted")
+        q.damaged = bool(store.damaged) or store.object_id != definition["object_id"]
         self.queues[q.name] = q
+        if q.damaged and not at_restart:
+            self.report_damage(q)
         return q
+
+    def report_damage(self, q: LocalQueue) -> None:
+        why = q.store.damaged or (f"its store {q.store.path} belongs to object id "
+                                  f"{q.store.object_id}, the catalog says {q.object_id}")
+        self.oplog.emit("HMQ7472E", f"queue {q.name} is damaged: {why}; its operations fail "
+                        "with MQRC 2101 until it is recreated from the log (media recovery) "
+                        "or deleted")
 
     async def define_queue(self, name: str, attrs: dict | None = None, *, like: str | None = None,
                            replace: bool = False) -> dict:
