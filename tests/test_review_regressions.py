@@ -163,3 +163,23 @@ def test_forced_delete_whose_store_is_gone_is_completed_at_restart(make_qm, open
     qm.close()
     qm = open_qm()
     assert bodies(qm.browse("Q1")) == ["new"]
+
+
+def test_restart_forces_the_log_before_redo_writes_any_store(make_qm, open_qm, monkeypatch):
+    from harbormq.log.manager import RecoveryLog
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"m")
+    qm.close("preemptive")              # the put's effect is not in the store yet
+    events = []
+    real_durable, real_apply = RecoveryLog.make_durable, QueueStore.apply
+    monkeypatch.setattr(RecoveryLog, "make_durable",
+                        lambda self: (events.append("log forced"), real_durable(self))[1])
+    monkeypatch.setattr(QueueStore, "apply",
+                        lambda self, *a, **k: (events.append("store write"),
+                                               real_apply(self, *a, **k))[1])
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["m"]
+    assert "store write" in events
+    assert events.index("log forced") < events.index("store write")

@@ -211,6 +211,7 @@ class Restart:
 
     def phase3_redo(self):
         core, r = self.core, self.report
+        core.log.make_durable()   # redo flushes stores from what it reads
         scan = core.log.scan(r.redo_start_lsn, repair_tail=True)
         for q in core.queues.values():
             q.ordered = False

@@ -232,6 +232,17 @@ class RecoveryLog:
             prev_end = e.end_lsn
         return chain
 
+    def make_durable(self) -> None:
+        """fdatasync the active extent before restart redo trusts what it reads:
+        a process killed between write and fsync leaves records only in the page
+        cache, and a store flushed from them must not outlive them in a power
+        loss. (Full extents were forced when they were switched out.)"""
+        fd = os.open(self.extent_path(self.state.active.number), os.O_RDWR)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
     def scan(self, from_lsn: int, *, repair_tail: bool = False) -> RecoveryScan:
         return RecoveryScan(self, from_lsn, repair_tail=repair_tail)
 
