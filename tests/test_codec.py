@@ -158,7 +158,7 @@ def test_empty_record_is_the_minimum_size():
 def test_header_fields_sit_where_the_docstring_says():
     rec = sample_record(name="Q.NAME")
     data = encode(rec)
-    assert RECORD_HEADER.size == 52
+    assert RECORD_HEADER.size == 60
     (length, crc, lsn, ts, uow, prev, obj, plen) = struct.unpack_from("<IIQQQQII", data, 0)
     assert (length, lsn, ts, uow, prev, obj, plen) == (
         len(data), rec.lsn, rec.timestamp_ns, rec.uow_id, rec.prev_lsn, rec.object_id,
@@ -168,10 +168,11 @@ def test_header_fields_sit_where_the_docstring_says():
     assert data[49] == int(rec.flags)
     assert data[50] == len(b"Q.NAME")
     assert data[51] == RECORD_VERSION
-    assert data[52:58] == b"Q.NAME"
-    assert data[58:58 + plen] == rec.payload
+    assert struct.unpack_from("<Q", data, 52)[0] == rec.synced_lsn
+    assert data[60:66] == b"Q.NAME"
+    assert data[66:66 + plen] == rec.payload
     # zero padding up to the trailer
-    assert data[58 + plen:len(data) - 4] == bytes(len(data) - 4 - 58 - plen)
+    assert data[66 + plen:len(data) - 4] == bytes(len(data) - 4 - 66 - plen)
 
 
 @pytest.mark.parametrize("payload_len", range(0, 17))

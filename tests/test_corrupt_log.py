@@ -36,6 +36,7 @@ from harbormq.log.control import ControlFile, ControlState
 from harbormq.log.reader import ExtentReader
 from harbormq.log.records import (
     EXTENT_HEADER_SIZE,
+    RECORD_HEADER,
     LogRecord,
     Message,
     RecordFlag,
@@ -131,10 +132,13 @@ def body_for(i: int, size: int) -> bytes:
 
 
 def build_log(make_qm, open_qm, home: Path, *, count: int, sizes=(300, 500), pin: bool = False,
-              close_mode: str = "preemptive", seed: int = 1) -> LogLayout:
+              close_mode: str = "preemptive", seed: int = 1,
+              tail_puts: int = 0) -> LogLayout:
     """A linear log of several small extents holding ``count`` acknowledged
     persistent auto-commit puts. ``pin``: a unit of work begun before them is
-    still in flight when the queue manager stops."""
+    still in flight when the queue manager stops. ``tail_puts``: go on putting
+    until the newest extent holds at least that many puts since its switch (so
+    the log ends in puts, not in the checkpoint a switch brings)."""
     make_qm(QM, log_type="linear", log_file_pages=PAGES)
     quiet_flusher(home)
     qm = open_qm(QM)
@@ -144,10 +148,20 @@ def build_log(make_qm, open_qm, home: Path, *, count: int, sizes=(300, 500), pin
         uow.put(QUEUE, b"in flight: backed out at restart")
     rnd = random.Random(seed)
     bodies = []
-    for i in range(count):
-        body = body_for(i, rnd.randint(*sizes))
+    active, since = qm.core.log.state.active.number, 0
+
+    def put_one():
+        nonlocal active, since
+        body = body_for(len(bodies), rnd.randint(*sizes))
         qm.put(QUEUE, body)          # returns once its record is on disk
         bodies.append(body)
+        if qm.core.log.state.active.number != active:
+            active, since = qm.core.log.state.active.number, 0
+        since += 1
+    for _ in range(count):
+        put_one()
+    while since < tail_puts:
+        put_one()
     stop(qm, close_mode)
     layout = read_layout(home, bodies)
     assert [r.body for r in layout.puts] == bodies
@@ -248,7 +262,7 @@ class Damage:
 
 
 def _tail_layout(make_qm, open_qm, home) -> LogLayout:
-    layout = build_log(make_qm, open_qm, home, count=700)
+    layout = build_log(make_qm, open_qm, home, count=700, tail_puts=10)
     assert len(layout.older) >= 2, "the test needs several extents"
     tail = layout.records[layout.active][-3:]
     assert all(r.body is not None for r in tail), "the log must end in message puts"
@@ -297,7 +311,7 @@ def crc_mismatch(make_qm, open_qm, home) -> Damage:
     rec = puts[len(puts) // 3]
     path = layout.path(number)
     original = path.read_bytes()
-    payload_end = rec.offset + 52 + len(QUEUE) + len(rec.record.payload)
+    payload_end = rec.offset + RECORD_HEADER.size + len(QUEUE) + len(rec.record.payload)
     flip(path, payload_end - 5, 6)       # inside the message body
     return Damage(layout, path, rec, original, path.read_bytes())
 
@@ -442,7 +456,7 @@ def test_bitflip_in_newest_extent_before_valid_records_is_corruption(make_qm, op
     recs = layout.records[layout.active]
     rec = recs[len(recs) // 2]
     path = layout.path(layout.active)
-    flip(path, rec.offset + 60, 2)
+    flip(path, rec.offset + RECORD_HEADER.size + 2, 2)   # in the object name
     damaged = path.read_bytes()
     exc = open_fails(home)
     assert_names_corruption(exc, path, rec)
@@ -630,13 +644,14 @@ def _flip_positions(rec: Rec) -> list[int]:
     padding and the trailer."""
     r = rec.record
     name_len = len(r.object_name.encode())
-    inside = [0, 1, 3, 4, 7, 8, 15, 16, 24, 32, 40, 44, 48, 49, 50, 51]
+    head = RECORD_HEADER.size
+    inside = [0, 1, 3, 4, 7, 8, 15, 16, 24, 32, 40, 44, 48, 49, 50, 51, 52, 59]
     if name_len:
-        inside.append(52)
+        inside.append(head)
     if r.payload:
-        inside += [52 + name_len, 52 + name_len + len(r.payload) // 2,
-                   52 + name_len + len(r.payload) - 1]
-    pad = r.length - 4 - (52 + name_len + len(r.payload))
+        inside += [head + name_len, head + name_len + len(r.payload) // 2,
+                   head + name_len + len(r.payload) - 1]
+    pad = r.length - 4 - (head + name_len + len(r.payload))
     if pad:
         inside.append(r.length - 5)
     inside += [r.length - 4, r.length - 1]

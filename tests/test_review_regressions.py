@@ -183,3 +183,33 @@ def test_restart_forces_the_log_before_redo_writes_any_store(make_qm, open_qm, m
     assert bodies(qm.browse("Q1")) == ["m"]
     assert "store write" in events
     assert events.index("log forced") < events.index("store write")
+
+
+def test_hole_in_an_unforced_write_followed_by_valid_records_is_a_torn_tail(make_qm, open_qm,
+                                                                            home):
+    """Power loss during one write: the device kept later pages, lost an earlier
+    one. Nothing from the hole on was ever forced, so it is a torn tail."""
+    from harbormq.log.control import ControlFile
+    from harbormq.log.reader import ExtentReader
+    from harbormq.log.records import RecordType
+    make_qm(log_type="linear")
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"acked")
+    uow = qm.begin()
+    for i in range(3):
+        uow.put("Q1", f"unforced{i}")     # written at the stop, forced by nobody
+    qm.close("preemptive")
+    log_dir = home / "log" / "QM1"
+    path = log_dir / f"S{ControlFile(log_dir).load().active.number:07d}.LOG"
+    recs = list(ExtentReader(path, newest=True).records())
+    begin = next(r for r in recs if r.type == RecordType.UOW_BEGIN)
+    later = [r for r in recs if r.lsn > begin.lsn]
+    assert later and all(r.synced_lsn <= begin.lsn for r in later)
+    offset = 4096 + begin.lsn - recs[0].lsn
+    with open(path, "r+b") as f:           # the hole: the UOW's first record is lost
+        f.seek(offset)
+        f.write(bytes(begin.length))
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["acked"]
+    assert qm.restart_report.torn_tail is not None

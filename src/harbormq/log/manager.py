@@ -290,6 +290,7 @@ class RecoveryLog:
             self._switch()
         rec.lsn = self.end_lsn
         rec.timestamp_ns = time.time_ns()
+        rec.synced_lsn = self.synced_lsn
         data = encode(rec)
         self._writer.add_data(self._active.number,
                               EXTENT_HEADER_SIZE + rec.lsn - self._active.first_lsn, data,
@@ -338,6 +339,7 @@ class RecoveryLog:
             end = LogRecord(RecordType.EXTENT_END)
             end.lsn = self.end_lsn
             end.timestamp_ns = time.time_ns()
+            end.synced_lsn = self.synced_lsn
             data = encode(end)
             self._writer.add_data(old.number, EXTENT_HEADER_SIZE + end.lsn - old.first_lsn,
                                   data, end.lsn + len(data))

@@ -136,14 +136,22 @@ class ExtentReader:
             buf.close()
 
     def _classify_end(self, buf, offset: int, lsn: int, exc: RecordDecodeError) -> ExtentEnd:
+        """A bad record in the newest extent: the end of the log, or corruption?
+
+        After a power loss the device may keep later pages of an unsynced write
+        and lose earlier ones, so valid records can follow a hole. Every record
+        carries how far the log was known forced when it was appended: if one of
+        the records after the hole was appended after the hole's LSN was forced,
+        the hole had been on disk and is corruption. Otherwise everything from
+        the hole on was never forced, so never acknowledged: a torn tail."""
         if not self.newest:
             raise self._corrupt(exc, offset, lsn)
         last = _last_nonzero(self.path, offset, len(buf))
         if last < offset:
             return ExtentEnd("clean", offset, lsn)
-        later = _find_valid_record(buf, offset + 8, last, self.header.first_lsn)
-        if later is not None:
-            raise self._corrupt(exc, offset, lsn)
+        for rec in _valid_records_after(buf, offset + 8, last, self.header.first_lsn):
+            if rec.synced_lsn > lsn:
+                raise self._corrupt(exc, offset, lsn)
         torn = ((last - offset) + 8) & ~7
         return ExtentEnd("torn", offset, lsn, torn_length=min(torn, len(buf) - offset),
                          reason=exc.message)
@@ -172,8 +180,8 @@ def _last_nonzero(path: Path, start: int, end: int) -> int:
         os.close(fd)
 
 
-def _find_valid_record(buf, start: int, last: int, first_lsn: int) -> int | None:
-    """First 8-aligned offset in [start, last] holding a valid record of this cycle."""
+def _valid_records_after(buf, start: int, last: int, first_lsn: int):
+    """Valid records of this cycle at 8-aligned offsets in [start, last]."""
     pos = (start + 7) & ~7
     unpack = RECORD_HEADER.unpack_from
     while pos + MIN_RECORD <= len(buf) and pos <= last:
@@ -181,12 +189,14 @@ def _find_valid_record(buf, start: int, last: int, first_lsn: int) -> int | None
         expected = first_lsn + pos - EXTENT_HEADER_SIZE
         if lsn == expected and length >= MIN_RECORD:
             try:
-                decode(buf, pos, expected_lsn=expected)
-                return pos
+                rec = decode(buf, pos, expected_lsn=expected)
             except RecordDecodeError:
                 pass
+            else:
+                yield rec
+                pos += rec.length
+                continue
         pos += 8
-    return None
 
 
 def keep_torn_tail(path: Path, end: ExtentEnd) -> Path | None:

@@ -16,7 +16,9 @@ Log record layout (little-endian, every record a multiple of 8 bytes)::
     49      1     flags          RecordFlag bits
     50      1     name_len       length of the object name that follows
     51      1     version        record format version (1)
-    52      n     object name    UTF-8, name_len bytes
+    52      8     synced_lsn     how far the log was known forced when this record
+                                 was appended (tells a torn tail from corruption)
+    60      n     object name    UTF-8, name_len bytes
     ..      p     payload        payload_len bytes, layout per type (below)
     ..      0-7   zero padding   so that the trailer ends on an 8-byte boundary
     L-4     4     length         the length again, so the log can be walked backwards
@@ -52,12 +54,12 @@ from ..errors import HarbormqError
 RECORD_VERSION = 1
 PAGE_SIZE = 4096
 
-RECORD_HEADER = struct.Struct("<IIQQQQIIBBBB")
-assert RECORD_HEADER.size == 52
+RECORD_HEADER = struct.Struct("<IIQQQQIIBBBBQ")
+assert RECORD_HEADER.size == 60
 TRAILER = struct.Struct("<I")
 assert TRAILER.size == 4
 #: smallest possible record: header + trailer rounded up to 8
-MIN_RECORD = 56
+MIN_RECORD = 64
 MAX_NAME = 255
 
 EXTENT_HEADER = struct.Struct("<8sIIQQ48sI")
@@ -124,6 +126,8 @@ class LogRecord:
     timestamp_ns: int = 0
     #: total encoded length; filled by decode and encode_into
     length: int = 0
+    #: the log's forced LSN when the record was appended (set by the log)
+    synced_lsn: int = 0
 
     @property
     def end_lsn(self) -> int:
@@ -156,7 +160,7 @@ def encode(rec: LogRecord) -> bytes:
     buf = bytearray(length)
     RECORD_HEADER.pack_into(buf, 0, length, 0, rec.lsn, rec.timestamp_ns, rec.uow_id,
                             rec.prev_lsn, rec.object_id, len(rec.payload), int(rec.type),
-                            int(rec.flags), len(name), RECORD_VERSION)
+                            int(rec.flags), len(name), RECORD_VERSION, rec.synced_lsn)
     pos = RECORD_HEADER.size
     buf[pos:pos + len(name)] = name
     pos += len(name)
@@ -177,7 +181,7 @@ def decode(buf, offset: int, *, expected_lsn: int | None = None,
     if end - offset < MIN_RECORD:
         raise RecordDecodeError("short record: fewer bytes than a record header", offset=offset)
     (length, crc, lsn, ts, uow, prev, obj, plen, rtype, flags, nlen,
-     version) = RECORD_HEADER.unpack_from(buf, offset)
+     version, synced) = RECORD_HEADER.unpack_from(buf, offset)
     if length == 0:
         raise RecordDecodeError("zero length: no record here", offset=offset, zero=True)
     if length < MIN_RECORD or length % 8 or length != encoded_length(nlen, plen):
@@ -203,7 +207,7 @@ def decode(buf, offset: int, *, expected_lsn: int | None = None,
     name = str(body[pos:pos + nlen], "utf-8", "replace") if nlen else ""
     pos += nlen
     payload = body[pos:pos + plen]
-    return LogRecord(rtype_enum, uow, prev, obj, name, payload, flags, lsn, ts, length)
+    return LogRecord(rtype_enum, uow, prev, obj, name, payload, flags, lsn, ts, length, synced)
 
 
 # --- extent header ---------------------------------------------------------------
