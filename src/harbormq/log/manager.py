@@ -503,8 +503,8 @@ class _Writer(threading.Thread):
         except BaseException as exc:  # disk full, EIO: the log is unusable
             try:
                 self.log._loop.call_soon_threadsafe(self.log._on_failed, exc)
-            except RuntimeError:
-                pass
+            except RuntimeError:    # the loop is closed: nobody is left to tell
+                return
 
     def _switch(self, number: int, first_lsn: int, reuse: bool) -> None:
         old = self.current

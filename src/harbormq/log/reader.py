@@ -191,8 +191,8 @@ def _valid_records_after(buf, start: int, last: int, first_lsn: int):
             try:
                 rec = decode(buf, pos, expected_lsn=expected)
             except RecordDecodeError:
-                pass
-            else:
+                rec = None          # only looks like a record: keep scanning
+            if rec is not None:
                 yield rec
                 pos += rec.length
                 continue
