@@ -213,3 +213,46 @@ def test_hole_in_an_unforced_write_followed_by_valid_records_is_a_torn_tail(make
     qm = open_qm()
     assert bodies(qm.browse("Q1")) == ["acked"]
     assert qm.restart_report.torn_tail is not None
+
+
+def test_failed_store_clear_is_completed_by_the_next_flush(make_qm, open_qm, monkeypatch):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    for i in range(3):
+        qm.put("Q1", f"old{i}")
+    qm.checkpoint()
+    real_clear = QueueStore.clear
+    monkeypatch.setattr(QueueStore, "clear",
+                        lambda self, lsn: (_ for _ in ()).throw(OSError("EIO (injected)")))
+    with pytest.raises(OSError):
+        qm.clear_queue("Q1")
+    monkeypatch.setattr(QueueStore, "clear", real_clear)
+    qm.put("Q1", b"new")
+    qm.checkpoint()
+    qm.close("preemptive")
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["new"]
+
+
+def test_nonpersistent_messages_of_a_redefined_queue_are_discarded(make_qm, open_qm,
+                                                                  monkeypatch):
+    from harbormq.store import CatalogStore
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.checkpoint()                       # the catalog on disk: the first Q1
+    qm.delete_queue("Q1", purge=True)
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"np", persistent=False)
+    qm.put("Q1", b"p-acked", persistent=True)
+    monkeypatch.setattr(CatalogStore, "apply",
+                        lambda self, *a, **k: (_ for _ in ()).throw(OSError("injected")))
+    with pytest.raises(OSError):
+        qm._call(qm.core.flush_all())     # queue stores written, the catalog not
+    qm.close("preemptive")
+    monkeypatch.undo()
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["p-acked"]
+    assert qm.restart_report.nonpersistent_discarded == 1
+    assert "HMQ7472E" not in qm.core.oplog.ids()

@@ -124,20 +124,17 @@ class Restart:
         self.redo_from[0] = core.catalog_store.recovery_lsn
         for definition in core.objects.values():
             if definition["type"] == "QLOCAL":
-                q = core.open_queue_store(definition, at_restart=True)
+                q = core.open_queue_store(definition, at_restart=True, report=False)
                 self.redo_from[q.object_id] = q.store.recovery_lsn
         self._sweep_orphan_stores()
-        for q in core.queues.values():
-            if not q.damaged:
-                r.nonpersistent_discarded += q.store.purge_nonpersistent()
-                q.depth = q.store.count()
+        for q in core.queues.values():   # also a store that may be a newer incarnation
+            r.nonpersistent_discarded += q.store.purge_nonpersistent()
+            q.depth = q.store.count()
         self.progress("log initialisation", 1, 1)
         self.emit("HMQ7201I", f"Log initialisation for queue manager {core.name} complete: "
                   f"{st.log_type} log, control file sequence {st.sequence}, "
                   f"{len(chain)} extent(s) in use ({', '.join(r.extents)})")
-        if r.nonpersistent_discarded:
-            self.emit("HMQ7237I", f"{r.nonpersistent_discarded} non-persistent message(s) "
-                      "discarded at restart")
+
 
     def _sweep_orphan_stores(self) -> None:
         """Store directories with no catalog entry: a define whose record never got
@@ -246,6 +243,9 @@ class Restart:
         for uow in self.rebuilt.values():
             core.uows[uow.id] = uow
             core.next_uow_id = max(core.next_uow_id, uow.id + 1)
+        if r.nonpersistent_discarded:
+            self.emit("HMQ7237I", f"{r.nonpersistent_discarded} non-persistent message(s) "
+                      "discarded at restart")
         self.emit("HMQ7229I", f"{r.records_replayed} log records accessed on queue manager "
                   f"{core.name} during the log replay phase ({r.bytes_replayed} bytes, "
                   f"{r.effects_redone} effects redone)")
@@ -414,7 +414,9 @@ class Restart:
                     q.store.close()
                     q = None
                 if q is None:
-                    q = core.open_queue_store(data)
+                    q = core.open_queue_store(data, report=False)
+                    r.nonpersistent_discarded += q.store.purge_nonpersistent()
+                    q.depth = q.store.count()
                     q.ordered = False   # as for every queue during redo
                     self.redo_from.setdefault(q.object_id, q.store.recovery_lsn)
             r.effects_redone += 1

@@ -208,7 +208,8 @@ class QueueManagerCore:
         if self.catalog_dirty_lsn is None:
             self.catalog_dirty_lsn = lsn
 
-    def open_queue_store(self, definition: dict, *, at_restart: bool = False) -> LocalQueue:
+    def open_queue_store(self, definition: dict, *, at_restart: bool = False,
+                         report: bool = True) -> LocalQueue:
         """Open (or, for a new queue, create) a queue's store.
 
         At restart the store of every queue in the catalog must exist: a missing
@@ -216,7 +217,8 @@ class QueueManagerCore:
         good (the mark is written into the new empty store) until media
         recovery rebuilds it. A store holding another object id may belong to a
         newer incarnation of the name whose create is still in the log: that is
-        judged after redo (``report_damage``), and nothing is written into it."""
+        judged after redo (``report_damage``), and nothing is written into it.
+        Restart passes ``report=False``: damage is reported once redo is over."""
         path = self.config.queue_dir(definition["name"])
         existed = (path / "data.mdb").exists()
         store = QueueStore(path, definition["object_id"],
@@ -226,7 +228,7 @@ class QueueManagerCore:
             store.mark_damaged(f"its store {path} was missing at restart")
         q.damaged = bool(store.damaged) or store.object_id != definition["object_id"]
         self.queues[q.name] = q
-        if q.damaged and not at_restart:
+        if q.damaged and report and not at_restart:
             self.report_damage(q)
         return q
 
@@ -337,12 +339,14 @@ class QueueManagerCore:
             if (why := self._busy(q)) is not None:
                 raise ObjectInUse(f"queue {name} cannot be cleared: {why}", queue=name)
             count = q.curdepth
-            self._append(RecordType.OBJECT_ALTER, obj=q,
-                         payload=encode_json(dict(q.definition, clear=True)))
+            clear_lsn = self._append(RecordType.OBJECT_ALTER, obj=q,
+                                     payload=encode_json(dict(q.definition, clear=True)))
             cleared_at = self.log.end_lsn
             q.clear_memory()
+            q.clear_pending = (clear_lsn, cleared_at)   # until the store has it (flush_all)
             await self.log.force(cleared_at)
             await self._store_write(q.store.clear, cleared_at)
+            q.clear_pending = None
             q.store_hidden = False
         return count
 
@@ -672,6 +676,9 @@ class QueueManagerCore:
             target = self.log.end_lsn
             await self.log.force(target)
             for q, snap in snapshots:
+                if q.clear_pending is not None:     # a CLEAR whose store clear failed
+                    await self._store_write(q.store.clear, q.clear_pending[1])
+                    q.clear_pending, q.store_hidden = None, False
                 await self._store_write(q.store.apply, snap, target, q.index_type, q.next_seq)
                 q.end_flush()
             if catalog is not None:

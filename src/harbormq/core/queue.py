@@ -37,6 +37,9 @@ class LocalQueue:
         #: set between a CLEAR's record and the store being emptied: the store's
         #: messages are gone already for everyone
         self.store_hidden = False
+        #: (record LSN, end LSN) of a CLEAR whose store clear has not succeeded yet:
+        #: it pins the restart point and the next flush completes it
+        self.clear_pending: tuple[int, int] | None = None
         #: oldest LSN of an effect in ``dirty`` (None when clean)
         self.dirty_lsn: int | None = None
         self.flushing_lsn: int | None = None
@@ -205,7 +208,7 @@ class LocalQueue:
         recovery LSN the store must record, or the queue would pin the restart
         point for as long as it stays idle."""
         if not self.dirty and self.dirty_lsn is None and not self.flushing \
-                and self.flushing_lsn is None:
+                and self.flushing_lsn is None and self.clear_pending is None:
             return None
         if self.flushing or self.flushing_lsn is not None:
             merged = dict(self.flushing)
@@ -231,6 +234,8 @@ class LocalQueue:
     def recovery_lsn(self) -> int | None:
         """Oldest LSN restart would need for this store (None when clean)."""
         lsns = [x for x in (self.flushing_lsn, self.dirty_lsn) if x is not None]
+        if self.clear_pending is not None:
+            lsns.append(self.clear_pending[0])
         return min(lsns) if lsns else None
 
     def dirty_entries(self) -> int:
