@@ -51,7 +51,7 @@ class LocalQueue:
         self.index_ready = True
         self.last_put_ns = 0
         self.last_get_ns = 0
-        #: lowest store key that may still be available (all below are gone or locked)
+        #: where store scans start: every store key below it is deleted in memory
         self._scan_from: bytes | None = None
         self.waiters: list = []                 # futures of getters waiting for a message
 
@@ -117,8 +117,9 @@ class LocalQueue:
             yield key
 
     def first_available(self, match=None, now_ns: int = 0):
-        """(key, message) of the first message a get may take, or None. Expired
-        messages met on the way are returned in ``expired`` for removal."""
+        """(key, message, expired): the first message a get may take (key and
+        message None when there is none), and the expired messages met on the
+        way, for the caller to remove."""
         expired = []
         for key in self._candidate_keys(match):
             if key in self.locked:
@@ -135,9 +136,8 @@ class LocalQueue:
         return None, None, expired
 
     def _candidate_keys(self, match):
-        if match is not None and self.index_ready and self.index_type != "NONE" and \
-                getattr(match, "ident", None) is not None and \
-                getattr(match, "index_type", None) == self.index_type:
+        if match is not None and match.ident is not None and self.index_ready and \
+                match.index_type == self.index_type:
             keys = set(self.store.index_lookup(match.ident))
             for k in self._mem_keys:
                 keys.add(k)
