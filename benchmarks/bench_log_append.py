@@ -33,27 +33,23 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-try:
-    import harbormq  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# _common first: it puts src/ on the path when harbormq is not installed
+from _common import SyncCounter, make_progress  # noqa: I001
 
 from harbormq import QueueManager, qmgr
 from harbormq.log.manager import LogSettings, RecoveryLog
 from harbormq.log.records import LogRecord, RecordFlag, RecordType, encoded_length
 
 QM_NAME = "BENCHQM"
+progress = make_progress("bench_log_append")
 QUEUE = "BENCH.APPEND"
 
 
-def progress(text: str) -> None:
-    print(f"[bench_log_append] {text}", file=sys.stderr, flush=True)
 
 
 def percentiles(samples: list[float]) -> dict:
@@ -67,18 +63,6 @@ def percentiles(samples: list[float]) -> dict:
             "max_us": round(s[-1] * 1e6, 1)}
 
 
-class SyncCounter:
-    """Counts the writer's group commits: it calls ``log._on_synced`` on the loop
-    once after each fdatasync that completes a batch of forces."""
-
-    def __init__(self, log: RecoveryLog):
-        self.count = 0
-        orig = log._on_synced
-
-        def counted(lsn: int) -> None:
-            self.count += 1
-            orig(lsn)
-        log._on_synced = counted   # instance attribute shadows the method
 
 
 # --------------------------------------------------------------------------- log layer

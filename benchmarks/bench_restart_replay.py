@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import signal
 import subprocess
@@ -42,52 +41,29 @@ import threading
 import time
 from pathlib import Path
 
-try:
-    import harbormq  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# _common first: it puts src/ on the path when harbormq is not installed
+from _common import dir_bytes, make_progress, peak_rss_mb, proc_status  # noqa: I001
 
 QM_NAME = "BENCHQM"
+progress = make_progress("bench_restart_replay")
+
 QUEUE = "BENCH.REPLAY"
 PIN_QUEUE = "BENCH.PIN"
 READY = "READY "
 
 
-def progress(text: str) -> None:
-    print(f"[bench_restart_replay:{os.getpid()}] {text}", file=sys.stderr, flush=True)
+def memory_mb() -> dict:
+    """Current RSS, its anonymous and file-backed (mmap) parts, and the peak, in MB."""
+    return {k + "_mb": v for k, v in
+            proc_status(("VmRSS", "RssAnon", "RssFile", "VmHWM")).items()}
 
 
-def peak_rss_mb() -> float:
-    """Peak RSS of this process in MB: VmHWM. Not ru_maxrss: Linux carries that over
-    fork+exec from the parent, so a child's small peak would read as the parent's."""
-    try:
-        with open("/proc/self/status") as f:
-            lines = f.readlines()
-        for line in lines:
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def proc_memory() -> dict:
-    """Current RSS split into anonymous and file-backed (mmap) pages, in MB."""
-    out = {}
-    try:
-        with open("/proc/self/status") as f:
-            lines = f.readlines()
-        for line in lines:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
-                out[key + "_mb"] = round(int(value.split()[0]) / 1024, 1)
-    except OSError:
-        pass
-    return out
 
 
-def dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
 
 
 # --------------------------------------------------------------------------- child: write
@@ -176,7 +152,7 @@ def child_restart(args) -> None:
     t0 = time.perf_counter()
     qm = QueueManager.open(QM_NAME, home=home)
     open_s = time.perf_counter() - t0
-    memory_after_open = proc_memory()
+    memory_after_open = memory_mb()
     rep = qm.restart_report
     depth = qm.queue_status(QUEUE)["CURDEPTH"]
     pin_depth = qm.queue_status(PIN_QUEUE)["CURDEPTH"]
@@ -207,7 +183,7 @@ def child_restart_profiled(args) -> None:
         t0 = time.perf_counter()
         rq = await RunningQueueManager.start(cfg, quiet=True)
         out["open_seconds"] = round(time.perf_counter() - t0, 3)
-        out["memory_after_open"] = proc_memory()
+        out["memory_after_open"] = memory_mb()
         out["report"] = rq.report.as_dict()
         out["depth_after_restart"] = rq.core.queues[QUEUE].curdepth
         out["pin_queue_depth_after_restart"] = rq.core.queues[PIN_QUEUE].curdepth

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import signal
 import subprocess
@@ -37,33 +36,17 @@ import threading
 import time
 from pathlib import Path
 
-try:
-    import harbormq  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# _common first: it puts src/ on the path when harbormq is not installed
+from _common import dir_bytes, make_progress, peak_rss_mb, proc_status  # noqa: I001
 
 QM_NAME = "BENCHQM"
+progress = make_progress("bench_rss")
 QUEUE = "BENCH.RSS"
 RESULT = "RESULT "
 
 
-def progress(text: str) -> None:
-    print(f"[bench_rss:{os.getpid()}] {text}", file=sys.stderr, flush=True)
 
 
-def proc_status() -> dict:
-    """VmHWM (peak RSS), VmRSS, RssAnon, RssFile of this process, in MB."""
-    out = {}
-    try:
-        with open("/proc/self/status") as f:
-            lines = f.readlines()
-        for line in lines:
-            key, _, value = line.partition(":")
-            if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"):
-                out[key] = round(int(value.split()[0]) / 1024, 1)
-    except OSError:
-        pass
-    return out
 
 
 class Sampler(threading.Thread):
@@ -91,22 +74,8 @@ class Sampler(threading.Thread):
                 "samples": self.samples}
 
 
-def peak_rss_mb() -> float:
-    """Peak RSS of this process in MB: VmHWM. Not ru_maxrss: Linux carries that over
-    fork+exec from the parent, so a child's small peak would read as the parent's."""
-    try:
-        with open("/proc/self/status") as f:
-            lines = f.readlines()
-        for line in lines:
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-def dir_mb(path: Path) -> float:
-    return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6, 1)
 
 
 # --------------------------------------------------------------------------- children
@@ -238,8 +207,8 @@ def parent(args) -> dict:
         progress(f"putting {args.messages} x {args.body_size} B in a child process")
         put = run_child("put", home, args)
         progress(f"  peak RSS {put['peak_rss_mb']} MB, {put['messages_per_s']:.0f} msgs/s")
-        disk = {"queue_store_mb": dir_mb(home / "qmgrs" / QM_NAME / "queues"),
-                "log_mb": dir_mb(home / "log" / QM_NAME)}
+        disk = {"queue_store_mb": round(dir_bytes(home / "qmgrs" / QM_NAME / "queues") / 1e6, 1),
+                "log_mb": round(dir_bytes(home / "log" / QM_NAME) / 1e6, 1)}
         progress("restarting in a fresh child process, browsing and getting a few")
         restart = run_child("restart", home, args)
         progress(f"  peak RSS {restart['peak_rss_mb']} MB")

@@ -24,38 +24,23 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-try:
-    import harbormq  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# _common first: it puts src/ on the path when harbormq is not installed
+from _common import SyncCounter, make_progress  # noqa: I001
 
 from harbormq import QueueManager, qmgr
 
 QM_NAME = "BENCHQM"
+progress = make_progress("bench_throughput")
 QUEUE = "BENCH.THROUGHPUT"
 
 
-def progress(text: str) -> None:
-    print(f"[bench_throughput] {text}", file=sys.stderr, flush=True)
 
 
-class SyncCounter:
-    """Counts log group commits (the writer calls ``_on_synced`` once per fdatasync)."""
-
-    def __init__(self, log):
-        self.count = 0
-        orig = log._on_synced
-
-        def counted(lsn: int) -> None:
-            self.count += 1
-            orig(lsn)
-        log._on_synced = counted
 
 
 def split(total: int, parts: int) -> list[int]:
