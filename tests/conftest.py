@@ -61,3 +61,13 @@ def python_env(home):
 
 
 PYTHON = sys.executable
+
+
+def operator_log(home: Path, qm: str = "QM1") -> list[tuple[str, str]]:
+    """(message id, text) of every entry in the queue manager's HMQERR01.LOG."""
+    path = home / "qmgrs" / qm / "errors" / "HMQERR01.LOG"
+    out = []
+    for line in path.read_text().splitlines():
+        _stamp, msgid, text = line.split(" ", 2)
+        out.append((msgid, text))
+    return out

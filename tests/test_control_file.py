@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import operator_log
 
 from harbormq import QueueManager
 from harbormq.errors import ControlFileDamaged, ControlFileMismatch
@@ -41,15 +42,6 @@ def copy_path(home: Path, name: str) -> Path:
 
 def other(name: str) -> str:
     return COPY_NAMES[1 - COPY_NAMES.index(name)]
-
-
-def operator_log(home: Path) -> list[tuple[str, str]]:
-    path = home / "qmgrs" / QM / "errors" / "HMQERR01.LOG"
-    out = []
-    for line in path.read_text().splitlines():
-        _stamp, msgid, text = line.split(" ", 2)
-        out.append((msgid, text))
-    return out
 
 
 def contents(qm: QueueManager) -> list[bytes]:

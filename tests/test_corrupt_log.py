@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import operator_log
 
 from harbormq import QueueManager
 from harbormq.config import QMConfig
@@ -197,15 +198,6 @@ def stop(qm: QueueManager, mode: str, within: float = 30.0) -> None:
 
 def contents(qm: QueueManager) -> list[bytes]:
     return [m.body for m in qm.browse(QUEUE)]
-
-
-def operator_log(home: Path) -> list[tuple[str, str]]:
-    path = home / "qmgrs" / QM / "errors" / "HMQERR01.LOG"
-    out = []
-    for line in path.read_text().splitlines():
-        _stamp, msgid, text = line.split(" ", 2)
-        out.append((msgid, text))
-    return out
 
 
 def flip(path: Path, offset: int, bit: int = 0) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from conftest import operator_log
 
 from harbormq import QueueManager, qmgr
 from harbormq.config import QMConfig
@@ -17,7 +18,7 @@ def contents(qm, queue):
 
 
 def errlog(home, name="QM1"):
-    return (home / "qmgrs" / name / "errors" / "HMQERR01.LOG").read_text()
+    return "\n".join(f"{m} {t}" for m, t in operator_log(home, name))
 
 
 def test_second_instance_is_refused(make_qm, open_qm):
