@@ -396,6 +396,52 @@ class Compensation:
         return cls(RecordType(utype), ulsn, unext, MessageRef(seq, prio, msg_id), boc)
 
 
+# Media images (MEDIA_IMAGE_BEGIN / _CHUNK / _END, object name in the record header).
+#
+# An image of an object is the object's committed state as of the LSN of its
+# MEDIA_IMAGE_BEGIN record B: every unit of work (or auto-committed operation)
+# whose outcome record lies below B is reflected in it, none above B. Replaying
+# the object from an image therefore starts from the image's state and applies
+# the effects of units of work that committed after B.
+#
+#   BEGIN payload (JSON): {"image_id": int, "object_type": "QLOCAL"|"QMGR"|...,
+#                          "attributes": {...the definition...},
+#                          "messages": int, "next_seq": int}
+#   CHUNK payload: IMAGE_CHUNK header (image_id u64, count u32, pad u32), then
+#                  ``count`` times: message length u32, Message encoding
+#   END payload (JSON):   {"image_id": int, "begin_lsn": int, "messages": int,
+#                          "bytes": int}
+IMAGE_CHUNK = struct.Struct("<QII")
+IMAGE_CHUNK_ENTRY = struct.Struct("<I")
+
+
+def encode_image_chunk(image_id: int, messages) -> bytes:
+    """One CHUNK payload holding ``messages`` (already-encoded bytes or Message)."""
+    parts = []
+    for m in messages:
+        raw = m if isinstance(m, (bytes, bytearray, memoryview)) else m.encode()
+        parts.append(IMAGE_CHUNK_ENTRY.pack(len(raw)))
+        parts.append(bytes(raw))
+    return IMAGE_CHUNK.pack(image_id, len(parts) // 2, 0) + b"".join(parts)
+
+
+def decode_image_chunk(buf, *, with_body: bool = True) -> tuple[int, list[Message]]:
+    """(image_id, messages) of a CHUNK payload; the counterpart of encode_image_chunk."""
+    image_id, count, _pad = IMAGE_CHUNK.unpack_from(buf, 0)
+    pos = IMAGE_CHUNK.size
+    out = []
+    for _ in range(count):
+        (n,) = IMAGE_CHUNK_ENTRY.unpack_from(buf, pos)
+        pos += IMAGE_CHUNK_ENTRY.size
+        if pos + n > len(buf):
+            raise ValueError("image chunk entry runs past the end of its payload")
+        out.append(Message.decode(bytes(buf[pos:pos + n]), with_body=with_body))
+        pos += n
+    if pos != len(buf):
+        raise ValueError("image chunk payload length does not match its entries")
+    return image_id, out
+
+
 def encode_json(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
 
