@@ -54,6 +54,7 @@ from .objects import (
     check_name,
     validate,
 )
+from .connections import ConnectionRegistry
 from .queue import LocalQueue
 
 _id_prefix = os.urandom(8)
@@ -125,6 +126,7 @@ class QueueManagerCore:
         self.catalog_flushing_lsn: int | None = None
         self.queues: dict[str, LocalQueue] = {}
         self.uows: dict[int, UnitOfWork] = {}
+        self.connections = ConnectionRegistry()
         self.next_uow_id = 1
         self.next_object_id = 1
         self.loop: asyncio.AbstractEventLoop | None = None
