@@ -1,0 +1,122 @@
+"""``harbormq sc`` (runmqsc) and ``harbormq user`` (users for STOMP logins).
+
+Attach to the main command group with ``cli.add_command(sc)`` and
+``cli.add_command(user)``. Errors are HarbormqError, turned into an operator
+message and exit status 1 by ``harbormq.cli.main``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+import click
+
+from ..config import QMConfig
+from ..errors import HarbormqError, QueueManagerNotRunning
+from ..security import Security
+
+#: how long ``sc`` waits for the queue manager's reply (a CLEAR of a deep queue,
+#: a DEFINE waiting for its force on a busy log)
+SC_TIMEOUT = 300.0
+
+
+def send_mqsc(config: QMConfig, text: str, continue_on_error: bool = False,
+              timeout: float = SC_TIMEOUT) -> dict:
+    """Send one ``{"cmd": "mqsc"}`` request over the admin socket; the reply."""
+    request = {"cmd": "mqsc", "text": text, "continue": continue_on_error}
+    not_running = QueueManagerNotRunning(
+        f"queue manager {config.name} is not running: MQSC commands need a running queue "
+        "manager", hint=f"start it with 'harbormq start {config.name}'")
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(config.admin_socket))
+            s.sendall(json.dumps(request).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise not_running from None
+    except TimeoutError:
+        raise HarbormqError(f"queue manager {config.name} did not answer within {timeout:.0f} "
+                            "s", msgid="HMQ8146E") from None
+    if not data:
+        raise HarbormqError(f"queue manager {config.name} closed the admin connection without "
+                            "a reply", msgid="HMQ8146E")
+    reply = json.loads(data)
+    if "output" not in reply:
+        raise HarbormqError(reply.get("error", "the queue manager refused the MQSC request"),
+                            msgid="HMQ8400E")
+    return reply
+
+
+@click.command("sc")
+@click.argument("qm")
+@click.option("-c", "--command", "command_text", default=None, metavar="MQSC",
+              help="run these MQSC commands instead of reading standard input")
+@click.option("--continue", "continue_on_error", is_flag=True,
+              help="go on after a failing command (default: stop at the first)")
+def sc(qm, command_text, continue_on_error):
+    """Run MQSC commands against running queue manager QM (runmqsc).
+
+    Commands come from -c or standard input, one per line ('+'/'-' continue a
+    line, '*' starts a comment). The exit status is 1 if any command had a
+    syntax error or failed; processing stops at the first one unless --continue."""
+    config = QMConfig.load(qm)
+    text = command_text if command_text is not None else \
+        click.get_text_stream("stdin").read()
+    reply = send_mqsc(config, text, continue_on_error)
+    click.echo(reply["output"], nl=False)
+    if reply.get("errors"):
+        sys.exit(1)
+
+
+@click.group("user")
+def user():
+    """Users of a queue manager (STOMP login and passcode, scrypt hashes)."""
+
+
+def _read_password(name: str) -> str:
+    stdin = click.get_text_stream("stdin")
+    if stdin.isatty():
+        return click.prompt(f"Password for {name}", hide_input=True, confirmation_prompt=True)
+    line = stdin.readline()
+    return line[:-1] if line.endswith("\n") else line
+
+
+@user.command("add")
+@click.argument("qm")
+@click.argument("name")
+@click.option("--group", "-g", "groups", multiple=True,
+              help="a group the user belongs to (repeat for more); mqm makes an administrator")
+def user_add(qm, name, groups):
+    """Add user NAME to QM; the password is prompted for (or one line of stdin)."""
+    config = QMConfig.load(qm)
+    password = _read_password(name)
+    Security.for_config(config).users.add(name, password, groups)
+    click.echo(f"HMQ8886I: user {name} added to queue manager {qm}"
+               + (f" (groups {', '.join(sorted(set(groups)))})" if groups else "") + ".")
+
+
+@user.command("delete")
+@click.argument("qm")
+@click.argument("name")
+def user_delete(qm, name):
+    """Delete user NAME from QM (its authority records stay until deleted)."""
+    config = QMConfig.load(qm)
+    Security.for_config(config).users.delete(name)
+    click.echo(f"HMQ8887I: user {name} deleted from queue manager {qm}.")
+
+
+@user.command("list")
+@click.argument("qm")
+def user_list(qm):
+    """List the users of QM and their groups."""
+    users = Security.for_config(QMConfig.load(qm)).users
+    for name in users.names():
+        click.echo(f"{name}\t{','.join(users.groups_of(name))}")

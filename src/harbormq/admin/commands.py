@@ -1,0 +1,506 @@
+"""Running MQSC commands against the queue manager core.
+
+Everything here runs on the queue manager's event loop (the server's admin
+socket handler calls :func:`handle_admin_mqsc`, tests call :func:`run_mqsc`
+through ``QueueManager._call``). Commands run one at a time in script order;
+the first failing one (a syntax error or a command the queue manager refuses)
+stops the script unless ``continue_on_error``.
+
+The person at the admin socket is the OS user owning the queue manager (the
+socket is 0600), so MQSC commands need no authority check: that user holds
+every authority (see ``harbormq.security``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+
+from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS
+from ..errors import HarbormqError, ObjectExists, UnknownObject
+from ..log.records import PAGE_SIZE, extent_file_name, key_parts
+from . import mqsc
+from .mqsc import Command, MqscSyntaxError
+
+#: at most this many message keys are walked to find the oldest message (MSGAGE)
+MSGAGE_SCAN_LIMIT = 100_000
+
+
+def _now_ns() -> int:
+    """Wall-clock now (a function, so tests can move time forward)."""
+    return time.time_ns()
+
+
+class MqscError(HarbormqError):
+    msgid = "HMQ8400E"
+
+
+# -- value formatting --------------------------------------------------------------------
+
+def mq_date(ns: int) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(ns / 1e9)) if ns else ""
+
+
+def mq_time(ns: int) -> str:
+    """MQ writes times as hh.mm.ss."""
+    return time.strftime("%H.%M.%S", time.localtime(ns / 1e9)) if ns else ""
+
+
+def megabytes(nbytes: int) -> str:
+    """Sizes in MB as MQ shows them; below 10 MB with two decimals, so the small
+    extents of a test queue manager do not all read 0."""
+    mb = nbytes / (1 << 20)
+    if mb >= 10 or mb == int(mb):
+        return str(round(mb))
+    return f"{mb:.2f}".rstrip("0").rstrip(".")
+
+
+def _select(cmd: Command, order: tuple, always: tuple, default: tuple | None = None) -> list:
+    """Attribute names to show, in display order: ``always`` first, then ALL or the
+    requested ones (and the WHERE keyword), else ``default``."""
+    if "ALL" in cmd.flags:
+        wanted = set(order)
+    else:
+        wanted = set(cmd.requested) if cmd.requested else set(default or ())
+    if cmd.where:
+        wanted.add(cmd.where[0])
+    wanted |= set(always)
+    return [a for a in order if a in wanted]
+
+
+# -- the executor ------------------------------------------------------------------------
+
+class Executor:
+    def __init__(self, core, security, qm_info: dict | None = None):
+        self.core = core
+        self.security = security
+        self.qm_info = qm_info or {}
+        self.handlers: dict[tuple[str, str], Callable] = {
+            ("DEFINE", "QLOCAL"): self.define_qlocal,
+            ("ALTER", "QLOCAL"): self.alter_qlocal,
+            ("DELETE", "QLOCAL"): self.delete_qlocal,
+            ("CLEAR", "QLOCAL"): self.clear_qlocal,
+            ("DISPLAY", "QLOCAL"): self.display_queue,
+            ("DISPLAY", "QUEUE"): self.display_queue,
+            ("DISPLAY", "QSTATUS"): self.display_qstatus,
+            ("DISPLAY", "CONN"): self.display_conn,
+            ("STOP", "CONN"): self.stop_conn,
+            ("DISPLAY", "QMSTATUS"): self.display_qmstatus,
+            ("DISPLAY", "QMGR"): self.display_qmgr,
+            ("ALTER", "QMGR"): self.alter_qmgr,
+            ("PING", "QMGR"): self.ping_qmgr,
+            ("SET", "AUTHREC"): self.set_authrec,
+            ("DELETE", "AUTHREC"): self.delete_authrec,
+            ("DISPLAY", "AUTHREC"): self.display_authrec,
+        }
+
+    async def execute(self, cmd: Command) -> list[str]:
+        """Run one command; returns its output blocks; raises HarbormqError when
+        the command fails."""
+        result = self.handlers[(cmd.verb, cmd.objtype)](cmd)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    # -- queues ------------------------------------------------------------------------
+
+    async def define_qlocal(self, cmd: Command) -> list[str]:
+        core = self.core
+        attrs = {k: v for k, v in cmd.attrs.items() if k != "LIKE"}
+        like = cmd.attrs.get("LIKE")
+        exists = cmd.name in core.queues
+        if exists and "REPLACE" not in cmd.flags:
+            raise ObjectExists(f"queue {cmd.name} already exists (MQRC 2100); give REPLACE to "
+                               "replace its definition", queue=cmd.name)
+        if exists:
+            # REPLACE: the new definition is complete, as DEFINE makes it: what is
+            # not given comes from LIKE or the default queue, not the old definition
+            base_name = like or DEFAULT_LOCAL_QUEUE
+            base = core.objects.get(base_name)
+            if base is None:
+                raise UnknownObject(f"LIKE({base_name}): queue {base_name} is not defined",
+                                    queue=base_name)
+            full = dict(base["attrs"] if base else QLOCAL_DEFAULTS)
+            if base_name == DEFAULT_LOCAL_QUEUE:
+                full["DESCR"] = ""
+            full.update(attrs)
+            await core.alter_queue(cmd.name, full)
+            return [mqsc.format_message("HMQ8006I", "harbormq queue created (REPLACE: the "
+                                        "existing definition was replaced).")]
+        await core.define_queue(cmd.name, attrs, like=like)
+        return [mqsc.format_message("HMQ8006I", "harbormq queue created.")]
+
+    async def alter_qlocal(self, cmd: Command) -> list[str]:
+        await self.core.alter_queue(cmd.name, dict(cmd.attrs))
+        return [mqsc.format_message("HMQ8008I", "harbormq queue changed.")]
+
+    async def delete_qlocal(self, cmd: Command) -> list[str]:
+        await self.core.delete_queue(cmd.name, purge="PURGE" in cmd.flags)
+        return [mqsc.format_message("HMQ8007I", "harbormq queue deleted.")]
+
+    async def clear_qlocal(self, cmd: Command) -> list[str]:
+        count = await self.core.clear_queue(cmd.name)
+        what = "1 message" if count == 1 else f"{count} messages"
+        return [mqsc.format_message("HMQ8022I", f"harbormq queue cleared ({what} removed).")]
+
+    def _queues(self, cmd: Command) -> list[str]:
+        names = sorted(n for n in self.core.queues if mqsc.generic_match(cmd.name, n))
+        if not names:
+            raise UnknownObject(f"harbormq object {cmd.name} not found", queue=cmd.name)
+        return names
+
+    def queue_attrs(self, name: str) -> dict:
+        q = self.core.queues[name]
+        ip, op = self.core.connections.procs(name)
+        return {"QUEUE": name, "TYPE": "QLOCAL", **q.attrs, "CURDEPTH": q.curdepth,
+                "IPPROCS": ip, "OPPROCS": op}
+
+    def display_queue(self, cmd: Command) -> list[str]:
+        qtype = cmd.attrs.get("TYPE", "QLOCAL")
+        if qtype not in ("QLOCAL", "ALL", "*"):
+            raise UnknownObject(f"harbormq object {cmd.name} of TYPE({qtype}) not found: "
+                                "only local queues exist", queue=cmd.name)
+        out = []
+        for name in self._queues(cmd):
+            values = self.queue_attrs(name)
+            if not mqsc.where_matches(cmd.where, values):
+                continue
+            shown = _select(cmd, mqsc.DISPLAY_QUEUE_ATTRS, ("QUEUE", "TYPE"))
+            out.append(mqsc.format_object("HMQ8409I", "Display Queue details.",
+                                          [(a, values.get(a)) for a in shown]))
+        return out
+
+    def oldest_message_ns(self, q) -> int:
+        """put time of the oldest message a get could take (0 if none). Keys sort by
+        priority then put sequence, so the oldest is the first available message of
+        some priority band: the walk looks up one message per band and stops after
+        MSGAGE_SCAN_LIMIT keys."""
+        now = _now_ns()
+        found: set[int] = set()
+        oldest = 0
+        for walked, key in enumerate(q.iter_keys()):
+            if walked >= MSGAGE_SCAN_LIMIT or len(found) == 10:
+                break
+            prio, _seq = key_parts(key)
+            if prio in found or key in q.locked:
+                continue
+            msg = q.lookup(key)
+            if msg is None or msg.expired(now):
+                continue
+            found.add(prio)
+            if not oldest or msg.put_time_ns < oldest:
+                oldest = msg.put_time_ns
+        return oldest
+
+    def qstatus_queue(self, name: str) -> dict:
+        q = self.core.queues[name]
+        ip, op = self.core.connections.procs(name)
+        oldest = self.oldest_message_ns(q)
+        uncom = q.uncommitted_puts + len(q.locked)
+        return {"QUEUE": name, "TYPE": "QUEUE", "CURDEPTH": q.curdepth, "IPPROCS": ip,
+                "OPPROCS": op, "UNCOM": uncom if uncom else "NO",
+                "MSGAGE": (_now_ns() - oldest) // 1_000_000_000 if oldest else "",
+                "LPUTDATE": mq_date(q.last_put_ns), "LPUTTIME": mq_time(q.last_put_ns),
+                "LGETDATE": mq_date(q.last_get_ns), "LGETTIME": mq_time(q.last_get_ns)}
+
+    def display_qstatus(self, cmd: Command) -> list[str]:
+        stype = cmd.attrs.get("TYPE", "QUEUE")
+        if stype not in ("QUEUE", "HANDLE"):
+            raise MqscError(f"TYPE({stype}) is not valid for DISPLAY QSTATUS: use QUEUE or "
+                            "HANDLE")
+        out = []
+        for name in self._queues(cmd):
+            if stype == "QUEUE":
+                values = self.qstatus_queue(name)
+                if not mqsc.where_matches(cmd.where, values):
+                    continue
+                shown = _select(cmd, mqsc.QSTATUS_QUEUE_ATTRS, ("QUEUE", "TYPE"),
+                                ("CURDEPTH",))
+                out.append(mqsc.format_object("HMQ8450I", "Display queue status details.",
+                                              [(a, values.get(a)) for a in shown]))
+                continue
+            for conn, h in self.core.connections.handles_on(name):
+                values = {"QUEUE": name, "TYPE": "HANDLE", "CONN": conn.conn_id,
+                          "CONNAME": conn.peer, "USERID": conn.user, "APPLTAG": conn.app,
+                          "APPLTYPE": conn.kind.upper(),
+                          "INPUT": "SHARED" if h.input else "NO",
+                          "OUTPUT": "YES" if h.output else "NO",
+                          "BROWSE": "YES" if h.browse else "NO",
+                          "HSTATE": "ACTIVE" if h.uses else "INACTIVE"}
+                if not mqsc.where_matches(cmd.where, values):
+                    continue
+                shown = _select(cmd, mqsc.QSTATUS_HANDLE_ATTRS, ("QUEUE", "TYPE"),
+                                mqsc.QSTATUS_HANDLE_ATTRS)
+                out.append(mqsc.format_object("HMQ8450I", "Display queue status details.",
+                                              [(a, values.get(a)) for a in shown]))
+        if not out:
+            out.append(mqsc.format_message("HMQ8420I", "Queue status not found."))
+        return out
+
+    # -- connections -------------------------------------------------------------------
+
+    def _extent_name(self, lsn: int) -> str:
+        e = self.core.log.extent_of(lsn) if lsn else None
+        return extent_file_name(e.number) if e is not None else ""
+
+    def conn_attrs(self, conn) -> dict:
+        uow = conn.oldest_uow()
+        values = {"CONN": conn.conn_id, "TYPE": "CONN", "CONNAME": conn.peer,
+                  "USERID": conn.user, "APPLTAG": conn.app, "APPLTYPE": conn.kind.upper(),
+                  "CHANNEL": conn.listener, "CONNSTDA": mq_date(conn.started_ns),
+                  "CONNSTTI": mq_time(conn.started_ns)}
+        if uow is None:
+            values.update(UOWSTATE="NONE", UOWSTDA="", UOWSTTI="", UOWLOG="", UOWLOGDA="",
+                          UOWLOGTI="", QMURID="", UOWID="")
+        else:
+            state = {"prepared": "PREPARED"}.get(uow.state, "ACTIVE")
+            values.update(UOWSTATE=state, UOWSTDA=mq_date(uow.started_ns),
+                          UOWSTTI=mq_time(uow.started_ns),
+                          UOWLOG=self._extent_name(uow.first_lsn),
+                          UOWLOGDA=mq_date(uow.first_log_ns), UOWLOGTI=mq_time(uow.first_log_ns),
+                          QMURID=str(uow.first_lsn) if uow.first_lsn else "", UOWID=uow.id)
+        return values
+
+    @staticmethod
+    def handle_pairs(h) -> list[tuple[str, object]]:
+        opts = (["MQOO_INPUT_SHARED"] if h.input else []) + \
+            (["MQOO_OUTPUT"] if h.output else []) + (["MQOO_BROWSE"] if h.browse else [])
+        return [("OBJNAME", h.queue), ("OBJTYPE", "QUEUE"), ("OPENOPTS", opts),
+                ("HSTATE", "ACTIVE" if h.uses else "INACTIVE")]
+
+    def display_conn(self, cmd: Command) -> list[str]:
+        ctype = cmd.attrs.get("TYPE", "CONN")
+        if ctype not in ("CONN", "HANDLE", "ALL", "*"):
+            raise MqscError(f"TYPE({ctype}) is not valid for DISPLAY CONN: use CONN, HANDLE "
+                            "or ALL")
+        conns = sorted((c for c in self.core.connections
+                        if mqsc.generic_match(cmd.name, c.conn_id)), key=lambda c: c.conn_id)
+        if not conns and "*" not in cmd.name:
+            raise MqscError(f"connection {cmd.name} not found", msgid="HMQ8147E")
+        out = []
+        for conn in conns:
+            values = self.conn_attrs(conn)
+            if not mqsc.where_matches(cmd.where, values):
+                continue
+            values["TYPE"] = "*" if ctype == "ALL" else ctype
+            if ctype == "HANDLE":
+                shown = ["CONN", "TYPE"]
+            else:
+                shown = _select(cmd, mqsc.CONN_ATTRS, ("CONN", "TYPE"))
+            lines = [mqsc.format_object("HMQ8276I", "Display Connection details.",
+                                        [(a, values.get(a)) for a in shown])]
+            if ctype in ("HANDLE", "ALL", "*"):
+                for (_q, _mode), h in sorted(conn.handles.items()):
+                    lines.append("")
+                    lines.extend(mqsc.format_pairs(self.handle_pairs(h)))
+            out.append("\n".join(lines))
+        if not out:
+            out.append(mqsc.format_message("HMQ8276I", "No connections found."))
+        return out
+
+    async def stop_conn(self, cmd: Command) -> list[str]:
+        conn = self.core.connections.get(cmd.name)
+        if conn is None:
+            raise MqscError(f"connection {cmd.name} not found", msgid="HMQ8147E")
+        if conn.stop is None:
+            raise MqscError(f"connection {conn.conn_id} ({conn.kind}) cannot be stopped: it "
+                            "has no stop callback", msgid="HMQ8124E")
+        result = conn.stop("stopped by STOP CONN (MQRC 2009 CONNECTION_BROKEN)")
+        if inspect.isawaitable(result):
+            await result
+        return [mqsc.format_message("HMQ8123I", "harbormq connection stop request accepted.")]
+
+    # -- the queue manager -------------------------------------------------------------
+
+    def log_attrs(self) -> dict:
+        core = self.core
+        log = core.log
+        st = log.state
+        ext_bytes = st.pages * PAGE_SIZE
+        chain = log.chain()
+        linear = st.log_type == "linear"
+
+        def extents_from(lsn: int) -> tuple[str, int]:
+            e = log.extent_of(lsn)
+            if e is None:
+                return "", 0
+            needed = [x for x in chain if x.first_lsn >= e.first_lsn]
+            return extent_file_name(e.number), len(needed)
+
+        reclog, rec_n = extents_from(st.restart_lsn)
+        values = {
+            "LOGTYPE": st.log_type.upper(), "LOGPATH": str(log.dir),
+            "LOGPRIM": st.primary, "LOGSEC": st.secondary, "LOGEXTSZ": ext_bytes // 1024,
+            "CURRLOG": extent_file_name(st.active.number),
+            "RECLOG": reclog, "RECSZ": megabytes(rec_n * ext_bytes),
+            "LOGINUSE": round(100 * rec_n / st.primary),
+            "REUSESZ": megabytes(sum(1 for e in st.extents if e.state == "free") * ext_bytes)
+            if not linear else "0",
+            "CURRLSN": log.end_lsn, "RECLSN": st.restart_lsn,
+            "MEDIALOG": "", "MEDIASZ": "", "MEDIALSN": "",
+        }
+        if linear:
+            medialog, media_n = extents_from(st.media_lsn)
+            values.update(MEDIALOG=medialog, MEDIASZ=megabytes(media_n * ext_bytes),
+                          MEDIALSN=st.media_lsn)
+        return values
+
+    def display_qmstatus(self, cmd: Command) -> list[str]:
+        core = self.core
+        started = self.qm_info.get("started_ns", 0)
+        values = {"QMNAME": core.name,
+                  "STATUS": "QUIESCING" if core.stopping else "RUNNING",
+                  "CONNS": len(core.connections), "STARTDA": mq_date(started),
+                  "STARTTI": mq_time(started), "CHKPTLSN": core.log.state.checkpoint_lsn,
+                  **self.log_attrs()}
+        order = mqsc.QMSTATUS_ATTRS + mqsc.QMSTATUS_LOG_ATTRS
+        if "LOG" in cmd.flags and "ALL" not in cmd.flags:
+            cmd = Command(cmd.verb, cmd.objtype, cmd.name, cmd.attrs,
+                          cmd.flags + list(mqsc.QMSTATUS_LOG_ATTRS), cmd.where)
+        shown = _select(cmd, order, ("QMNAME",), order)
+        if not mqsc.where_matches(cmd.where, values):
+            return []
+        return [mqsc.format_object("HMQ8705I", "Display Queue Manager Status Details.",
+                                   [(a, values.get(a)) for a in shown])]
+
+    def display_qmgr(self, cmd: Command) -> list[str]:
+        core = self.core
+        values = {"QMNAME": core.name, **core.qmgr_attrs,
+                  "CONNAUTH": self.qm_info.get("connauth", "")}
+        shown = _select(cmd, mqsc.DISPLAY_QMGR_ATTRS, ("QMNAME",), mqsc.DISPLAY_QMGR_ATTRS)
+        return [mqsc.format_object("HMQ8408I", "Display Queue Manager details.",
+                                   [(a, values.get(a)) for a in shown])]
+
+    async def alter_qmgr(self, cmd: Command) -> list[str]:
+        if cmd.attrs.get("DEADQ") and cmd.attrs["DEADQ"] not in self.core.queues:
+            raise UnknownObject(f"DEADQ({cmd.attrs['DEADQ']}): queue is not defined",
+                                queue=cmd.attrs["DEADQ"])
+        await self.core.alter_qmgr(dict(cmd.attrs))
+        return [mqsc.format_message("HMQ8005I", "harbormq queue manager changed.")]
+
+    def ping_qmgr(self, cmd: Command) -> list[str]:
+        self.core._check_running()
+        return [mqsc.format_message("HMQ8415I", "Ping harbormq queue manager command "
+                                    "complete.")]
+
+    # -- authority records -------------------------------------------------------------
+
+    def _authority_store(self):
+        if self.security is None:
+            raise MqscError("authority records are not available: this queue manager runs "
+                            "without a security configuration")
+        return self.security.authorities
+
+    def _authrec_target(self, cmd: Command, *, need_entity: bool = True) -> dict:
+        objtype = cmd.attrs.get("OBJTYPE")
+        if not objtype:
+            raise MqscError(f"{cmd.verb} AUTHREC needs OBJTYPE(QUEUE|QMGR)")
+        profile = cmd.attrs.get("PROFILE") or (self.core.name if objtype == "QMGR" else "")
+        if not profile:
+            raise MqscError(f"{cmd.verb} AUTHREC OBJTYPE({objtype}) needs PROFILE(...)")
+        principal, group = cmd.attrs.get("PRINCIPAL"), cmd.attrs.get("GROUP")
+        if need_entity and bool(principal) == bool(group):
+            raise MqscError(f"{cmd.verb} AUTHREC needs exactly one of PRINCIPAL and GROUP")
+        return {"profile": profile, "objtype": objtype, "principal": principal,
+                "group": group}
+
+    def set_authrec(self, cmd: Command) -> list[str]:
+        store = self._authority_store()
+        target = self._authrec_target(cmd)
+        if not cmd.attrs.get("AUTHADD") and not cmd.attrs.get("AUTHRMV"):
+            raise MqscError("SET AUTHREC needs AUTHADD(...) or AUTHRMV(...)")
+        store.set(**target, add=cmd.attrs.get("AUTHADD", ()),
+                  remove=cmd.attrs.get("AUTHRMV", ()))
+        return [mqsc.format_message("HMQ8862I", "harbormq authority record set.")]
+
+    def delete_authrec(self, cmd: Command) -> list[str]:
+        store = self._authority_store()
+        store.delete(**self._authrec_target(cmd))
+        return [mqsc.format_message("HMQ8863I", "harbormq authority record deleted.")]
+
+    def display_authrec(self, cmd: Command) -> list[str]:
+        store = self._authority_store()
+        records = store.records(profile=cmd.attrs.get("PROFILE") or "*",
+                                objtype=cmd.attrs.get("OBJTYPE") or None,
+                                principal=cmd.attrs.get("PRINCIPAL") or None,
+                                group=cmd.attrs.get("GROUP") or None)
+        out = []
+        for r in records:
+            values = {"PROFILE": r.profile, "ENTITY": r.entity,
+                      "ENTTYPE": r.entity_type.upper(), "OBJTYPE": r.objtype,
+                      "AUTHLIST": r.authlist}
+            if not mqsc.where_matches(cmd.where, values):
+                continue
+            out.append(mqsc.format_object("HMQ8864I", "Display authority record details.",
+                                          list(values.items())))
+        if not out:
+            out.append(mqsc.format_message("HMQ8865I", "No matching authority records."))
+        return out
+
+
+# -- scripts -------------------------------------------------------------------------------
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, HarbormqError):
+        text = f"{exc.msgid}: {exc.message}"
+        if exc.hint:
+            text += f"\n   hint: {exc.hint}"
+        return text
+    return f"HMQ8400E: the command failed: {exc!r}"
+
+
+async def run_mqsc(core, text: str, *, security, continue_on_error: bool = False,
+                   qm_info: dict | None = None) -> dict:
+    """Run an MQSC script on the queue manager's loop.
+
+    Returns ``{"output": text, "errors": n, "stopped_early": bool}`` where ``n``
+    counts syntax errors and failed commands."""
+    items = mqsc.parse_script(text)
+    ex = Executor(core, security, qm_info)
+    out = [f"Starting MQSC for queue manager {core.name}.", ""]
+    read = syntax = failed = 0
+    stopped_at = None
+    for index, item in enumerate(items):
+        if isinstance(item, Command) and item.verb == "END":
+            break
+        read += 1
+        out.append(mqsc.format_echo(read, item.lines))
+        if isinstance(item, MqscSyntaxError):
+            syntax += 1
+            out.append(mqsc.format_syntax_error(item))
+            ok = False
+        else:
+            try:
+                out.extend(await ex.execute(item))
+                ok = True
+            except Exception as exc:  # noqa: BLE001 - reported, the script goes on or stops
+                failed += 1
+                out.append(_error_text(exc))
+                ok = False
+        if not ok and not continue_on_error:
+            stopped_at = index
+            break
+    not_run = 0
+    if stopped_at is not None:
+        not_run = sum(1 for it in items[stopped_at + 1:]
+                      if not (isinstance(it, Command) and it.verb == "END"))
+    out.append(mqsc.format_summary(read, syntax, failed, not_run=not_run))
+    return {"output": "\n".join(out) + "\n", "errors": syntax + failed,
+            "stopped_early": bool(not_run)}
+
+
+async def handle_admin_mqsc(core, request: dict, security, *, qm_info: dict | None = None
+                            ) -> dict:
+    """The admin socket's ``{"cmd": "mqsc", "text": ..., "continue": bool}``."""
+    text = request.get("text")
+    if not isinstance(text, str):
+        return {"ok": False, "output": "", "errors": 1,
+                "error": "the mqsc request needs 'text' (the MQSC commands)"}
+    result = await run_mqsc(core, text, security=security,
+                            continue_on_error=bool(request.get("continue")), qm_info=qm_info)
+    reply = {"ok": result["errors"] == 0, "output": result["output"],
+             "errors": result["errors"], "stopped_early": result["stopped_early"]}
+    if not reply["ok"]:
+        reply["error"] = f"{result['errors']} MQSC command(s) failed"
+    return reply
