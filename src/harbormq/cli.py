@@ -97,13 +97,15 @@ def cli():
 @click.option("--log-path", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="put the log in this directory (another disk)")
 @click.option("--checkpoint-records", type=int, default=10_000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=61613, show_default=True,
+              help="STOMP listener port on 127.0.0.1 (0: any free port)")
 def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
-           checkpoint_records):
+           checkpoint_records, port):
     """Create queue manager QM (crtmqm)."""
     from . import qmgr
     config = qmgr.create(qm, log_type=log_type, log_file_pages=log_file_pages,
                          log_primary=log_primary, log_secondary=log_secondary,
-                         log_path=log_path, checkpoint_records=checkpoint_records)
+                         log_path=log_path, checkpoint_records=checkpoint_records, port=port)
     console.print(f"HMQ8001I Queue manager {qm} created in {config.qm_dir} "
                   f"({log_type} log in {config.log_dir}).")
 

@@ -26,6 +26,23 @@
     flush_max_entries = 20000   # flush a queue early when this many changes wait
     store_map_size_mb = 16384   # LMDB address space per store (files grow as needed)
     qindxbld = "wait"           # or "nowait": index rebuild at restart
+    [[listeners]]               # STOMP listeners (default: one on 127.0.0.1:61613)
+    name = "STOMP"
+    host = "127.0.0.1"
+    port = 61613                # 0 = any free port (written to listeners.json at start)
+    tls_cert = ""               # PEM certificate and key: TLS on this listener
+    tls_key = ""
+    [stomp]
+    max_frame_bytes = 4194304   # a frame's headers and body
+    max_headers = 64
+    max_header_bytes = 16384
+    max_connections = 1000
+    max_subscriptions = 100     # per connection
+    default_prefetch = 16       # unacknowledged deliveries per subscription
+    max_prefetch = 1024
+    heartbeat_ms = 10000        # what the server offers and asks for
+    auto_define_queues = true   # SEND/SUBSCRIBE to an undefined queue defines it
+    connauth = "optional"       # or "required": every connection logs in
 """
 
 from __future__ import annotations
@@ -59,6 +76,33 @@ class Tuning:
 
 
 @dataclass
+class Listener:
+    name: str = "STOMP"
+    host: str = "127.0.0.1"
+    port: int = 61613
+    tls_cert: str = ""
+    tls_key: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert)
+
+
+@dataclass
+class StompSettings:
+    max_frame_bytes: int = 4 * 1024 * 1024
+    max_headers: int = 64
+    max_header_bytes: int = 16 * 1024
+    max_connections: int = 1000
+    max_subscriptions: int = 100
+    default_prefetch: int = 16
+    max_prefetch: int = 1024
+    heartbeat_ms: int = 10_000
+    auto_define_queues: bool = True
+    connauth: str = "optional"
+
+
+@dataclass
 class QMConfig:
     name: str
     home: Path
@@ -66,6 +110,8 @@ class QMConfig:
     log_path: Path | None = None
     log_management: str = "manual"
     tuning: Tuning = field(default_factory=Tuning)
+    listeners: list[Listener] = field(default_factory=lambda: [Listener()])
+    stomp: StompSettings = field(default_factory=StompSettings)
 
     # -- paths --------------------------------------------------------------------
     @property
@@ -100,6 +146,19 @@ class QMConfig:
         return self.qm_dir / "admin.sock"
 
     @property
+    def listeners_path(self) -> Path:
+        """Where a running queue manager writes the addresses it listens on."""
+        return self.qm_dir / "listeners.json"
+
+    @property
+    def users_path(self) -> Path:
+        return self.qm_dir / "users.json"
+
+    @property
+    def authrecs_path(self) -> Path:
+        return self.qm_dir / "authrecs.json"
+
+    @property
     def config_path(self) -> Path:
         return self.qm_dir / "qm.toml"
 
@@ -115,7 +174,9 @@ class QMConfig:
         return {"name": self.name, "log": log,
                 "tuning": {"flush_interval_ms": t.flush_interval_ms,
                            "flush_max_entries": t.flush_max_entries,
-                           "store_map_size_mb": t.store_map_size_mb, "qindxbld": t.qindxbld}}
+                           "store_map_size_mb": t.store_map_size_mb, "qindxbld": t.qindxbld},
+                "listeners": [dict(vars(li)) for li in self.listeners],
+                "stomp": dict(vars(self.stomp))}
 
     def save(self) -> None:
         self.qm_dir.mkdir(parents=True, exist_ok=True)
@@ -144,10 +205,17 @@ class QMConfig:
                                 checkpoint_records=int(log.get("checkpoint_records", 10_000))),
                 log_path=Path(log["path"]) if log.get("path") else None,
                 log_management=log.get("management", "manual"),
-                tuning=Tuning(**tuning))
+                tuning=Tuning(**tuning),
+                listeners=[Listener(**li) for li in data.get("listeners", [{}])],
+                stomp=StompSettings(**data.get("stomp", {})))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: {exc}", path=str(path)) from None
         cfg.log.validate()
         if cfg.tuning.qindxbld not in ("wait", "nowait"):
             raise ConfigError(f"{path}: tuning.qindxbld must be 'wait' or 'nowait'")
+        if cfg.stomp.connauth not in ("optional", "required"):
+            raise ConfigError(f"{path}: stomp.connauth must be 'optional' or 'required'")
+        for li in cfg.listeners:
+            if li.tls_cert and not li.tls_key or li.tls_key and not li.tls_cert:
+                raise ConfigError(f"{path}: listener {li.name} needs both tls_cert and tls_key")
         return cfg

@@ -21,7 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .config import QMConfig, harbormq_home
+from .config import Listener, QMConfig, harbormq_home
 from .core.engine import QueueManagerCore
 from .core.objects import (
     DEAD_LETTER_QUEUE,
@@ -91,7 +91,7 @@ def running_pid(config: QMConfig) -> int | None:
 def create(name: str, *, home: Path | None = None, log_type: str = "circular",
            log_file_pages: int = 4096, log_primary: int = 3, log_secondary: int = 2,
            log_path: Path | None = None, checkpoint_records: int = 10_000,
-           console=None) -> QMConfig:
+           port: int = 61613, console=None) -> QMConfig:
     """crtmqm: directories, configuration, preallocated log, default objects."""
     check_name(name, "queue manager")
     home = Path(home) if home else harbormq_home()
@@ -99,7 +99,8 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
                            secondary=log_secondary, checkpoint_records=checkpoint_records)
     settings.validate()
     config = QMConfig(name=name, home=home, log=settings,
-                      log_path=Path(log_path).resolve() if log_path else None)
+                      log_path=Path(log_path).resolve() if log_path else None,
+                      listeners=[Listener(port=port)])
     if config.config_path.exists():
         raise QueueManagerExists(f"queue manager {name} already exists in {home}")
     if config.log_dir.exists() and any(config.log_dir.iterdir()):

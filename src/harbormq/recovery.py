@@ -77,6 +77,9 @@ class Restart:
         self.report = RestartReport()
         self.redo_from: dict[int, int] = {}     # object id -> store recovery LSN at open
         self.rebuilt: dict[int, UnitOfWork] = {}
+        #: units of work committed by another one's COMMIT record whose own COMMIT
+        #: record is not in the log (a crash came between): written in phase 4
+        self.joined_unrecorded: dict[int, UnitOfWork] = {}
 
     def emit(self, msgid: str, text: str) -> None:
         self.core.oplog.emit(msgid, text)
@@ -353,19 +356,31 @@ class Restart:
         uow.last_lsn = rec.lsn
 
     def _redo_commit(self, rec: LogRecord) -> None:
-        uow = self.rebuilt.pop(rec.uow_id, None)
+        self.joined_unrecorded.pop(rec.uow_id, None)
+        if rec.payload:
+            # units of work that commit with this one (core.commit_nowait): this
+            # record decides them, whether or not their own COMMIT follows
+            for joined_id in decode_json(rec.payload).get("joined", ()):
+                joined = self.rebuilt.get(joined_id)
+                if joined is not None:
+                    self.joined_unrecorded[joined_id] = joined
+                    self._commit_rebuilt(joined_id, rec.lsn)
+        self._commit_rebuilt(rec.uow_id, rec.lsn)
+
+    def _commit_rebuilt(self, uow_id: int, rec_lsn: int) -> None:
+        uow = self.rebuilt.pop(uow_id, None)
         if uow is None:
             return
         for op in uow.ops:
             q = op.queue
-            due = self._due(q, rec.lsn) and bool(op.lsn)
+            due = self._due(q, rec_lsn) and bool(op.lsn)
             if op.kind == "put":
                 q.uncommitted_puts -= 1
                 if due:
-                    q.commit_put(op.msg, rec.lsn)
+                    q.commit_put(op.msg, rec_lsn)
                     self.report.effects_redone += 1
             elif due:
-                q.commit_delete(op.msg.key, rec.lsn)
+                q.commit_delete(op.msg.key, rec_lsn)
                 self.report.effects_redone += 1
             else:
                 q.unlocked(op.msg.key)
@@ -463,6 +478,8 @@ class Restart:
         r.uows_in_flight = len(in_flight)
         r.uows_in_doubt = len(in_doubt)
         self.progress("backward recovery", 0, max(1, len(in_flight)))
+        for uow in self.joined_unrecorded.values():
+            core._append(RecordType.UOW_COMMIT, uow_id=uow.id, prev_lsn=uow.last_lsn)
         requeue = []
         for i, uow in enumerate(sorted(in_flight, key=lambda u: u.first_lsn), 1):
             before = core.log.records_since_checkpoint

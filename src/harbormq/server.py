@@ -1,15 +1,19 @@
 """The queue manager as a process (``harbormq start``).
 
-It runs the core on the main asyncio loop and listens on the admin socket
-``qmgrs/<QM>/admin.sock`` (mode 0600: only the owning OS user administers the
-queue manager locally). The admin protocol is one JSON object per line:
+It runs the core on the main asyncio loop, serves STOMP on the listeners of
+qm.toml (``stomp/``), and listens on the admin socket ``qmgrs/<QM>/admin.sock``
+(mode 0600: only the owning OS user administers the queue manager locally).
+The admin protocol is one JSON object per line:
 
     {"cmd": "ping"}                          -> {"ok": true, "pid": ...}
     {"cmd": "status"}                        -> {"ok": true, "status": {...}}
+    {"cmd": "mqsc", "text": "...", "continue": false}
+                                             -> {"ok": bool, "output": "...", "errors": n}
     {"cmd": "stop", "mode": "controlled"}    -> {"ok": true}, then the stop begins
 
-SIGTERM asks for a controlled stop, SIGINT for an immediate one. Later issues
-add the STOMP listener and MQSC commands to this process.
+SIGTERM asks for a controlled stop, SIGINT for an immediate one. A stop first
+closes the STOMP listeners and connections (their unfinished units of work are
+backed out), then stops the queue manager.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import sys
 from .config import QMConfig
 from .errors import HarbormqError
 from .qmgr import STOP_MODES, RunningQueueManager
+from .security import Security
+from .stomp.listener import StompService
 
 
 class QueueManagerServer:
@@ -32,6 +38,8 @@ class QueueManagerServer:
         self.progress = progress
         self.running: RunningQueueManager | None = None
         self.stop_mode: asyncio.Future | None = None
+        self.security = Security.for_config(config)
+        self.stomp: StompService | None = None
 
     def status(self) -> dict:
         core = self.running.core
@@ -46,6 +54,8 @@ class QueueManagerServer:
             "active_uows": sum(1 for u in core.uows.values() if u.state == "active"),
             "in_doubt": [u.id for u in core.in_doubt()],
             "restart": self.running.report.as_dict() if self.running.report else None,
+            "listeners": self.stomp.bound if self.stomp else [],
+            "connections": len(core.connections),
         }
 
     async def _admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -58,6 +68,9 @@ class QueueManagerServer:
                         reply = {"ok": True, "pid": os.getpid()}
                     elif cmd == "status":
                         reply = {"ok": True, "status": self.status()}
+                    elif cmd == "mqsc":
+                        from .admin.commands import handle_admin_mqsc
+                        reply = await handle_admin_mqsc(self.running.core, req, self.security)
                     elif cmd == "stop":
                         mode = req.get("mode", "controlled")
                         if mode not in STOP_MODES:
@@ -82,6 +95,13 @@ class QueueManagerServer:
         self.stop_mode = loop.create_future()
         self.running = await RunningQueueManager.start(self.config, console=self.console,
                                                       progress=self.progress)
+        self.stomp = StompService(self.running.core, self.config, self.security)
+        try:
+            await self.stomp.start()
+        except BaseException:
+            await self.stomp.stop()
+            await self.running.stop("immediate")
+            raise
         sock = self.config.admin_socket
         if sock.exists():
             sock.unlink()   # left by a process that died; we hold the instance lock
@@ -94,6 +114,7 @@ class QueueManagerServer:
         loop.add_signal_handler(signal.SIGINT, self.request_stop, "immediate")
         mode = await self.stop_mode
         server.close()
+        await self.stomp.stop()
         try:
             sock.unlink()
         except FileNotFoundError:

@@ -45,6 +45,7 @@ from ..log.records import (
 )
 from ..oplog import OperatorLog
 from ..store import CatalogStore, QueueStore
+from .connections import ConnectionRegistry
 from .objects import (
     DEAD_LETTER_QUEUE,
     DEFAULT_LOCAL_QUEUE,
@@ -54,7 +55,6 @@ from .objects import (
     check_name,
     validate,
 )
-from .connections import ConnectionRegistry
 from .queue import LocalQueue
 
 _id_prefix = os.urandom(8)
@@ -377,7 +377,20 @@ class QueueManagerCore:
                 q.attrs["DEFPSIST"] == "YES" if persistent is None else persistent)
 
     async def put(self, queue: str, msg: Message, uow: UnitOfWork | None = None) -> Message:
-        """Put ``msg`` (priority and persistence already resolved by the caller)."""
+        """Put ``msg`` (priority and persistence already resolved by the caller);
+        outside a unit of work a persistent put returns once it is on disk."""
+        msg, forced = self.put_nowait(queue, msg, uow)
+        if forced is not None:
+            await forced
+        return msg
+
+    def put_nowait(self, queue: str, msg: Message, uow: UnitOfWork | None = None
+                   ) -> tuple[Message, asyncio.Future | None]:
+        """The put itself, in one synchronous step; returns the message and, for a
+        persistent put outside a unit of work, the future of the force that makes
+        it durable (the caller must not acknowledge it before that completes).
+        Protocol servers use this so that frames are applied in arrival order
+        while their forces are shared."""
         self._check_running()
         q = self.queue(queue)
         if q.attrs["PUT"] != "ENABLED":
@@ -385,54 +398,44 @@ class QueueManagerCore:
         msg = self._prepare_message(q, msg)
         q.last_put_ns = msg.put_time_ns
         if uow is None:
+            forced = None
             if msg.persistent:
                 lsn = self._append(RecordType.MSG_PUT, obj=q, payload=msg.encode(),
                                    flags=RecordFlag.AUTO_COMMIT)
                 q.commit_put(msg, lsn)
-                self._after_commit_put(q)
-                await self.log.force()
+                forced = self.log.force()
             else:
                 q.commit_put(msg, 0)
-                self._after_commit_put(q)
-            return msg
+            self._after_commit_put(q)
+            return msg, forced
         self._check_uow(uow)
         lsn = prev = 0
         if msg.persistent:
             lsn, prev = self._log_uow(uow, RecordType.MSG_PUT, q, msg.encode())
         uow.ops.append(UowOp("put", q, msg, lsn, prev))
         q.uncommitted_puts += 1
-        return msg
+        return msg, None
 
     def _after_commit_put(self, q: LocalQueue) -> None:
-        while q.waiters:
-            fut = q.waiters.pop(0)
-            if not fut.done():
-                fut.set_result(None)
-                break
         if q.dirty_entries() >= self.config.tuning.flush_max_entries and not self._flush_pending:
             self._flush_pending = True
             self._spawn(self.flush_all())
 
     async def get(self, queue: str, uow: UnitOfWork | None = None, *, wait: float = 0,
                   match: MessageMatch | None = None) -> Message | None:
-        self._check_running()
-        q = self.queue(queue)
-        if q.attrs["GET"] != "ENABLED":
-            raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
-        if uow is not None:
-            self._check_uow(uow)
-        if match is not None and match.ident is None:
-            match = None
+        """Destructive get, waiting up to ``wait`` seconds; outside a unit of work
+        a persistent get returns once its record is on disk."""
         deadline = time.monotonic() + wait
         while True:
-            key, msg, expired = q.first_available(match, time.time_ns())
-            for ekey, emsg in expired:
-                self._expire(q, ekey, emsg)
+            msg, forced = self.get_nowait(queue, uow, match=match)
             if msg is not None:
-                break
+                if forced is not None:
+                    await forced
+                return msg
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
+            q = self.queue(queue)
             fut = self.loop.create_future()
             q.waiters.append(fut)
             try:
@@ -442,27 +445,43 @@ class QueueManagerCore:
             finally:
                 if fut in q.waiters:
                     q.waiters.remove(fut)
-            self._check_running()
-            q = self.queue(queue)
-            if uow is not None:
-                self._check_uow(uow)   # it may have been backed out while we waited
+
+    def get_nowait(self, queue: str, uow: UnitOfWork | None = None, *,
+                   match: MessageMatch | None = None
+                   ) -> tuple[Message | None, asyncio.Future | None]:
+        """Take the first available message in one synchronous step: (message or
+        None, the force future of a persistent get outside a unit of work)."""
+        self._check_running()
+        q = self.queue(queue)
+        if q.attrs["GET"] != "ENABLED":
+            raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
+        if uow is not None:
+            self._check_uow(uow)   # it may have been backed out while a caller waited
+        if match is not None and match.ident is None:
+            match = None
+        key, msg, expired = q.first_available(match, time.time_ns())
+        for ekey, emsg in expired:
+            self._expire(q, ekey, emsg)
+        if msg is None:
+            return None, None
         q.last_get_ns = time.time_ns()
         ref = MessageRef(msg.seq, msg.priority, msg.msg_id)
         if uow is None:
+            forced = None
             if msg.persistent:
                 lsn = self._append(RecordType.MSG_GET, obj=q, payload=ref.encode(),
                                    flags=RecordFlag.AUTO_COMMIT)
                 q.commit_delete(key, lsn)
-                await self.log.force()
+                forced = self.log.force()
             else:
                 q.commit_delete(key, 0)
-            return msg
+            return msg, forced
         lsn = prev = 0
         if msg.persistent:
             lsn, prev = self._log_uow(uow, RecordType.MSG_GET, q, ref.encode())
         q.locked[key] = uow.id      # only once its record is in the log (LogFull)
         uow.ops.append(UowOp("get", q, msg, lsn, prev))
-        return msg
+        return msg, None
 
     def browse(self, queue: str, *, limit: int | None = None, after: bytes | None = None,
                match: MessageMatch | None = None) -> list[Message]:
@@ -500,6 +519,14 @@ class QueueManagerCore:
         self.uows[uow.id] = uow
         return uow
 
+    def discard_empty(self, uow: UnitOfWork) -> None:
+        """Forget a unit of work that did nothing (a delivery that found no message)."""
+        if uow.ops or uow.first_lsn:
+            raise UnitOfWorkError(f"unit of work {uow.id} has work and cannot be discarded",
+                                  uow=uow.id)
+        uow.state = "backed_out"
+        self.uows.pop(uow.id, None)
+
     def _check_uow(self, uow: UnitOfWork) -> None:
         if uow.rolled_back:
             raise UnitOfWorkError(f"unit of work {uow.id} was backed out by the queue manager: "
@@ -523,20 +550,52 @@ class QueueManagerCore:
         uow.state = "prepared"
         await self.log.force()
 
-    async def commit(self, uow: UnitOfWork) -> None:
+    async def commit(self, uow: UnitOfWork, joined: list[UnitOfWork] | tuple = ()) -> None:
+        forced = self.commit_nowait(uow, joined)
+        if forced is not None:
+            await forced
+
+    def commit_nowait(self, uow: UnitOfWork, joined: list[UnitOfWork] | tuple = ()
+                      ) -> asyncio.Future | None:
+        """Commit in one synchronous step; returns the future of the force that
+        makes it durable (None when nothing was logged).
+
+        ``joined`` are other units of work that commit atomically with ``uow``:
+        their ids are in its COMMIT record, which decides them all (a STOMP
+        transaction acknowledging deliveries that were each got under a unit of
+        work of their own). Each joined unit still gets its own COMMIT record
+        right after, so every unit of work in the log ends with an outcome of its
+        own; restart commits a joined unit whose own record is missing."""
         if uow.rolled_back:
             self._check_uow(uow)
         if uow.state not in ("active", "prepared"):
             raise UnitOfWorkError(f"unit of work {uow.id} is {uow.state} and cannot commit",
                                   uow=uow.id)
+        for j in joined:
+            if j.state != "active" or j.rolled_back:
+                raise UnitOfWorkError(f"unit of work {j.id} is {j.rolled_back or j.state} "
+                                      f"and cannot commit with unit of work {uow.id}",
+                                      uow=j.id)
+        logged_joined = [j.id for j in joined if j.first_lsn]
+        if logged_joined and not uow.first_lsn:
+            # the decision must be a record of its own unit of work
+            uow.first_lsn = uow.last_lsn = self._append(
+                RecordType.UOW_BEGIN, uow_id=uow.id, payload=encode_json({"owner": uow.owner}))
+            uow.first_log_ns = time.time_ns()
         effect_lsn = 0
         if uow.first_lsn:
-            effect_lsn = self._append(RecordType.UOW_COMMIT, uow_id=uow.id,
-                                      prev_lsn=uow.last_lsn)
+            effect_lsn = self._append(
+                RecordType.UOW_COMMIT, uow_id=uow.id, prev_lsn=uow.last_lsn,
+                payload=encode_json({"joined": logged_joined}) if logged_joined else b"")
             uow.last_lsn = effect_lsn
         self._apply_commit(uow, effect_lsn)
-        if effect_lsn:
-            await self.log.force()
+        for j in joined:
+            j_lsn = 0
+            if j.first_lsn:
+                j_lsn = j.last_lsn = self._append(RecordType.UOW_COMMIT, uow_id=j.id,
+                                                  prev_lsn=j.last_lsn)
+            self._apply_commit(j, j_lsn)
+        return self.log.force() if effect_lsn else None
 
     def _apply_commit(self, uow: UnitOfWork, effect_lsn: int) -> None:
         touched = set()

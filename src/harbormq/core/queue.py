@@ -13,6 +13,8 @@ by queue depth: message bodies on the queue live in the store.
 
 from __future__ import annotations
 
+import asyncio
+
 from sortedcontainers import SortedSet
 
 from ..log.records import Message
@@ -54,6 +56,32 @@ class LocalQueue:
         #: where store scans start: every store key below it is deleted in memory
         self._scan_from: bytes | None = None
         self.waiters: list = []                 # futures of getters waiting for a message
+        #: callbacks of subscriptions (STOMP consumers) told when messages may be
+        #: available; each takes what its window allows
+        self.listeners: list = []
+        self._available_events = 0
+
+    # -- telling consumers ------------------------------------------------------------
+
+    def _became_available(self) -> None:
+        """A message may be available (put committed, got one backed out or
+        unlocked). Waiters and listeners are told on the next loop turn, once per
+        turn however many messages arrived in it."""
+        if not (self.waiters or self.listeners):
+            return
+        self._available_events += 1
+        if self._available_events == 1:
+            asyncio.get_running_loop().call_soon(self._tell_consumers)
+
+    def _tell_consumers(self) -> None:
+        events, self._available_events = self._available_events, 0
+        while self.waiters and events:
+            fut = self.waiters.pop(0)
+            if not fut.done():
+                fut.set_result(None)
+                events -= 1
+        for listener in list(self.listeners):
+            listener()
 
     # -- attributes ------------------------------------------------------------------
 
@@ -159,6 +187,7 @@ class LocalQueue:
             self._mem_keys.add(key)
         self.depth += 1
         self._note_lsn(lsn)
+        self._became_available()
 
     def commit_delete(self, key: bytes, lsn: int) -> None:
         self.locked.pop(key, None)
@@ -183,6 +212,7 @@ class LocalQueue:
         self.locked.pop(key, None)
         if self._scan_from is not None and key < self._scan_from:
             self._scan_from = None
+        self._became_available()
 
     def clear_memory(self) -> None:
         """CLEAR: every committed message is gone; the store follows once the

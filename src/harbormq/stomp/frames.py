@@ -1,0 +1,235 @@
+"""STOMP 1.0/1.1/1.2 frames: an incremental parser with limits, and the encoder.
+
+Pure: no I/O. The parser is fed bytes as they arrive and returns whole frames;
+heart-beats (bare EOLs between frames) are counted, not returned. Anything
+malformed or over a limit raises :class:`FrameError` naming what was wrong; the
+connection then sends ERROR and closes (the spec's advice), so the parser never
+has to resynchronise.
+
+Header escaping (1.1 and 1.2, every frame except CONNECT and CONNECTED)::
+
+    \\\\ -> backslash   \\c -> colon   \\n -> LF   \\r -> CR (1.2 only)
+
+any other escape is a protocol error. STOMP 1.0 has no escaping. When a header
+repeats, the first occurrence is the one that counts (1.2 §Repeated Header
+Entries). A frame with ``content-length`` has exactly that many body bytes
+followed by NUL; without it the body ends at the first NUL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CLIENT_COMMANDS = frozenset({
+    "CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN",
+    "COMMIT", "ABORT", "DISCONNECT",
+})
+#: frames whose headers are never escaped
+_RAW_HEADER_COMMANDS = frozenset({"CONNECT", "CONNECTED"})
+
+
+@dataclass(slots=True)
+class Limits:
+    max_frame_bytes: int = 4 * 1024 * 1024   # headers + body
+    max_headers: int = 64
+    max_header_bytes: int = 16 * 1024         # the command line and header block
+
+
+class FrameError(Exception):
+    """A frame broke the protocol or a limit; the message is for the client."""
+
+
+@dataclass(slots=True)
+class Frame:
+    command: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name, default)
+
+
+_UNESCAPE_12 = {"\\\\": "\\", "\\c": ":", "\\n": "\n", "\\r": "\r"}
+_UNESCAPE_11 = {"\\\\": "\\", "\\c": ":", "\\n": "\n"}
+
+
+def _unescape(text: str, version: str) -> str:
+    if "\\" not in text:
+        return text
+    table = _UNESCAPE_12 if version == "1.2" else _UNESCAPE_11
+    out = []
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            pair = text[i:i + 2]
+            repl = table.get(pair)
+            if repl is None:
+                raise FrameError(f"undefined escape sequence {pair!r} in header {text!r} "
+                                 f"(STOMP {version})")
+            out.append(repl)
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def escape(text: str, version: str) -> str:
+    if version == "1.0":
+        return text
+    if not any(c in text for c in "\\:\n\r"):
+        return text
+    text = text.replace("\\", "\\\\").replace(":", "\\c").replace("\n", "\\n")
+    return text.replace("\r", "\\r") if version == "1.2" else text
+
+
+class FrameParser:
+    """Incremental parser. ``version`` is set by the connection once CONNECT has
+    negotiated it; until then headers are read raw (CONNECT is never escaped)."""
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+        self.version = "1.0"
+        self.buf = bytearray()
+        self.heartbeats = 0
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self.buf += data
+        frames = []
+        while True:
+            frame = self._next()
+            if frame is None:
+                break
+            frames.append(frame)
+        return frames
+
+    def _next(self) -> Frame | None:
+        buf = self.buf
+        limits = self.limits
+        # heart-beats: EOLs before a frame
+        start = 0
+        n = len(buf)
+        while start < n and buf[start] in (10, 13):
+            if buf[start] == 13:
+                if start + 1 >= n:
+                    break
+                if buf[start + 1] != 10:
+                    raise FrameError("a bare CR between frames (expected CR LF)")
+                start += 2
+            else:
+                start += 1
+            self.heartbeats += 1
+        if start:
+            del buf[:start]
+            n = len(buf)
+        if not n:
+            return None
+        end = buf.find(b"\n\n")
+        end_crlf = buf.find(b"\n\r\n")
+        if end_crlf != -1 and (end == -1 or end_crlf < end):
+            head_end, body_start = end_crlf, end_crlf + 3
+        elif end != -1:
+            head_end, body_start = end, end + 2
+        else:
+            if n > limits.max_header_bytes:
+                raise FrameError(f"the command line and headers exceed "
+                                 f"{limits.max_header_bytes} bytes without ending")
+            self._check_command_prefix(buf)
+            return None
+        if head_end > limits.max_header_bytes:
+            raise FrameError(f"the command line and headers are {head_end} bytes; the limit "
+                             f"is {limits.max_header_bytes}")
+        try:
+            head = bytes(buf[:head_end]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FrameError(f"frame headers are not valid UTF-8 ({exc.reason} at byte "
+                             f"{exc.start})") from None
+        lines = head.split("\n")
+        command = lines[0].removesuffix("\r")
+        if command not in CLIENT_COMMANDS:
+            raise FrameError(f"unknown command {command[:40]!r}; expected one of "
+                             f"{', '.join(sorted(CLIENT_COMMANDS))}")
+        if len(lines) - 1 > limits.max_headers:
+            raise FrameError(f"{command} frame has {len(lines) - 1} headers; the limit is "
+                             f"{limits.max_headers}")
+        raw = command in _RAW_HEADER_COMMANDS or self.version == "1.0"
+        version = self.version
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if line.endswith("\r"):
+                line = line[:-1]
+            colon = line.find(":")
+            if colon <= 0:
+                raise FrameError(f"malformed header line {line[:60]!r} in {command} frame "
+                                 "(expected name:value)")
+            name, value = line[:colon], line[colon + 1:]
+            if not raw:
+                name = _unescape(name, version)
+                value = _unescape(value, version)
+            if name not in headers:
+                headers[name] = value
+        length = headers.get("content-length")
+        if length is not None:
+            try:
+                size = int(length)
+            except ValueError:
+                raise FrameError(f"content-length {length!r} is not a number") from None
+            if size < 0:
+                raise FrameError(f"content-length {size} is negative")
+            if body_start + size > limits.max_frame_bytes:
+                raise FrameError(f"{command} frame of {body_start + size} bytes exceeds the "
+                                 f"frame size limit of {limits.max_frame_bytes} bytes")
+            if len(buf) < body_start + size + 1:
+                return None
+            if buf[body_start + size] != 0:
+                raise FrameError(f"{command} frame body is not followed by NUL at "
+                                 f"content-length {size}")
+            body = bytes(buf[body_start:body_start + size])
+            del buf[:body_start + size + 1]
+        else:
+            nul = buf.find(b"\0", body_start)
+            if nul == -1:
+                if len(buf) > limits.max_frame_bytes:
+                    raise FrameError(f"{command} frame exceeds the frame size limit of "
+                                     f"{limits.max_frame_bytes} bytes without ending")
+                return None
+            if nul > limits.max_frame_bytes:
+                raise FrameError(f"{command} frame of {nul} bytes exceeds the frame size "
+                                 f"limit of {limits.max_frame_bytes} bytes")
+            body = bytes(buf[body_start:nul])
+            del buf[:nul + 1]
+        return Frame(command, headers, body)
+
+    def _check_command_prefix(self, buf: bytearray) -> None:
+        """Fail early on garbage rather than waiting for a header block that a
+        bad client may never send."""
+        nl = buf.find(b"\n")
+        line = bytes(buf[:nl if nl != -1 else min(len(buf), 16)]).rstrip(b"\r")
+        if nl != -1:
+            if line.decode("utf-8", "replace") not in CLIENT_COMMANDS:
+                raise FrameError(f"unknown command {line[:40]!r}")
+        elif not any(c.encode().startswith(line) for c in CLIENT_COMMANDS):
+            raise FrameError(f"unknown command {line[:40]!r}")
+
+
+def encode_frame(command: str, headers, body: bytes = b"", version: str = "1.2") -> bytes:
+    """Serialise a server frame. ``headers`` is a dict or a list of pairs; a
+    content-length is added whenever there is a body."""
+    items = headers.items() if isinstance(headers, dict) else headers
+    raw = command in _RAW_HEADER_COMMANDS or version == "1.0"
+    parts = [command]
+    for k, v in items:
+        v = str(v)
+        if raw:
+            if "\n" in v or "\n" in k:
+                v = v.replace("\n", " ")
+            parts.append(f"{k}:{v}")
+        else:
+            parts.append(f"{escape(k, version)}:{escape(v, version)}")
+    if body:
+        parts.append(f"content-length:{len(body)}")
+    parts.append("")
+    parts.append("")
+    return "\n".join(parts).encode() + body + b"\0"
