@@ -300,6 +300,16 @@ def tour(workdir, seconds):
     sys.exit(run_tour(workdir=workdir, seconds=seconds, console=console))
 
 
+def _attach_subcommands() -> None:
+    """Commands that live beside the subsystem they drive."""
+    from .admin.cli import sc, user
+    cli.add_command(sc)
+    cli.add_command(user)
+
+
+_attach_subcommands()
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="harbormq", standalone_mode=False)
