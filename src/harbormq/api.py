@@ -16,16 +16,19 @@ fsyncs). The STOMP server uses the same core on the same kind of loop.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from pathlib import Path
 
 from .config import QMConfig
+from .core.connections import Connection, new_conn_id
 from .core.engine import MessageMatch, UnitOfWork
 from .errors import UnitOfWorkError
 from .log.records import Message
 from .qmgr import RunningQueueManager
 from .recovery import Progress, RestartReport
+from .security import os_owner
 
 
 class QueueManager:
@@ -54,7 +57,24 @@ class QueueManager:
         except BaseException:
             self._shutdown_loop()
             raise
+        self._register_connection()
         return self
+
+    def _register_connection(self) -> None:
+        """The application is a connection of its queue manager like a STOMP client
+        (DISPLAY CONN, IPPROCS/OPPROCS); its units of work carry its connection id."""
+        conn_id = new_conn_id()
+        self._owner = f"API {conn_id}"
+        self._conn = Connection(
+            conn_id, "api", peer="(in process)", user=os_owner(),
+            app=Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
+            uows=lambda: [u for u in self.core.uows.values() if u.owner == self._owner])
+        self._call_sync(self.core.connections.add, self._conn)
+
+    def _handle(self, queue: str, mode: str) -> None:
+        # loop thread; a handle stays open until the queue manager is closed
+        if (queue, mode) not in self._conn.handles:
+            self._conn.open(queue, mode)
 
     @property
     def core(self):
@@ -158,6 +178,7 @@ class QueueManager:
         async def run():
             msg = self._message(queue, body, persistent, priority, msg_id, correl_id, expiry,
                                 reply_to, format, properties)
+            self._handle(queue, "output")
             return await self.core.put(queue, msg, _uow)
         return self._call(run())
 
@@ -166,7 +187,10 @@ class QueueManager:
         """Destructive get, by priority then arrival; None when nothing is there
         (after waiting up to ``wait`` seconds)."""
         match = MessageMatch(_as_bytes(msg_id) or None, _as_bytes(correl_id) or None)
-        return self._call(self.core.get(queue, _uow, wait=wait, match=match))
+        async def run():
+            self._handle(queue, "input")
+            return await self.core.get(queue, _uow, wait=wait, match=match)
+        return self._call(run())
 
     def browse(self, queue: str, *, limit: int | None = None, msg_id=None,
                correl_id=None) -> list[Message]:
@@ -175,7 +199,7 @@ class QueueManager:
                                match=match if match.ident is not None else None)
 
     def begin(self, owner: str = "") -> "UnitOfWorkHandle":
-        return UnitOfWorkHandle(self, self._call_sync(self.core.begin, owner))
+        return UnitOfWorkHandle(self, self._call_sync(self.core.begin, owner or self._owner))
 
 
 class UnitOfWorkHandle:

@@ -592,11 +592,14 @@ class StompConnection(asyncio.Protocol):
         if self._closing or self._write_paused or sub.id not in self.subscriptions:
             return
         core = self.core
+        q = core.queues.get(sub.queue)
         auto = sub.ack == "auto"
         sent = 0
         while sent < _PUMP_BATCH:
             if not auto and len(sub.outstanding) >= sub.prefetch:
                 return
+            if q is not None and q.depth - len(q.locked) <= 0:
+                return          # nothing committed and unlocked: no get can succeed
             try:
                 if auto:
                     uow = None
