@@ -16,6 +16,7 @@ fsyncs). The STOMP server uses the same core on the same kind of loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
 import time
@@ -71,10 +72,15 @@ class QueueManager:
             uows=lambda: [u for u in self.core.uows.values() if u.owner == self._owner])
         self._call_sync(self.core.connections.add, self._conn)
 
-    def _handle(self, queue: str, mode: str) -> None:
-        # loop thread; a handle stays open until the queue manager is closed
-        if (queue, mode) not in self._conn.handles:
-            self._conn.open(queue, mode)
+    @contextlib.contextmanager
+    def _handle(self, queue: str, mode: str):
+        """The queue is open for the duration of one call (a waiting get shows in
+        IPPROCS while it waits); loop thread."""
+        self._conn.open(queue, mode)
+        try:
+            yield
+        finally:
+            self._conn.close(queue, mode)
 
     @property
     def core(self):
@@ -178,8 +184,8 @@ class QueueManager:
         async def run():
             msg = self._message(queue, body, persistent, priority, msg_id, correl_id, expiry,
                                 reply_to, format, properties)
-            self._handle(queue, "output")
-            return await self.core.put(queue, msg, _uow)
+            with self._handle(queue, "output"):
+                return await self.core.put(queue, msg, _uow)
         return self._call(run())
 
     def get(self, queue: str, *, wait: float = 0, msg_id=None, correl_id=None,
@@ -188,8 +194,8 @@ class QueueManager:
         (after waiting up to ``wait`` seconds)."""
         match = MessageMatch(_as_bytes(msg_id) or None, _as_bytes(correl_id) or None)
         async def run():
-            self._handle(queue, "input")
-            return await self.core.get(queue, _uow, wait=wait, match=match)
+            with self._handle(queue, "input"):
+                return await self.core.get(queue, _uow, wait=wait, match=match)
         return self._call(run())
 
     def browse(self, queue: str, *, limit: int | None = None, msg_id=None,

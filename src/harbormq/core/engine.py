@@ -300,6 +300,10 @@ class QueueManagerCore:
     def _busy(self, q: LocalQueue) -> str | None:
         if q.uncommitted_puts or q.locked:
             return "it has uncommitted messages"
+        ipprocs, opprocs = self.connections.procs(q.name)
+        if ipprocs or opprocs:
+            return (f"it is open by connections (IPPROCS {ipprocs}, OPPROCS {opprocs}; "
+                    "MQRC 2042 OBJECT_IN_USE)")
         return None
 
     async def delete_queue(self, name: str, *, purge: bool = False) -> None:
