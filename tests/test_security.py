@@ -244,6 +244,7 @@ def test_authenticate(tmp_path):
 
 def test_listener_rules():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert is_loopback("[::1]") and is_loopback("127.0.0.2")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.1.1") and not is_loopback("")
     check_listener("127.0.0.1", "optional")
     check_listener("0.0.0.0", "required")

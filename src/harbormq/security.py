@@ -474,6 +474,7 @@ def not_authorized(user, objtype: str, name: str, authority: str) -> NotAuthoriz
 # -- connection authentication ------------------------------------------------------
 
 def is_loopback(host: str) -> bool:
+    host = host.strip("[]")
     if host == "localhost":
         return True
     try:

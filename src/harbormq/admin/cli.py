@@ -68,8 +68,7 @@ def sc(qm, command_text, continue_on_error):
     line, '*' starts a comment). The exit status is 1 if any command had a
     syntax error or failed; processing stops at the first one unless --continue."""
     config = QMConfig.load(qm)
-    text = command_text if command_text is not None else \
-        click.get_text_stream("stdin").read()
+    text = command_text if command_text is not None else sys.stdin.read()
     reply = send_mqsc(config, text, continue_on_error)
     click.echo(reply["output"], nl=False)
     if reply.get("errors"):
@@ -82,7 +81,7 @@ def user():
 
 
 def _read_password(name: str) -> str:
-    stdin = click.get_text_stream("stdin")
+    stdin = sys.stdin
     if stdin.isatty():
         return click.prompt(f"Password for {name}", hide_input=True, confirmation_prompt=True)
     line = stdin.readline()

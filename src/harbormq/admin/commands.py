@@ -366,8 +366,9 @@ class Executor:
 
     def display_qmgr(self, cmd: Command) -> list[str]:
         core = self.core
-        values = {"QMNAME": core.name, **core.qmgr_attrs,
-                  "CONNAUTH": self.qm_info.get("connauth", "")}
+        connauth = self.qm_info.get("connauth") or \
+            getattr(getattr(core.config, "stomp", None), "connauth", "")
+        values = {"QMNAME": core.name, **core.qmgr_attrs, "CONNAUTH": connauth.upper()}
         shown = _select(cmd, mqsc.DISPLAY_QMGR_ATTRS, ("QMNAME",), mqsc.DISPLAY_QMGR_ATTRS)
         return [mqsc.format_object("HMQ8408I", "Display Queue Manager details.",
                                    [(a, values.get(a)) for a in shown])]
