@@ -364,6 +364,8 @@ class StompConnection(asyncio.Protocol):
                                                          recv_ms))
         self._send(self._frame("CONNECTED", {"version": version, "server": SERVER_NAME,
                                              "session": self.info.conn_id, **hb_headers}))
+        # frames the client sent behind CONNECT, now parsed in the agreed version
+        self._pending_frames.extend(self.parser.feed(b""))
         return None
 
     async def _authenticate(self, frame: Frame, version: str) -> None:
@@ -728,9 +730,11 @@ class StompConnection(asyncio.Protocol):
     def _back_out(self, uow: UnitOfWork) -> None:
         if uow.state in ("active", "prepared"):
             task = self.loop.create_task(self.core.backout(uow))
+            self.service.backouts.add(task)
             task.add_done_callback(self._backout_done)
 
     def _backout_done(self, task: asyncio.Task) -> None:
+        self.service.backouts.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.core.oplog.emit("HMQ9503E", f"STOMP connection {self.info.conn_id}: "
                                  f"backout failed: {task.exception()!r}")
@@ -757,10 +761,16 @@ class StompConnection(asyncio.Protocol):
     def on_commit(self, frame: Frame):
         txn = self._transaction(frame)
         del self.transactions[txn.name]
-        acks = [d for d in txn.acks if d.uow.state == "active"]
+        acks = txn.acks
+        try:
+            # refused (MQRC 2003) when the queue manager backed out the transaction
+            # or one of its deliveries to release log space: nothing commits
+            forced = self.core.commit_nowait(txn.uow, joined=[d.uow for d in acks])
+        except HarbormqError:
+            self._back_out(txn.uow)
+            raise
         for d in acks:
             self._forget(d)
-        forced = self.core.commit_nowait(txn.uow, joined=[d.uow for d in acks])
         for d in txn.nacks:
             self._forget(d)
             self._back_out(d.uow)

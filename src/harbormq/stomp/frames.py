@@ -103,6 +103,10 @@ class FrameParser:
             if frame is None:
                 break
             frames.append(frame)
+            if frame.command in ("CONNECT", "STOMP"):
+                # what follows is read in the version CONNECT negotiates: the
+                # caller sets ``version`` and calls feed(b"") for the rest
+                break
         return frames
 
     def _next(self) -> Frame | None:

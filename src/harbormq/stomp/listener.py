@@ -32,6 +32,8 @@ class StompService:
         self.connections: set[StompConnection] = set()
         self.servers: list[asyncio.base_events.Server] = []
         self.bound: list[dict] = []
+        #: backouts of closed connections' units of work, awaited by stop()
+        self.backouts: set[asyncio.Task] = set()
 
     def check_listeners(self) -> None:
         """Refuse a configuration that would accept anonymous remote clients."""
@@ -75,7 +77,9 @@ class StompService:
             conn.fail(f"queue manager {self.core.name} is stopping")
         for server in self.servers:
             await server.wait_closed()
-        await asyncio.sleep(0)      # let connection_lost run
+        await asyncio.sleep(0)      # let connection_lost run: it starts the backouts
+        if self.backouts:
+            await asyncio.gather(*list(self.backouts), return_exceptions=True)
         try:
             self.config.listeners_path.unlink()
         except FileNotFoundError:
