@@ -180,9 +180,11 @@ def test_pairs_two_per_line_in_runmqsc_columns():
                           ("BOQNAME", "B" * 40), ("MAXDEPTH", 5)])
     assert lines[0] == "   QUEUE(Q1)" + " " * 31 + "TYPE(QLOCAL)"
     assert lines[0].index("TYPE(") == 43
-    assert lines[1].startswith("   DESCR( )") and lines[1].index("BOQNAME") == 43 \
-        if len("DESCR( )") < 40 else True
-    assert lines[-1] == "   MAXDEPTH(5)"
+    assert lines[1] == "   DESCR( )".ljust(43) + "BOQNAME(" + "B" * 40 + ")"
+    assert lines[2] == "   MAXDEPTH(5)" and len(lines) == 3
+    # an item as wide as its column gets a line of its own
+    assert format_pairs([("BOQNAME", "B" * 40), ("MAXDEPTH", 5)]) == [
+        "   BOQNAME(" + "B" * 40 + ")", "   MAXDEPTH(5)"]
 
 
 def test_echo_and_summary():
