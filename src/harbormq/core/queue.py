@@ -55,6 +55,9 @@ class LocalQueue:
         self.last_get_ns = 0
         #: where store scans start: every store key below it is deleted in memory
         self._scan_from: bytes | None = None
+        #: where a get's scan starts: no key below it is available (all locked
+        #: or gone); None = from the head
+        self._avail_from: bytes | None = None
         self.waiters: list = []                 # futures of getters waiting for a message
         #: callbacks of subscriptions (STOMP consumers) told when messages may be
         #: available; each takes what its window allows
@@ -118,18 +121,22 @@ class LocalQueue:
                 return layer[key] is None
         return False
 
-    def iter_keys(self):
-        """Every committed, present key in delivery order, locked ones included.
+    def iter_keys(self, start: bytes | None = None):
+        """Every committed, present key in delivery order from ``start`` (the
+        head when None), locked ones included.
 
         Store keys at the head that are deleted (or shadowed) in memory are
         skipped for good by moving ``_scan_from`` past them: consumers take from
         the head, and without this every get would walk the messages consumed
         since the last flush."""
-        store_keys = iter(()) if self.store_hidden else self.store.iter_keys(self._scan_from)
-        mem_iter = iter(list(self._mem_keys))
+        from_head = start is None or (self._scan_from is not None and start <= self._scan_from)
+        store_from = self._scan_from if from_head else start
+        store_keys = iter(()) if self.store_hidden else self.store.iter_keys(store_from)
+        # no copy: a caller that changes the queue stops iterating first
+        mem_iter = iter(self._mem_keys) if start is None else self._mem_keys.irange(start)
         s = next(store_keys, None)
         m = next(mem_iter, None)
-        advancing = True
+        advancing = from_head
         while s is not None or m is not None:
             if m is None or (s is not None and s < m):
                 key, s = s, next(store_keys, None)
@@ -147,11 +154,20 @@ class LocalQueue:
     def first_available(self, match=None, now_ns: int = 0):
         """(key, message, expired): the first message a get may take (key and
         message None when there is none), and the expired messages met on the
-        way, for the caller to remove."""
+        way, for the caller to remove.
+
+        Without a match the scan starts at ``_avail_from``: no key below it is
+        available. Deliveries awaiting acknowledgement lock the head of a busy
+        queue, and without this every get would walk all of them."""
         expired = []
-        for key in self._candidate_keys(match):
+        start = self._avail_from if match is None else None
+        advance = match is None
+        for key in self._candidate_keys(match, start):
             if key in self.locked:
                 continue
+            if advance:
+                self._avail_from = key      # every key before it is locked or gone
+                advance = False
             msg = self.lookup(key)
             if msg is None:
                 continue
@@ -163,7 +179,7 @@ class LocalQueue:
             return key, msg, expired
         return None, None, expired
 
-    def _candidate_keys(self, match):
+    def _candidate_keys(self, match, start: bytes | None = None):
         if match is not None and match.ident is not None and self.index_ready and \
                 match.index_type == self.index_type:
             keys = set(self.store.index_lookup(match.ident))
@@ -171,7 +187,12 @@ class LocalQueue:
                 keys.add(k)
             yield from (k for k in sorted(keys) if not self._gone(k))
             return
-        yield from self.iter_keys()
+        yield from self.iter_keys(start)
+
+    def _maybe_available(self, key: bytes) -> None:
+        """``key`` may be available now: scans must not start after it."""
+        if self._avail_from is not None and key < self._avail_from:
+            self._avail_from = key
 
     # -- committed effects (loop thread, same step as the record that makes them) ----------
 
@@ -187,6 +208,7 @@ class LocalQueue:
             self._mem_keys.add(key)
         self.depth += 1
         self._note_lsn(lsn)
+        self._maybe_available(key)
         self._became_available()
 
     def commit_delete(self, key: bytes, lsn: int) -> None:
@@ -212,6 +234,7 @@ class LocalQueue:
         self.locked.pop(key, None)
         if self._scan_from is not None and key < self._scan_from:
             self._scan_from = None
+        self._maybe_available(key)
         self._became_available()
 
     def clear_memory(self) -> None:
@@ -222,7 +245,7 @@ class LocalQueue:
         self._fresh = set()
         self._mem_keys.clear()
         self.dirty_lsn = self.flushing_lsn = None
-        self._scan_from = None
+        self._scan_from = self._avail_from = None
         self.depth = 0
         self.store_hidden = True
 

@@ -18,6 +18,7 @@ followed by NUL; without it the body ends at the first NUL.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 CLIENT_COMMANDS = frozenset({
@@ -76,10 +77,11 @@ def _unescape(text: str, version: str) -> str:
     return "".join(out)
 
 
+_NEEDS_ESCAPE = re.compile(r"[\\:\n\r]")
+
+
 def escape(text: str, version: str) -> str:
-    if version == "1.0":
-        return text
-    if not any(c in text for c in "\\:\n\r"):
+    if version == "1.0" or not _NEEDS_ESCAPE.search(text):
         return text
     text = text.replace("\\", "\\\\").replace(":", "\\c").replace("\n", "\\n")
     return text.replace("\r", "\\r") if version == "1.2" else text
@@ -93,9 +95,16 @@ class FrameParser:
         self.limits = limits or Limits()
         self.version = "1.0"
         self.buf = bytearray()
+        self.pos = 0             # where the next frame starts in ``buf``
         self.heartbeats = 0
 
     def feed(self, data: bytes) -> list[Frame]:
+        """The whole frames now buffered. Bytes are consumed by moving a read
+        position, and the buffer is compacted once per call, so a burst of many
+        frames costs time linear in its size."""
+        if self.pos:
+            del self.buf[:self.pos]
+            self.pos = 0
         self.buf += data
         frames = []
         while True:
@@ -112,9 +121,9 @@ class FrameParser:
     def _next(self) -> Frame | None:
         buf = self.buf
         limits = self.limits
-        # heart-beats: EOLs before a frame
-        start = 0
         n = len(buf)
+        start = self.pos
+        # heart-beats: EOLs before a frame
         while start < n and buf[start] in (10, 13):
             if buf[start] == 13:
                 if start + 1 >= n:
@@ -125,33 +134,35 @@ class FrameParser:
             else:
                 start += 1
             self.heartbeats += 1
-        if start:
-            del buf[:start]
-            n = len(buf)
-        if not n:
+        self.pos = start
+        if start >= n:
             return None
-        end = buf.find(b"\n\n")
-        end_crlf = buf.find(b"\n\r\n")
-        if end_crlf != -1 and (end == -1 or end_crlf < end):
+        # the blank line ending the headers: LF LF, or LF CR LF (1.2 allows CR LF)
+        limit = min(n, start + limits.max_header_bytes + 3)
+        end = buf.find(b"\n\n", start, limit)
+        end_crlf = buf.find(b"\n\r\n", start, end + 1 if end != -1 else limit)
+        if end_crlf != -1:
             head_end, body_start = end_crlf, end_crlf + 3
         elif end != -1:
             head_end, body_start = end, end + 2
         else:
-            if n > limits.max_header_bytes:
+            if n - start > limits.max_header_bytes:
                 raise FrameError(f"the command line and headers exceed "
                                  f"{limits.max_header_bytes} bytes without ending")
-            self._check_command_prefix(buf)
+            self._check_command_prefix(buf[start:])
             return None
-        if head_end > limits.max_header_bytes:
-            raise FrameError(f"the command line and headers are {head_end} bytes; the limit "
-                             f"is {limits.max_header_bytes}")
+        if head_end - start > limits.max_header_bytes:
+            raise FrameError(f"the command line and headers are {head_end - start} bytes; "
+                             f"the limit is {limits.max_header_bytes}")
         try:
-            head = bytes(buf[:head_end]).decode("utf-8")
+            head = buf[start:head_end].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise FrameError(f"frame headers are not valid UTF-8 ({exc.reason} at byte "
                              f"{exc.start})") from None
         lines = head.split("\n")
-        command = lines[0].removesuffix("\r")
+        command = lines[0]
+        if command.endswith("\r"):
+            command = command[:-1]
         if command not in CLIENT_COMMANDS:
             raise FrameError(f"unknown command {command[:40]!r}; expected one of "
                              f"{', '.join(sorted(CLIENT_COMMANDS))}")
@@ -164,12 +175,11 @@ class FrameParser:
         for line in lines[1:]:
             if line.endswith("\r"):
                 line = line[:-1]
-            colon = line.find(":")
-            if colon <= 0:
+            name, sep, value = line.partition(":")
+            if not sep or not name:
                 raise FrameError(f"malformed header line {line[:60]!r} in {command} frame "
                                  "(expected name:value)")
-            name, value = line[:colon], line[colon + 1:]
-            if not raw:
+            if not raw and ("\\" in name or "\\" in value):
                 name = _unescape(name, version)
                 value = _unescape(value, version)
             if name not in headers:
@@ -182,28 +192,26 @@ class FrameParser:
                 raise FrameError(f"content-length {length!r} is not a number") from None
             if size < 0:
                 raise FrameError(f"content-length {size} is negative")
-            if body_start + size > limits.max_frame_bytes:
-                raise FrameError(f"{command} frame of {body_start + size} bytes exceeds the "
-                                 f"frame size limit of {limits.max_frame_bytes} bytes")
-            if len(buf) < body_start + size + 1:
+            if body_start - start + size > limits.max_frame_bytes:
+                raise FrameError(f"{command} frame of {body_start - start + size} bytes "
+                                 f"exceeds the frame size limit of {limits.max_frame_bytes} "
+                                 "bytes")
+            if n < body_start + size + 1:
                 return None
             if buf[body_start + size] != 0:
                 raise FrameError(f"{command} frame body is not followed by NUL at "
                                  f"content-length {size}")
             body = bytes(buf[body_start:body_start + size])
-            del buf[:body_start + size + 1]
+            self.pos = body_start + size + 1
         else:
-            nul = buf.find(b"\0", body_start)
+            nul = buf.find(b"\0", body_start, start + limits.max_frame_bytes + 1)
             if nul == -1:
-                if len(buf) > limits.max_frame_bytes:
+                if n - start > limits.max_frame_bytes:
                     raise FrameError(f"{command} frame exceeds the frame size limit of "
                                      f"{limits.max_frame_bytes} bytes without ending")
                 return None
-            if nul > limits.max_frame_bytes:
-                raise FrameError(f"{command} frame of {nul} bytes exceeds the frame size "
-                                 f"limit of {limits.max_frame_bytes} bytes")
             body = bytes(buf[body_start:nul])
-            del buf[:nul + 1]
+            self.pos = nul + 1
         return Frame(command, headers, body)
 
     def _check_command_prefix(self, buf: bytearray) -> None:
