@@ -11,6 +11,7 @@ whose record could still be lost (the write-ahead rule).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import time
@@ -59,6 +60,12 @@ from .queue import LocalQueue
 
 _id_prefix = os.urandom(8)
 _id_counter = itertools.count(1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _begin_payload(owner: str) -> bytes:
+    """UOW_BEGIN's payload; owners repeat (one per connection), so it is cached."""
+    return encode_json({"owner": owner})
 
 
 def new_msg_id() -> bytes:
@@ -193,7 +200,7 @@ class QueueManagerCore:
         """Append a record of ``uow`` (writing its BEGIN first); returns (lsn, prev)."""
         if not uow.first_lsn:
             uow.first_lsn = uow.last_lsn = self._append(
-                RecordType.UOW_BEGIN, uow_id=uow.id, payload=encode_json({"owner": uow.owner}))
+                RecordType.UOW_BEGIN, uow_id=uow.id, payload=_begin_payload(uow.owner))
             uow.first_log_ns = time.time_ns()
         prev = uow.last_lsn
         uow.last_lsn = self._append(rtype, uow_id=uow.id, prev_lsn=prev, obj=q, payload=payload)
@@ -584,7 +591,7 @@ class QueueManagerCore:
         if logged_joined and not uow.first_lsn:
             # the decision must be a record of its own unit of work
             uow.first_lsn = uow.last_lsn = self._append(
-                RecordType.UOW_BEGIN, uow_id=uow.id, payload=encode_json({"owner": uow.owner}))
+                RecordType.UOW_BEGIN, uow_id=uow.id, payload=_begin_payload(uow.owner))
             uow.first_log_ns = time.time_ns()
         effect_lsn = 0
         if uow.first_lsn:

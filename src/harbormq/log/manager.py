@@ -282,7 +282,8 @@ class RecoveryLog:
         Runs on the loop thread only."""
         if self.failed is not None:
             raise LogError(f"the log can no longer be written: {self.failed}")
-        length = encoded_length(len(rec.object_name.encode()), len(rec.payload))
+        name = rec.object_name.encode()
+        length = encoded_length(len(name), len(rec.payload))
         if length > self.extent_size - EXTENT_HEADER_SIZE - EXTENT_END_LENGTH:
             raise LogError(f"a log record of {length} bytes cannot fit in an extent of "
                            f"{self.state.pages} pages", reason=2030)
@@ -291,7 +292,7 @@ class RecoveryLog:
         rec.lsn = self.end_lsn
         rec.timestamp_ns = time.time_ns()
         rec.synced_lsn = self.synced_lsn
-        data = encode(rec)
+        data = encode(rec, name)
         self._writer.add_data(self._active.number,
                               EXTENT_HEADER_SIZE + rec.lsn - self._active.first_lsn, data,
                               rec.lsn + length)

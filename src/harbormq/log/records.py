@@ -150,24 +150,29 @@ def encoded_length(name_len: int, payload_len: int) -> int:
     return (raw + 7) & ~7
 
 
-def encode(rec: LogRecord) -> bytes:
-    """Encode a record whose ``lsn`` and ``timestamp_ns`` are already set."""
-    name = rec.object_name.encode()
+#: the header after its length and CRC fields: what the CRC covers first
+_HEADER_TAIL = struct.Struct("<QQQQIIBBBBQ")
+_LENGTH_CRC = struct.Struct("<II")
+_PADS = [b"\0" * n for n in range(8)]
+
+
+def encode(rec: LogRecord, name: bytes | None = None) -> bytes:
+    """Encode a record whose ``lsn`` and ``timestamp_ns`` are already set
+    (``name``: the object name already encoded, when the caller has it)."""
+    if name is None:
+        name = rec.object_name.encode()
     if len(name) > MAX_NAME:
         raise ValueError(f"object name longer than {MAX_NAME} bytes: {rec.object_name!r}")
-    length = encoded_length(len(name), len(rec.payload))
+    payload = rec.payload
+    raw = RECORD_HEADER.size + len(name) + len(payload) + TRAILER.size
+    length = (raw + 7) & ~7
     rec.length = length
-    buf = bytearray(length)
-    RECORD_HEADER.pack_into(buf, 0, length, 0, rec.lsn, rec.timestamp_ns, rec.uow_id,
-                            rec.prev_lsn, rec.object_id, len(rec.payload), int(rec.type),
-                            int(rec.flags), len(name), RECORD_VERSION, rec.synced_lsn)
-    pos = RECORD_HEADER.size
-    buf[pos:pos + len(name)] = name
-    pos += len(name)
-    buf[pos:pos + len(rec.payload)] = rec.payload
-    TRAILER.pack_into(buf, length - 4, length)
-    struct.pack_into("<I", buf, 4, crc32c(memoryview(buf)[8:]))
-    return bytes(buf)
+    covered = b"".join((
+        _HEADER_TAIL.pack(rec.lsn, rec.timestamp_ns, rec.uow_id, rec.prev_lsn, rec.object_id,
+                          len(payload), int(rec.type), int(rec.flags), len(name),
+                          RECORD_VERSION, rec.synced_lsn),
+        name, payload, _PADS[length - raw], TRAILER.pack(length)))
+    return _LENGTH_CRC.pack(length, crc32c(covered)) + covered
 
 
 def decode(buf, offset: int, *, expected_lsn: int | None = None,

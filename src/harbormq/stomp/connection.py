@@ -39,7 +39,7 @@ from ..core.engine import MessageMatch, UnitOfWork
 from ..core.objects import DEFAULT_LOCAL_QUEUE, check_name
 from ..errors import HarbormqError, InvalidAttribute, UnknownObject
 from ..log.records import Message
-from .frames import Frame, FrameError, FrameParser, Limits, encode_frame
+from .frames import Frame, FrameError, FrameParser, Limits, encode_frame, receipt_frame
 
 if TYPE_CHECKING:
     from .listener import StompService
@@ -221,7 +221,7 @@ class StompConnection(asyncio.Protocol):
         receipt = frame.headers.get("receipt")
         if receipt is None:
             return
-        out = self._frame("RECEIPT", {"receipt-id": receipt})
+        out = receipt_frame(receipt, self.version)
         if forced is None and not self._receipts:
             self._send(out)
             return
@@ -627,8 +627,8 @@ class StompConnection(asyncio.Protocol):
 
     def _deliver(self, sub: Subscription, msg: Message, uow: UnitOfWork | None) -> None:
         msg_hex = msg.msg_id.hex()
-        headers = {"subscription": sub.id, "message-id": msg_hex,
-                   "destination": "/queue/" + sub.queue}
+        headers = [("subscription", sub.id), ("message-id", msg_hex),
+                   ("destination", "/queue/" + sub.queue)]
         if uow is not None:
             self._ack_seq += 1
             ack_id = f"{self.info.conn_id}-{self._ack_seq}"
@@ -637,22 +637,25 @@ class StompConnection(asyncio.Protocol):
             self.deliveries[ack_id] = d
             self.by_msg_id[msg_hex] = d
             if self.version == "1.2":
-                headers["ack"] = ack_id
-        headers["redelivered"] = "true" if msg.backout_count else "false"
+                headers.append(("ack", ack_id))
         if msg.backout_count:
-            headers["backout-count"] = str(msg.backout_count)
-        headers["persistent"] = "true" if msg.persistent else "false"
-        headers["priority"] = str(msg.priority)
-        headers["timestamp"] = str(msg.put_time_ns // 1_000_000)
-        headers["expires"] = str(msg.expiry_ns // 1_000_000)
+            headers.append(("redelivered", "true"))
+            headers.append(("backout-count", str(msg.backout_count)))
+        else:
+            headers.append(("redelivered", "false"))
+        headers.append(("persistent", "true" if msg.persistent else "false"))
+        headers.append(("priority", str(msg.priority)))
+        headers.append(("timestamp", str(msg.put_time_ns // 1_000_000)))
+        headers.append(("expires", str(msg.expiry_ns // 1_000_000)))
         if msg.correl_id:
-            headers["correlation-id"] = msg.correl_id.decode("utf-8", "backslashreplace")
+            headers.append(("correlation-id", msg.correl_id.decode("utf-8", "backslashreplace")))
         if msg.reply_to:
-            headers["reply-to"] = msg.reply_to
+            headers.append(("reply-to", msg.reply_to))
         if msg.format:
-            headers["content-type"] = msg.format
-        for k, v in msg.properties.items():
-            headers.setdefault(k, v)
+            headers.append(("content-type", msg.format))
+        if msg.properties:
+            taken = {k for k, _v in headers}
+            headers += [(k, v) for k, v in msg.properties.items() if k not in taken]
         self._send(self._frame("MESSAGE", headers, msg.body))
 
     def _forget(self, d: Delivery) -> None:
