@@ -121,12 +121,11 @@ def start(qm, foreground):
     if pid is not None:
         raise QueueManagerRunning(f"queue manager {qm} is already running (process {pid})")
     if foreground:
-        import asyncio
 
-        from .server import QueueManagerServer
+        from .server import QueueManagerServer, run_event_loop
         server = QueueManagerServer(config, console=console,
                                     progress=make_progress_callback(console))
-        sys.exit(asyncio.run(server.run()))
+        sys.exit(run_event_loop(server.run()))
     config.errors_dir.mkdir(parents=True, exist_ok=True)
     out_path = config.errors_dir / "console.log"
     with open(out_path, "ab") as out:
