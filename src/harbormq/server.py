@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 from .config import QMConfig
 from .errors import HarbormqError
@@ -40,6 +41,7 @@ class QueueManagerServer:
         self.stop_mode: asyncio.Future | None = None
         self.security = Security.for_config(config)
         self.stomp: StompService | None = None
+        self.started_ns = 0
 
     def status(self) -> dict:
         core = self.running.core
@@ -70,7 +72,10 @@ class QueueManagerServer:
                         reply = {"ok": True, "status": self.status()}
                     elif cmd == "mqsc":
                         from .admin.commands import handle_admin_mqsc
-                        reply = await handle_admin_mqsc(self.running.core, req, self.security)
+                        reply = await handle_admin_mqsc(
+                            self.running.core, req, self.security,
+                            qm_info={"started_ns": self.started_ns,
+                                     "connauth": self.config.stomp.connauth})
                     elif cmd == "stop":
                         mode = req.get("mode", "controlled")
                         if mode not in STOP_MODES:
@@ -95,6 +100,7 @@ class QueueManagerServer:
         self.stop_mode = loop.create_future()
         self.running = await RunningQueueManager.start(self.config, console=self.console,
                                                       progress=self.progress)
+        self.started_ns = time.time_ns()
         self.stomp = StompService(self.running.core, self.config, self.security)
         try:
             await self.stomp.start()
