@@ -163,7 +163,7 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
     if (home / "qmgrs" / name).exists():
         qmgr.delete(name, home=home)
     qmgr.create(name, home=home, log_type="circular", log_file_pages=256, log_primary=3,
-                log_secondary=2, checkpoint_records=2000)
+                log_secondary=2, checkpoint_records=2000, port=0)
     con.print(f"1. created queue manager {name}: circular log, 3 primary + 2 secondary extents "
               "of 1 MiB")
 
@@ -217,7 +217,73 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
         return 1
     con.print("   [bold green]OK[/]: every acknowledged persistent message is there exactly "
               "once, nothing uncommitted is visible, order is kept.")
-    con.print("   (the Spark pipeline joins this tour when its issue lands)")
+    if server_step(con, name, home) != 0:
+        return 1
+    return 0
+
+
+def server_step(con, name: str, home: Path) -> int:
+    """6. The queue manager as a server: STOMP clients and MQSC administration."""
+    import stomp
+
+    env = dict(os.environ, HARBORMQ_HOME=str(home))
+    harbormq = [sys.executable, "-m", "harbormq"]
+    subprocess.run(harbormq + ["start", name], env=env, check=True, capture_output=True)
+    try:
+        listeners = home / "qmgrs" / name / "listeners.json"
+        deadline = time.monotonic() + 30
+        while not listeners.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        port = json.loads(listeners.read_text())[0]["port"]
+        con.print(f"6. queue manager {name} started as a server: STOMP on 127.0.0.1:{port}")
+
+        class Collect(stomp.ConnectionListener):
+            def __init__(self):
+                self.messages, self.receipts = [], []
+
+            def on_message(self, frame):
+                self.messages.append(frame)
+
+            def on_receipt(self, frame):
+                self.receipts.append(frame.headers["receipt-id"])
+
+        def wait_for(pred, what: str) -> None:
+            deadline = time.monotonic() + 10
+            while not pred():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"tour: no {what} within 10 s")
+                time.sleep(0.01)
+
+        producer, consumer = stomp.Connection12([("127.0.0.1", port)]), \
+            stomp.Connection12([("127.0.0.1", port)])
+        sent, got = Collect(), Collect()
+        producer.set_listener("", sent)
+        consumer.set_listener("", got)
+        producer.connect(wait=True)
+        consumer.connect(wait=True)
+        for i in range(3):
+            producer.send("/queue/TOUR.STOMP", f"stomp message {i}",
+                          headers={"persistent": "true", "receipt": f"r{i}"})
+        wait_for(lambda: len(sent.receipts) == 3, "receipts")
+        con.print("   3 persistent SENDs, each RECEIPT after its log force: "
+                  + ", ".join(sent.receipts))
+        consumer.subscribe("/queue/TOUR.STOMP", id="1", ack="client-individual")
+        wait_for(lambda: len(got.messages) == 3, "deliveries")
+        status = subprocess.run(
+            harbormq + ["sc", name, "-c", "DISPLAY QSTATUS(TOUR.STOMP) TYPE(QUEUE) CURDEPTH "
+                        "UNCOM IPPROCS OPPROCS\nDISPLAY CONN(*) TYPE(ALL)"],
+            env=env, capture_output=True, text=True)
+        con.print("   MQSC while 3 deliveries await acknowledgement:")
+        con.print("\n".join("     " + line for line in status.stdout.splitlines()
+                            if "(" in line or line.startswith("HMQ")), highlight=False)
+        for frame in got.messages:
+            consumer.ack(frame.headers["ack"])
+        producer.disconnect()
+        consumer.disconnect(receipt="bye")
+        con.print("   acknowledged; " + ", ".join(f.body for f in got.messages) + " consumed")
+    finally:
+        subprocess.run(harbormq + ["stop", name, "--wait"], env=env, capture_output=True)
+    con.print(f"   queue manager {name} stopped (controlled)")
     return 0
 
 
