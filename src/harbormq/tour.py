@@ -270,8 +270,9 @@ def server_step(con, name: str, home: Path) -> int:
         consumer.subscribe("/queue/TOUR.STOMP", id="1", ack="client-individual")
         wait_for(lambda: len(got.messages) == 3, "deliveries")
         status = subprocess.run(
-            harbormq + ["sc", name, "-c", "DISPLAY QSTATUS(TOUR.STOMP) TYPE(QUEUE) CURDEPTH "
-                        "UNCOM IPPROCS OPPROCS\nDISPLAY CONN(*) TYPE(ALL)"],
+            harbormq + ["sc", name, "-c",
+                        "DISPLAY QSTATUS(TOUR.STOMP) TYPE(QUEUE) CURDEPTH UNCOM IPPROCS OPPROCS\n"
+                        "DISPLAY CONN(*) CONNAME USERID UOWSTATE UOWLOG QMURID"],
             env=env, capture_output=True, text=True)
         con.print("   MQSC while 3 deliveries await acknowledgement:")
         con.print("\n".join("     " + line for line in status.stdout.splitlines()
