@@ -350,6 +350,7 @@ class StompConnection(asyncio.Protocol):
         self.info.user = self.user
         self.info.app = frame.headers.get("client-id") or frame.headers.get("host", "")
         self.core.connections.add(self.info)
+        self._owner = f"STOMP {self.info.conn_id}"
         hb_headers = {}
         if version != "1.0":
             cx, cy = self._heartbeat(frame.headers.get("heart-beat", "0,0"))
@@ -602,16 +603,18 @@ class StompConnection(asyncio.Protocol):
                 return
             if q is not None and q.depth - len(q.locked) <= 0:
                 return          # nothing committed and unlocked: no get can succeed
+            uow = None
             try:
                 if auto:
-                    uow = None
                     msg, _forced = core.get_nowait(sub.queue, None, match=sub.match)
                 else:
-                    uow = core.begin(owner=f"STOMP {self.info.conn_id}")
+                    uow = core.begin(owner=self._owner)
                     msg, _forced = core.get_nowait(sub.queue, uow, match=sub.match)
                     if msg is None:
                         core.discard_empty(uow)
             except HarbormqError as exc:
+                if uow is not None and not uow.ops:
+                    core.discard_empty(uow)
                 self.fail(f"subscription {sub.id} on {sub.queue}: {exc}")
                 return
             if msg is None:
@@ -709,6 +712,9 @@ class StompConnection(asyncio.Protocol):
         return None
 
     def on_nack(self, frame: Frame):
+        if self.version == "1.0":
+            raise ProtocolError("NACK is not part of STOMP 1.0 (connect with "
+                                "accept-version 1.1 or 1.2)")
         covered = self._acked(frame)
         if "transaction" in frame.headers:
             txn = self._transaction(frame)
