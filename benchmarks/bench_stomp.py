@@ -59,7 +59,9 @@ py-spy`` and ``--py-spy /tmp/x/bin/py-spy``) and ``--profile cprofile`` under
 ``python -m cProfile`` (main thread only, deterministic, slows the server);
 either way the top functions by own and cumulative time go to stderr and into
 the JSON (``profile``). Do not quote a profiled run's rates. ``--uvloop``
-runs the client loop on uvloop (if importable). Progress goes to stderr, one
+runs the client loop on uvloop, ``--server-loop asyncio|uvloop`` forces
+the server's loop (default: what harbormq picks, uvloop when installed; the
+JSON says which loop the server process really mapped). Progress goes to stderr, one
 JSON object to stdout.
 """
 
@@ -174,8 +176,12 @@ class Server:
     """A queue manager in its own process under a temporary HARBORMQ_HOME."""
 
     def __init__(self, home: Path, profile: str | None, py_spy: str, profile_out: Path,
-                 max_prefetch: int):
+                 max_prefetch: int, loop: str = "default", uvloop_path: str | None = None,
+                 create_options: dict | None = None):
         self.home = home
+        self.loop = loop
+        self.create_options = create_options or {}
+        self.uvloop_path = uvloop_path    # where uvloop is when the venv lacks it
         self.profile = profile
         self.py_spy = py_spy
         self.profile_out = profile_out
@@ -189,17 +195,31 @@ class Server:
     def create(self) -> None:
         from harbormq import qmgr
         from harbormq.config import QMConfig
-        qmgr.create(QM_NAME, home=self.home, port=0)
+        qmgr.create(QM_NAME, home=self.home, port=0, **self.create_options)
         cfg = QMConfig.load(QM_NAME, home=self.home)
         cfg.stomp.max_prefetch = max(cfg.stomp.max_prefetch, self.max_prefetch)
         cfg.stomp.heartbeat_ms = 0
         cfg.save()
 
     def start(self) -> None:
+        import importlib.util
+        extra = self.uvloop_path if (self.loop == "uvloop" and
+                                     importlib.util.find_spec("uvloop") is None) else None
         env = dict(os.environ, HARBORMQ_HOME=str(self.home),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(SRC),
-                                                            os.environ.get("PYTHONPATH")])))
+                                                            os.environ.get("PYTHONPATH"),
+                                                            extra])))
         cmd = [sys.executable, "-m", "harbormq", "start", QM_NAME, "--foreground"]
+        if self.loop == "uvloop":
+            # the same CLI with uvloop as the policy (for code that calls asyncio.run)
+            cmd = [sys.executable, "-c", "import sys, uvloop; uvloop.install(); "
+                   "from harbormq.cli import main; sys.exit(main(sys.argv[1:]))",
+                   "start", QM_NAME, "--foreground"]
+        elif self.loop == "asyncio":
+            # the same CLI with uvloop made unimportable: asyncio's own loop
+            cmd = [sys.executable, "-c", "import sys; sys.modules['uvloop'] = None; "
+                   "from harbormq.cli import main; sys.exit(main(sys.argv[1:]))",
+                   "start", QM_NAME, "--foreground"]
         if self.profile == "cprofile":
             cmd = [sys.executable, "-m", "cProfile", "-o", str(self.profile_out),
                    "-m", "harbormq", "start", QM_NAME, "--foreground"]
@@ -225,7 +245,17 @@ class Server:
             if time.monotonic() > deadline:
                 raise RuntimeError("the queue manager did not start in 120 s")
             time.sleep(0.05)
-        progress(f"queue manager {QM_NAME} running: pid {self.pid}, port {self.port}")
+        self.loop_detected = self.detect_loop()
+        progress(f"queue manager {QM_NAME} running: pid {self.pid}, port {self.port}, "
+                 f"loop {self.loop_detected}")
+
+    def detect_loop(self) -> str:
+        """uvloop when its extension is mapped into the server process."""
+        try:
+            with open(f"/proc/{self.pid}/maps") as f:
+                return "uvloop" if "uvloop/loop" in f.read() else "asyncio"
+        except OSError:
+            return "unknown"
 
     def admin(self, request: dict, timeout: float = 30.0) -> dict:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -640,8 +670,19 @@ def main() -> None:
                          "queued (0: unbounded)")
     ap.add_argument("--sample-interval", type=float, default=None,
                     help="slow-consumer: seconds between RSS samples (default 5; quick 0.5)")
+    ap.add_argument("--checkpoint-records", type=int, default=0,
+                    help="queue manager's checkpoint interval in log records (default: "
+                         "harbormq create's, 10,000)")
+    ap.add_argument("--log-file-pages", type=int, default=0,
+                    help="log extent size in 4 KiB pages (default: harbormq create's, 4096)")
     ap.add_argument("--stall-timeout", type=float, default=60.0)
     ap.add_argument("--uvloop", action="store_true", help="client loop on uvloop")
+    ap.add_argument("--server-loop", choices=["default", "asyncio", "uvloop"],
+                    default="default",
+                    help="default: whatever harbormq picks (uvloop when installed); asyncio: "
+                         "uvloop hidden from the server; uvloop: installed as the policy")
+    ap.add_argument("--uvloop-path", default="/tmp/hmqbench-tools",
+                    help="where uvloop is installed when the venv lacks it (pip --target)")
     ap.add_argument("--profile", choices=["py-spy", "cprofile"], default=None,
                     help="profile the server process")
     ap.add_argument("--py-spy", default=shutil.which("py-spy") or "/tmp/hmqbench-tools/bin/py-spy")
@@ -661,8 +702,7 @@ def main() -> None:
         try:
             import uvloop
         except ImportError:
-            extra = "/tmp/hmqbench-tools"
-            sys.path.append(extra)
+            sys.path.append(args.uvloop_path)
             import uvloop
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         loop_impl = f"uvloop {uvloop.__version__}"
@@ -672,7 +712,11 @@ def main() -> None:
     profile_out = Path(args.profile_out) if args.profile_out else home / (
         "server.pyspy.txt" if args.profile == "py-spy" else "server.prof")
     server = Server(home, args.profile, args.py_spy, profile_out,
-                    max(args.prefetch, 2 * (args.txn_size or 50)))
+                    max(args.prefetch, 2 * (args.txn_size or 50)),
+                    loop=args.server_loop, uvloop_path=args.uvloop_path,
+                    create_options={k: v for k, v in (
+                        ("checkpoint_records", args.checkpoint_records),
+                        ("log_file_pages", args.log_file_pages)) if v})
     results = {}
     error = None
     la_start = loadavg()
@@ -707,6 +751,11 @@ def main() -> None:
         "size": "quick" if args.quick else "full",
         "body_size": args.body_size, "persistent": True,
         "client_loop": loop_impl, "client_processes": 1,
+        "server_loop": getattr(server, "loop_detected", None),
+        "server_code": code_version(),
+        "queue_manager": {"checkpoint_records": args.checkpoint_records or "default (10000)",
+                          "log_file_pages": args.log_file_pages or "default (4096)",
+                          "prefetch_count": args.prefetch},
         "modes": results,
         "summary": {k: {"send_msgs_per_s": v.get("send_msgs_per_s"),
                         "recv_msgs_per_s": v.get("recv_msgs_per_s"),
@@ -725,6 +774,18 @@ def main() -> None:
     print(json.dumps(out, indent=2))
     if error is not None:
         sys.exit(1)
+
+
+def code_version() -> dict:
+    root = SRC.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"git_head": head[:100], "src_modified": bool(dirty)}
 
 
 def print_profile(p: dict) -> None:

@@ -67,7 +67,7 @@ class Run:
         self.received += n
         self.t_last_message = _now()
         if self._held and self.max_backlog and \
-                self.sent - self.received < self.max_backlog * 0.9:
+                self.sent - self.received < self.max_backlog * 0.98:
             held, self._held = self._held, []
             for p in held:
                 p.fill()
