@@ -421,8 +421,10 @@ class RawStomp:
         """Send a frame with a receipt and wait for the RECEIPT; the other frames
         that came before it (MESSAGEs) are returned. An ERROR raises."""
         rid = self.receipt_id()
-        h = dict(headers or {})
-        h["receipt"] = rid
+        if isinstance(headers, (list, tuple)):
+            h = [*headers, ("receipt", rid)]
+        else:
+            h = {**(headers or {}), "receipt": rid}
         self.send(command, h, body)
         others = []
         end = time.monotonic() + (self.timeout if timeout is None else timeout)
