@@ -207,6 +207,18 @@ def test_content_length_must_be_plain_digits(value):
     assert err is not None
 
 
+@pytest.mark.xfail(strict=True, reason="BUG: NUL in the header block is taken as header "
+                   "text; the frame should be refused (its NUL ends a frame for every peer "
+                   "that reads without content-length, so it cannot be delivered safely)")
+@pytest.mark.parametrize("data", [
+    b"SEND\ndestination:/queue/A\nk:a\0b\n\nbody\0",
+    b"BEGIN\ntransaction:t\0SEND\ndestination:/queue/A\n\nx\0",
+])
+def test_nul_in_header_block_refused(data):
+    frames, err, _ = parse_all(data)
+    assert err is not None, frames
+
+
 def test_encode_frame_escapes_and_content_length():
     data = encode_frame("MESSAGE", {"a:b": "x\ny\\z\r"}, b"bo\0dy", "1.2")
     assert data == b"MESSAGE\na\\cb:x\\ny\\\\z\\r\ncontent-length:5\n\nbo\0dy\0"
@@ -377,7 +389,7 @@ def healthy(fuzz_server):
 
 
 def assert_error_then_closed(conn: RawStomp, fragment: str = "") -> RawStomp:
-    frames = conn.wait_closed(timeout=20)
+    frames = conn.wait_closed(timeout=5)
     errors = [f for f in frames if f.command == "ERROR"]
     assert len(errors) == 1, f"expected one ERROR, got {frames}"
     assert errors[0].command == frames[-1].command, "frames after the ERROR"
@@ -387,7 +399,14 @@ def assert_error_then_closed(conn: RawStomp, fragment: str = "") -> RawStomp:
     return errors[0]
 
 
-@pytest.mark.parametrize("name", sorted(MANIFEST))
+def _corpus_params():
+    for name in sorted(MANIFEST):
+        reason = MANIFEST[name].get("xfail")
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        yield pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", list(_corpus_params()))
 def test_corpus_frame_against_server(fuzz_server, healthy, name):
     spec = MANIFEST[name]
     data = (CORPUS / f"{name}.frame").read_bytes()
