@@ -38,10 +38,14 @@ def server(tmp_path_factory):
     srv = QMServer(tmp_path_factory.mktemp("stomp") / "hmq", "QS")
     srv.create(heartbeat_ms=500)
     srv.start()
+    # a client that connects and never sends CONNECT (checked near the end)
+    srv.idle = RawStomp(srv.port, timeout=30)
+    srv.idle_since = time.monotonic()
     srv.user_add("alice", "alice:pass\\word")          # no authority records
     srv.user_add("bob", "bobpw")                        # granted during a test
     srv.user_add("root", "rootpw", "mqm")              # an administrator by group
     yield srv
+    srv.idle.close()
     srv.stop()
 
 
@@ -872,10 +876,11 @@ def test_connauth_required_refuses_anonymous(required, conns):
     assert c.connect(login="carol", passcode="bad").command == "ERROR"
 
 
-def test_non_loopback_listener_refused_when_connauth_optional(tmp_path):
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", ""])
+def test_non_loopback_listener_refused_when_connauth_optional(tmp_path, host):
     srv = QMServer(tmp_path / "hmq", "QN")
     srv.create()
-    srv.configure(listeners=[{"name": "WIDE", "host": "0.0.0.0", "port": 0,
+    srv.configure(listeners=[{"name": "WIDE", "host": host, "port": 0,
                               "tls_cert": "", "tls_key": ""}])
     rc, out = srv.start_failure()
     assert rc != 0
@@ -1003,7 +1008,9 @@ def tls_server(tmp_path_factory):
     srv = QMServer(base / "hmq", "QT")
     srv.create()
     srv.configure(listeners=[{"name": "TLS", "host": "127.0.0.1", "port": 0,
-                              "tls_cert": str(cert), "tls_key": str(key)}])
+                              "tls_cert": str(cert), "tls_key": str(key)},
+                             {"name": "PLAIN", "host": "127.0.0.1", "port": 0,
+                              "tls_cert": "", "tls_key": ""}])
     srv.start()
     srv.cert = cert
     yield srv
@@ -1034,6 +1041,26 @@ def test_tls_stomp_py_unverified_and_raw(tls_server, conns):
         assert bodies(r.messages(1)) == [b"noverify"]
     finally:
         r.close()
+
+
+def test_tls_and_plain_listeners_share_queues(tls_server, conns):
+    plain = [li for li in tls_server.listeners if li["name"] == "PLAIN"][0]
+    assert plain["tls"] is False and plain["port"] != tls_server.port
+    p = conns.raw(plain["port"])
+    send_all(p, "BOTH.Q", ["from plain"])
+    t = conns.stomp(tls_server.port, tls_ca=str(tls_server.cert))
+    t.subscribe("/queue/BOTH.Q", id="1", ack="auto")
+    assert t.col.wait_messages(1)[0].body == "from plain"
+
+
+def test_tls_bad_certificate_refused_at_start(tmp_path):
+    srv = QMServer(tmp_path / "hmq", "QB")
+    srv.create()
+    srv.configure(listeners=[{"name": "TLS", "host": "127.0.0.1", "port": 0,
+                              "tls_cert": str(tmp_path / "missing.pem"),
+                              "tls_key": str(tmp_path / "missing.key")}])
+    rc, out = srv.start_failure()
+    assert rc != 0 and "TLS" in out and "missing.pem" in out, out
 
 
 def test_tls_listener_refuses_plain_text(tls_server, conns):
@@ -1256,3 +1283,23 @@ def test_unsubscribe_between_transactional_ack_and_commit(server, conns, togethe
     errors = [t for mid, t in operator_log(server.home, server.name)
               if mid == "HMQ9503E" and session in t]
     assert errors == []
+
+
+def test_large_message_near_the_frame_limit(server, conns):
+    c = conns.raw(server.port)
+    body = bytes(range(256)) * (4_000_000 // 256)
+    # non-persistent: this queue manager's 1 MiB log extents cannot hold a 4 MB
+    # persistent message (HMQ7500E, a readable ERROR)
+    c.call("SEND", {"destination": "/queue/LARGE.Q", "persistent": "false"}, body)
+    subscribe(c, "LARGE.Q", ack="client-individual")
+    m = c.messages(1)[0]
+    assert m.body == body
+    c.call("ACK", {"id": m["ack"]})
+
+
+def test_client_that_never_connects_is_dropped(server):
+    """The fixture opened a socket at the start and never sent CONNECT."""
+    frames = server.idle.wait_closed(timeout=30)
+    assert time.monotonic() - server.idle_since >= 4.5
+    assert [f.command for f in frames] == ["ERROR"]
+    assert "CONNECT" in frames[0]["message"]
