@@ -498,7 +498,9 @@ class Restart:
                       "messages locked until resolved: " +
                       ", ".join(str(u.id) for u in in_doubt))
         for q, msg in requeue:
-            await core._requeue_backout(q, msg)
+            core.requeue_backout(q, msg)
+        if requeue:
+            await core.log.force()
 
     # -- phase 5 --------------------------------------------------------------------
 

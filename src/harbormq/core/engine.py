@@ -630,10 +630,12 @@ class QueueManagerCore:
         requeue = self._undo(uow)
         if reason:
             uow.rolled_back = reason
-        if uow.first_lsn:
-            await self.log.force()
+        # in the same step as the undo: once the loop runs again, a consumer
+        # would take the message back before it could be moved
         for q, msg in requeue:
-            await self._requeue_backout(q, msg)
+            self.requeue_backout(q, msg)
+        if uow.first_lsn or requeue:
+            await self.log.force()
 
     def _undo(self, uow: UnitOfWork) -> list[tuple[LocalQueue, Message]]:
         """Back out ``uow`` in one synchronous step: a COMPENSATION record per undone
@@ -674,28 +676,30 @@ class QueueManagerCore:
                                     prev_lsn=uow.last_lsn, obj=op.queue, payload=comp.encode())
         return uow.last_lsn
 
-    async def _requeue_backout(self, q: LocalQueue, msg: Message) -> None:
+    def requeue_backout(self, q: LocalQueue, msg: Message) -> None:
         """Move a message that reached BOTHRESH to BOQNAME, else the dead-letter queue,
-        in a unit of work of the queue manager's own."""
+        in a unit of work of the queue manager's own, in one synchronous step (the
+        caller forces the log)."""
         targets = [t for t in (q.attrs["BOQNAME"], self.qmgr_attrs["DEADQ"]) if t]
         for target in targets:
             if target not in self.queues or target == q.name:
                 continue
             uow = self.begin(owner="backout-requeue")
             try:
-                got = await self.get(q.name, uow, match=MessageMatch(msg_id=msg.msg_id))
+                got, _ = self.get_nowait(q.name, uow, match=MessageMatch(msg_id=msg.msg_id))
                 if got is None:  # somebody else took it meanwhile
-                    await self.backout(uow)
+                    self._undo_quietly(uow)
                     return
                 moved = replace(got, seq=0, properties=dict(
                     got.properties, HMQ_BACKOUT_QUEUE=q.name))
-                await self.put(target, moved, uow)
-                await self.commit(uow)
+                self.put_nowait(target, moved, uow)
+                self.commit_nowait(uow)
                 self.oplog.emit("HMQ7508I", f"message {msg.msg_id.hex()} reached backout "
                                 f"threshold {q.attrs['BOTHRESH']} on {q.name}; moved to "
                                 f"{target}")
                 return
-            except (QueueFull, PutInhibited, UnknownObject, MessageTooLong) as exc:
+            except (QueueFull, PutInhibited, GetInhibited, UnknownObject, MessageTooLong,
+                    ObjectError) as exc:
                 if uow.state in ("active", "backing_out"):
                     self._undo_quietly(uow)
                 self.oplog.emit("HMQ7509W", f"could not move message {msg.msg_id.hex()} to "

@@ -184,6 +184,7 @@ class StompConnection(asyncio.Protocol):
     def _resume_reading(self) -> None:
         if self._reading_paused and self.transport is not None and not self.closed:
             self._reading_paused = False
+            self.last_recv = time.monotonic()
             self.transport.resume_reading()
 
     def connection_lost(self, exc) -> None:
@@ -405,7 +406,11 @@ class StompConnection(asyncio.Protocol):
     def _check_alive(self, every_ms: int) -> None:
         if self.closed:
             return
-        if time.monotonic() - self.last_recv > 2 * every_ms / 1000:
+        if self._reading_paused:
+            # we stopped reading (the client is not reading its MESSAGEs fast
+            # enough): its heart-beats wait unread, so silence proves nothing
+            self.last_recv = time.monotonic()
+        elif time.monotonic() - self.last_recv > 2 * every_ms / 1000:
             self.fail(f"no frame or heart-beat from the client for {2 * every_ms} ms")
             return
         self._timers.append(self.loop.call_later(every_ms / 1000, self._check_alive,
@@ -587,12 +592,14 @@ class StompConnection(asyncio.Protocol):
             q.listeners.remove(sub.listener)
         self.info.close(sub.queue, "input")
         for d in list(sub.outstanding.values()):
+            if d.txn is not None and d.txn in self.transactions:
+                continue    # its transaction decides it at COMMIT or ABORT
             self._forget(d)
             self._back_out(d.uow)
 
     def _pump(self, sub: Subscription) -> None:
         """Deliver what the subscription's window allows."""
-        if self._closing or self._write_paused or sub.id not in self.subscriptions:
+        if self._closing or self._write_paused or self.subscriptions.get(sub.id) is not sub:
             return
         core = self.core
         q = core.queues.get(sub.queue)
@@ -792,6 +799,9 @@ class StompConnection(asyncio.Protocol):
         del self.transactions[txn.name]
         for d in txn.acks + txn.nacks:
             d.txn = None          # unacknowledged again
+            if self.subscriptions.get(d.sub.id) is not d.sub:
+                self._forget(d)   # ...but its subscription is gone: back it out
+                self._back_out(d.uow)
         self._back_out(txn.uow)
         self._receipt(frame, None)
         return None
@@ -811,13 +821,13 @@ class StompConnection(asyncio.Protocol):
         return None
 
     def _release_everything(self) -> None:
-        for sub in list(self.subscriptions.values()):
-            self._end_subscription(sub)
         for txn in list(self.transactions.values()):
             for d in txn.acks + txn.nacks:
                 d.txn = None
             self._back_out(txn.uow)
         self.transactions.clear()
+        for sub in list(self.subscriptions.values()):
+            self._end_subscription(sub)
         for name in self._output_queues:
             self.info.close(name, "output")
         self._output_queues.clear()

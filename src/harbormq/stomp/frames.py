@@ -78,6 +78,7 @@ def _unescape(text: str, version: str) -> str:
 
 
 _NEEDS_ESCAPE = re.compile(r"[\\:\n\r]")
+_DIGITS = re.compile(r"[0-9]{1,12}")
 
 
 def escape(text: str, version: str) -> str:
@@ -150,10 +151,17 @@ class FrameParser:
                 raise FrameError(f"the command line and headers exceed "
                                  f"{limits.max_header_bytes} bytes without ending")
             self._check_command_prefix(buf[start:])
+            if buf.find(b"\0", start, n) != -1:
+                raise FrameError("a frame ended (NUL) before the blank line that ends its "
+                                 "headers")
             return None
         if head_end - start > limits.max_header_bytes:
             raise FrameError(f"the command line and headers are {head_end - start} bytes; "
                              f"the limit is {limits.max_header_bytes}")
+        if buf.find(b"\0", start, head_end) != -1:
+            # a NUL ends a frame for every reader that does not count bytes: a
+            # frame with one in its headers could not be passed on safely
+            raise FrameError("NUL byte in the command line or headers of a frame")
         try:
             head = buf[start:head_end].decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -186,12 +194,11 @@ class FrameParser:
                 headers[name] = value
         length = headers.get("content-length")
         if length is not None:
-            try:
-                size = int(length)
-            except ValueError:
-                raise FrameError(f"content-length {length!r} is not a number") from None
-            if size < 0:
-                raise FrameError(f"content-length {size} is negative")
+            if not _DIGITS.fullmatch(length):
+                what = "is negative" if length.strip().startswith("-") else "is not a number"
+                raise FrameError(f"content-length {length!r} {what}: it must be a byte count "
+                                 "in decimal digits")
+            size = int(length)
             if body_start - start + size > limits.max_frame_bytes:
                 raise FrameError(f"{command} frame of {body_start - start + size} bytes "
                                  f"exceeds the frame size limit of {limits.max_frame_bytes} "
