@@ -503,12 +503,10 @@ def test_nack_at_backout_threshold_moves_to_boqname(server, conns):
     _nack_to_threshold(server, conns, "BONP.Q", "false")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: for a persistent message, backout() makes the "
-                   "message visible (_undo), then awaits the log force; the queue's listeners "
-                   "run meanwhile and the NACKing subscription gets the message again "
-                   "(backout-count 2), so _requeue_backout finds it locked and gives up: a "
-                   "persistent poison message is never moved to BOQNAME")
 def test_nack_at_backout_threshold_moves_persistent_to_boqname(server, conns):
+    """Regression: the backout made the message visible and then awaited the log
+    force; the NACKing subscription took it back (backout-count 2) before the move
+    to BOQNAME, which then gave up."""
     _nack_to_threshold(server, conns, "BOP.Q", "true")
 
 
@@ -1215,12 +1213,10 @@ def test_pipelined_frames_behind_an_authenticated_connect(server, conns):
     assert frames[3]["k"] == "v:1"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the server stops reading from a consumer whose "
-                   "socket is full (pause_writing -> pause_reading), so the heart-beats the "
-                   "client keeps sending are not read; _check_alive sees no data for 2 "
-                   "intervals and drops a live consumer, and with ack:auto the messages "
-                   "already taken off the queue into the write buffer are lost")
 def test_slow_consumer_with_heartbeats_is_not_dropped(server, conns):
+    """Regression: with its socket full the server stopped reading from the client,
+    did not see its heart-beats, and dropped it (losing the ack:auto messages
+    already in the write buffer)."""
     c = conns.raw(server.port)
     body = b"h" * 16384
     n = 600
@@ -1250,13 +1246,11 @@ def test_slow_consumer_with_heartbeats_is_not_dropped(server, conns):
 
 
 @pytest.mark.parametrize("together", [False, True], ids=["separate", "same-write"])
-@pytest.mark.xfail(strict=True, reason="BUG: UNSUBSCRIBE backs out every outstanding "
-                   "delivery of the subscription, also those already ACKed inside an open "
-                   "transaction; the later COMMIT then fails with ERROR 'unit of work N is "
-                   "backed_out and cannot commit' (the transaction's SENDs are lost), or, when "
-                   "UNSUBSCRIBE and COMMIT arrive together, commits and the backout task logs "
-                   "HMQ9503E 'backout failed'")
 def test_unsubscribe_between_transactional_ack_and_commit(server, conns, together):
+    """Regression: UNSUBSCRIBE backed out deliveries already ACKed in an open
+    transaction; COMMIT then failed (its SENDs lost) or, in the same write,
+    committed while the backout task logged HMQ9503E. Now the transaction keeps
+    them: COMMIT consumes the message and publishes the SEND."""
     from conftest import operator_log
     from stomp_helpers import build_frame
     q = f"UNSUBTX{int(together)}"
@@ -1280,6 +1274,8 @@ def test_unsubscribe_between_transactional_ack_and_commit(server, conns, togethe
     c2 = conns.raw(server.port)
     subscribe(c2, f"{q}.OUT", "o", ack="auto")
     assert bodies(c2.messages(1)) == [b"out"]
+    subscribe(c2, f"{q}.IN", "i", ack="auto")
+    quiet(c2)                                     # consumed by the COMMIT
     errors = [t for mid, t in operator_log(server.home, server.name)
               if mid == "HMQ9503E" and session in t]
     assert errors == []
