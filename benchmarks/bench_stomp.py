@@ -108,18 +108,21 @@ TARGETS = {"receipt": {"msgs_per_s": 2_500, "p99_receipt_ms": 2.0},
 # ---------------------------------------------------------------------- /proc
 
 def proc_cpu(pid: int) -> dict:
-    """CPU seconds of a process: all, its main thread, its other threads."""
-    def ticks(path: str) -> int:
+    """CPU seconds of a process: all (user and system), its main thread, its
+    other threads (log writer, executors)."""
+    def ticks(path: str) -> tuple[int, int]:
         with open(path) as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])    # utime, stime (fields 14, 15)
-    total = ticks(f"/proc/{pid}/stat")
+        return int(fields[11]), int(fields[12])    # utime, stime (fields 14, 15)
+    user, system = ticks(f"/proc/{pid}/stat")
     try:
-        main = ticks(f"/proc/{pid}/task/{pid}/stat")
+        mu, ms = ticks(f"/proc/{pid}/task/{pid}/stat")
     except OSError:
-        main = total
-    return {"total": total / CLK_TCK, "main_thread": main / CLK_TCK,
-            "other_threads": (total - main) / CLK_TCK}
+        mu, ms = user, system
+    return {"total": (user + system) / CLK_TCK, "user": user / CLK_TCK,
+            "system": system / CLK_TCK, "main_thread": (mu + ms) / CLK_TCK,
+            "main_thread_system": ms / CLK_TCK,
+            "other_threads": (user + system - mu - ms) / CLK_TCK}
 
 
 def proc_mem(pid: int) -> dict:
@@ -131,6 +134,21 @@ def proc_mem(pid: int) -> dict:
                 v = int(value.split()[0])
                 out[key] = v if key == "Threads" else round(v / 1024, 1)
     return out
+
+
+def host_cpu() -> list[int]:
+    """The 'cpu' line of /proc/stat: user nice system idle iowait irq softirq steal."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def host_cpu_share(a: list[int], b: list[int]) -> dict:
+    """How busy the whole machine was between two readings (all processes, ours
+    included), and the steal time (vCPUs not running)."""
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    total = sum(d) or 1
+    return {"busy_pct": round(100 * (total - d[3] - d[4]) / total, 1),
+            "iowait_pct": round(100 * d[4] / total, 1), "steal_pct": round(100 * d[7] / total, 1)}
 
 
 def loadavg() -> list[float]:
@@ -389,6 +407,7 @@ async def phase(server: Server, args, mode: str, messages: int, *, ack: str,
     sampler = Sampler(server.pid, args.sample_interval if slow else 1.0)
     srv0 = proc_cpu(server.pid)
     cli0 = client_cpu()
+    host0 = host_cpu()
     t0 = time.perf_counter()
     run.t0 = stomp_load._now()
     last = [0, time.perf_counter()]
@@ -429,6 +448,7 @@ async def phase(server: Server, args, mode: str, messages: int, *, ack: str,
     t_end = time.perf_counter()
     srv1 = proc_cpu(server.pid)
     cli1 = client_cpu()
+    host1 = host_cpu()
     await sampler.stop()
     la1 = loadavg()
     for c in run.consumers:
@@ -464,6 +484,7 @@ async def phase(server: Server, args, mode: str, messages: int, *, ack: str,
         "server_rss_anon_mb": sampler.summary("RssAnon"),
         "server_rss_file_mb": sampler.summary("RssFile"),
         "loadavg_before": la0, "loadavg_after": la1,
+        "host_cpu": host_cpu_share(host0, host1),
     }
     if slow:
         res["duration_s"] = round(t_stop - t0, 1)
@@ -625,6 +646,9 @@ async def run_all(server: Server, args, modes: list[str]) -> dict:
                     met = met and r["receipt_latency_ms"].get("p99", 1e9) < t["p99_receipt_ms"]
                 r["target"] = t
                 r["meets_target"] = met
+            progress(f"  -> host busy {r['host_cpu']['busy_pct']}% (steal "
+                     f"{r['host_cpu']['steal_pct']}%), server user/system "
+                     f"{r['server_cpu_s']['user']}/{r['server_cpu_s']['system']} s")
             progress(f"  -> sent {r['send_msgs_per_s']}/s, received {r['recv_msgs_per_s']}/s, "
                      f"receipt p50/p99 {r['receipt_latency_ms'].get('p50')}/"
                      f"{r['receipt_latency_ms'].get('p99')} ms, server CPU "
