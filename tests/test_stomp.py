@@ -1299,3 +1299,53 @@ def test_client_that_never_connects_is_dropped(server):
     assert time.monotonic() - server.idle_since >= 4.5
     assert [f.command for f in frames] == ["ERROR"]
     assert "CONNECT" in frames[0]["message"]
+
+
+def test_abort_after_unsubscribe_backs_out_its_acked_deliveries(server, conns):
+    c = conns.raw(server.port)
+    send_all(c, "ABUN.Q", ["m"])
+    subscribe(c, "ABUN.Q")
+    m = c.messages(1)[0]
+    c.call("BEGIN", {"transaction": "t"})
+    c.call("ACK", {"id": m["ack"], "transaction": "t"})
+    c.call("UNSUBSCRIBE", {"id": "s1"})
+    c.call("ABORT", {"transaction": "t"})
+    c2 = conns.raw(server.port)
+    subscribe(c2, "ABUN.Q", ack="auto")
+    again = c2.messages(1)[0]
+    assert again.body == b"m" and again["redelivered"] == "true"
+    c.send("ACK", {"id": m["ack"]})               # nothing left to acknowledge
+    expect_error(c, "not a delivery")
+
+
+def test_resubscribe_same_id_after_unsubscribe(server, conns):
+    c = conns.raw(server.port)
+    send_all(c, "RESUB.Q", ["a", "b", "c"])
+    subscribe(c, "RESUB.Q", **{"prefetch-count": "1"})
+    a = c.messages(1)[0]
+    c.call("UNSUBSCRIBE", {"id": "s1"})
+    subscribe(c, "RESUB.Q", **{"prefetch-count": "2"})
+    got = c.messages(2)
+    quiet(c)
+    assert bodies(got) == [b"a", b"b"] and got[0]["redelivered"] == "true"
+    assert a["ack"] not in {m["ack"] for m in got}
+
+
+@pytest.mark.parametrize("persistent", ["true", "false"])
+def test_backout_threshold_falls_back_to_dead_letter_queue(server, conns, persistent):
+    """BOQNAME put-inhibited: the message goes to the queue manager's DEADQ."""
+    q = f"DLQF{persistent[0].upper()}.Q"         # MQSC folds unquoted names
+    server.sc(f"DEFINE QLOCAL({q}.BOQ) PUT(DISABLED)\n"
+              f"DEFINE QLOCAL({q}) BOTHRESH(1) BOQNAME({q}.BOQ)")
+    dlq = re.search(r"DEADQ\(([^)]*)\)", server.sc("DISPLAY QMGR DEADQ")).group(1).strip()
+    assert dlq
+    c = conns.raw(server.port)
+    send_all(c, q, ["to the dlq"], persistent=persistent)
+    subscribe(c, q)
+    m = c.messages(1)[0]
+    c.call("NACK", {"id": m["ack"]})
+    quiet(c, 0.3)
+    subscribe(c, dlq, "dlq", ack="auto", selector=f"JMSMessageID = '{m['message-id']}'")
+    moved = c.messages(1)[0]
+    assert moved.body == b"to the dlq" and moved["HMQ_BACKOUT_QUEUE"] == q
+    assert depth(server, q) == 0
