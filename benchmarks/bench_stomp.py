@@ -20,15 +20,22 @@ Modes (issue 3 §7; targets on the 2-core machine, generator on the same host):
 * ``txn``  4 producers: BEGIN, 50 SENDs, COMMIT with receipt (one
   transaction in flight each); 4 consumers: ``client-individual``, 50 ACKs in
   a transaction then COMMIT (with receipt). Target >= 18,000 msgs/s.
-* ``slow-consumer`` ``--duration`` seconds (600 for the target; 20 by default)
-  of ``--producers`` (4) fast pipelined producers and one consumer reading at
-  ``--consumer-rate`` (200 msgs/s) with ``ack:auto`` (the case where only the
-  transport's write buffer bounds what the server holds; ``--consumer-ack``
-  changes it). Producers hold back while more than ``--max-backlog`` messages
-  are queued (0: never). The server's RSS is sampled every
-  ``--sample-interval`` seconds; reported: start/end/max and the least-squares
-  slope (MB/min) of RSS, anonymous RSS (heap) and file RSS (store maps, log),
-  over the samples after the first 10%.
+* ``slow-consumer`` ``--duration`` seconds (600 for the target; 20 by default,
+  5 quick) of ``--producers`` (4) fast pipelined producers and one consumer
+  reading at ``--consumer-rate`` (200 msgs/s) with ``ack:auto`` (the case where
+  only the transport's write buffer bounds what the server holds;
+  ``--consumer-ack`` changes it): the consumer stops reading its socket
+  whenever it is ahead of its rate. Producers hold back while more than
+  ``--max-backlog`` (500,000; quick 10,000; 0: never) messages are queued, so
+  the queue sits near that depth. The server's RSS is sampled every
+  ``--sample-interval`` (5) seconds; reported: start/end/max and the
+  least-squares slope (MB/min) of VmRSS, RssAnon (the heap) and RssFile
+  (file pages mapped: the LMDB queue store and the log extents) over the
+  samples after the first 10%; ``rss_flat`` judges the heap (fitted growth
+  under 5 MB or 5%). RssFile grows while the consumer reads messages from
+  store pages it has not touched before: page cache, bounded by the store's
+  size (about depth x message size), not a leak. Then the consumer reads at
+  full speed until the queue is empty (``drain_s``).
 
 Consumers of ``receipt`` and ``pipelined`` acknowledge the way a durable
 consumer does: ``--consumer-ack client-individual`` (the default: an ACK per
@@ -63,6 +70,14 @@ runs the client loop on uvloop, ``--server-loop asyncio|uvloop`` forces
 the server's loop (default: what harbormq picks, uvloop when installed; the
 JSON says which loop the server process really mapped). Progress goes to stderr, one
 JSON object to stdout.
+
+Reading the results on a shared machine: the rates need a quiet host (each
+run reports the load average and ``host_cpu.busy_pct``; above ~50% busy the
+server is waiting for a CPU). ``server_cpu_us_per_msg`` (and its main-thread
+part: the event loop, the ceiling of one core) moves much less with load;
+1e6 / main-thread us per message is the rate the server could reach with a
+core to itself. Receipt latency includes the log's fdatasync, whose tail on a
+shared virtual disk is milliseconds.
 """
 
 from __future__ import annotations
@@ -477,6 +492,11 @@ async def phase(server: Server, args, mode: str, messages: int, *, ack: str,
         "e2e_latency_ms": pct(run.e2e_lat),
         "server_cpu_s": srv_cpu,
         "server_cpu_us_per_msg": round(srv_cpu["total"] / total * 1e6, 1) if total else None,
+        "server_main_thread_us_per_msg": round(srv_cpu["main_thread"] / total * 1e6, 1)
+        if total else None,
+        # the event loop is one thread: the rate it could reach with a core to itself
+        "main_thread_bound_msgs_per_s": round(total / srv_cpu["main_thread"])
+        if srv_cpu["main_thread"] else None,
         "server_cpu_util": round(srv_cpu["total"] / (t_end - t0), 2),
         "client_cpu_s": round(cli1 - cli0, 2),
         "client_cpu_util": round((cli1 - cli0) / (t_end - t0), 2),
@@ -668,7 +688,8 @@ def main() -> None:
                     help="messages per run (full: 30,000 receipt, 200,000 pipelined/txn)")
     ap.add_argument("--duration", type=float, default=None,
                     help="slow-consumer seconds (default 20, quick 5; the target needs 600)")
-    ap.add_argument("--warmup", type=int, default=2000, help="warm-up messages (0: none)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="warm-up messages before each measured run (2000; quick 300; 0: none)")
     ap.add_argument("--body-size", type=int, default=1024)
     ap.add_argument("--producers", type=int, default=0, help="override the mode's count")
     ap.add_argument("--consumers", type=int, default=0, help="override the mode's count")
@@ -689,9 +710,9 @@ def main() -> None:
     ap.add_argument("--producer-rate", type=float, default=0.0,
                     help="slow-consumer: total producer rate limit, msgs/s (0: as fast as "
                          "they can)")
-    ap.add_argument("--max-backlog", type=int, default=500_000,
+    ap.add_argument("--max-backlog", type=int, default=None,
                     help="slow-consumer: producers hold back while this many messages are "
-                         "queued (0: unbounded)")
+                         "queued (500,000; quick 10,000; 0: unbounded)")
     ap.add_argument("--sample-interval", type=float, default=None,
                     help="slow-consumer: seconds between RSS samples (default 5; quick 0.5)")
     ap.add_argument("--checkpoint-records", type=int, default=0,
@@ -716,6 +737,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.sample_interval is None:
         args.sample_interval = 0.5 if args.quick else 5.0
+    if args.warmup is None:
+        args.warmup = 300 if args.quick else 2000
+    if args.max_backlog is None:
+        args.max_backlog = 10_000 if args.quick else 500_000
     modes = list(MODES) if args.mode == "all" else args.mode.split(",")
     for m in modes:
         if m not in MODES:
