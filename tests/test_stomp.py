@@ -1349,3 +1349,66 @@ def test_backout_threshold_falls_back_to_dead_letter_queue(server, conns, persis
     moved = c.messages(1)[0]
     assert moved.body == b"to the dlq" and moved["HMQ_BACKOUT_QUEUE"] == q
     assert depth(server, q) == 0
+
+
+def test_concurrent_auto_define_of_one_queue(server, conns):
+    """Eight connections SEND to the same undefined queue at once: one defines it,
+    every SEND is receipted, none gets an ERROR."""
+    clients = [conns.raw(server.port) for _ in range(8)]
+    for i, c in enumerate(clients):
+        c.send("SEND", {"destination": "/queue/RACE.NEW", "receipt": f"r{i}"}, f"{i}".encode())
+    for i, c in enumerate(clients):
+        f = c.recv()
+        assert (f.command, f.get("receipt-id")) == ("RECEIPT", f"r{i}"), f
+    subscribe(clients[0], "RACE.NEW", ack="auto")
+    assert sorted(bodies(clients[0].messages(8))) == sorted(f"{i}".encode() for i in range(8))
+
+
+def test_queue_handles_of_stomp_connections(server, conns):
+    def status():
+        out = server.sc("DISPLAY QSTATUS(HANDLES.Q) IPPROCS OPPROCS")
+        return (int(re.search(r"IPPROCS\((\d+)\)", out).group(1)),
+                int(re.search(r"OPPROCS\((\d+)\)", out).group(1)))
+    p = conns.raw(server.port)
+    send_all(p, "HANDLES.Q", ["x"])
+    c = conns.raw(server.port)
+    subscribe(c, "HANDLES.Q", "a")
+    subscribe(c, "HANDLES.Q", "b")
+    # one handle per connection and queue, used by both subscriptions
+    assert status() == (1, 1)
+    c.call("UNSUBSCRIBE", {"id": "a"})
+    assert status() == (1, 1)
+    c2 = conns.raw(server.port)
+    subscribe(c2, "HANDLES.Q", "c")
+    assert status() == (2, 1)
+    c2.close()
+    c.close()
+    p.send("DISCONNECT", {"receipt": "bye"})
+    p.wait_closed()
+    deadline_wait(lambda: status() == (0, 0), 10, what="handles closed")
+
+
+def test_controlled_stop_ends_connections_and_backs_out(tmp_path):
+    srv = QMServer(tmp_path / "hmq", "QE")
+    srv.create()
+    srv.start()
+    try:
+        c = raw_connected(srv.port)
+        send_all(c, "STOP.Q", ["a", "b"], persistent="true")
+        subscribe(c, "STOP.Q", ack="client")
+        c.messages(2)
+        c.call("BEGIN", {"transaction": "t"})
+        c.call("SEND", {"destination": "/queue/STOP.Q", "transaction": "t",
+                        "persistent": "true"}, b"uncommitted")
+        assert srv.stop() == 0
+        expect_error(c, "stopping")
+        srv.start()
+        c = raw_connected(srv.port)
+        subscribe(c, "STOP.Q", ack="client-individual")
+        again = c.messages(2)
+        assert bodies(again) == [b"a", b"b"]
+        assert {m["redelivered"] for m in again} == {"true"}
+        quiet(c)
+        c.close()
+    finally:
+        srv.stop()
