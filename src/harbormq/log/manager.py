@@ -423,41 +423,79 @@ class _Writer(threading.Thread):
         self.stopping = False
         self.fds: dict[int, int] = {}
         self.current: int | None = None
+        # loop-thread side: record bytes not yet handed to the thread
+        self._staged: list[bytes] = []
+        self._staged_extent = self._staged_offset = self._staged_len = self._staged_end = 0
+        self._hand_over_scheduled = False
 
     # loop-thread side -------------------------------------------------------------
 
     def add_data(self, extent: int, offset: int, data: bytes, end_lsn: int) -> None:
+        """Stage a record's bytes. Records appended in one turn of the event loop
+        reach the writer together, at the end of the turn or before anything that
+        must follow them (a force, a switch, a control-file update): one lock
+        and one op per turn instead of one per record."""
+        staged = self._staged
+        if staged and (extent != self._staged_extent or
+                       offset != self._staged_offset + self._staged_len):
+            self.hand_over()
+        if not staged:
+            self._staged_extent, self._staged_offset, self._staged_len = extent, offset, 0
+            if not self._hand_over_scheduled:
+                self._hand_over_scheduled = True
+                self.log._loop.call_soon(self._hand_over_at_turn_end)
+        staged.append(data)
+        self._staged_len += len(data)
+        self._staged_end = end_lsn
+        if self._staged_len >= WAKE_BYTES:
+            self.hand_over()
+
+    def _hand_over_at_turn_end(self) -> None:
+        self._hand_over_scheduled = False
+        self.hand_over()
+
+    def hand_over(self) -> None:
+        """Queue the staged bytes for the writer thread (loop thread)."""
+        if not self._staged:
+            return
+        chunks, self._staged = self._staged, []
+        nbytes = self._staged_len
         with self.cond:
             last = self.ops[-1] if self.ops else None
-            if last is not None and last[0] == "data" and last[1] == extent and \
-                    last[2] + last[4] == offset:
-                last[3].append(data)
-                last[4] += len(data)
+            if last is not None and last[0] == "data" and last[1] == self._staged_extent and \
+                    last[2] + last[4] == self._staged_offset:
+                last[3].extend(chunks)
+                last[4] += nbytes
             else:
-                self.ops.append(["data", extent, offset, [data], len(data)])
-            self.pending_bytes += len(data)
-            self.queued_lsn = end_lsn
+                self.ops.append(["data", self._staged_extent, self._staged_offset, chunks,
+                                 nbytes])
+            self.pending_bytes += nbytes
+            self.queued_lsn = self._staged_end
             if self.pending_bytes >= WAKE_BYTES:
                 self.cond.notify()
 
     def add_switch(self, number: int, first_lsn: int, reuse: bool, state: ControlState) -> None:
+        self.hand_over()
         with self.cond:
             self.ops.append(["switch", number, first_lsn, reuse])
             self.ops.append(["control", state, None])
             self.cond.notify()
 
     def add_control(self, state: ControlState, done: asyncio.Future | None = None) -> None:
+        self.hand_over()
         with self.cond:
             self.ops.append(["control", state, done])
             self.cond.notify()
 
     def request_force(self, lsn: int) -> None:
+        self.hand_over()
         with self.cond:
             if lsn > self.force_target:
                 self.force_target = lsn
                 self.cond.notify()
 
     def stop(self) -> None:
+        self.hand_over()
         with self.cond:
             self.stopping = True
             self.cond.notify()
