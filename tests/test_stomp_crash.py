@@ -15,6 +15,8 @@ time) and go on. Receipts are the ground truth:
   receipted after the force, so that is allowed and counted); a redelivery
   by the same server incarnation says ``redelivered:true`` with a higher
   backout count, and backout counts never go down;
+* messages that reach BOTHRESH(3) (NACKs, dropped connections, crashes) are
+  moved to the backout queue, which counts as "on its queue" at the end;
 * transactions are atomic: the messages of a transaction whose COMMIT was
   not receipted are durable all or none (its messages may be delivered before
   the COMMIT's force, so a crash can take back messages a consumer saw; that
@@ -45,6 +47,7 @@ WORKLOAD = Path(__file__).resolve().with_name("stomp_crash_workload.py")
 DEFAULT_KILLS = 30
 SEED = int(os.environ.get("HARBORMQ_CRASH_SEED") or random.randrange(1 << 30))
 QUEUES = ("CRASH.Q0", "CRASH.Q1")
+BOQ = "CRASH.BOQ"          # BOTHRESH(3): NACKs, drops and crashes move messages here
 SUMMARY: dict = {}
 
 
@@ -90,7 +93,7 @@ def drain(srv: QMServer) -> list[tuple[str, str, int]]:
     qm = QueueManager.open(srv.name, home=srv.home)
     try:
         out = []
-        for q in QUEUES:
+        for q in (*QUEUES, BOQ):
             for m in qm.browse(q):
                 out.append((m.properties.get("wid"), q, m.backout_count))
         return out
@@ -136,6 +139,9 @@ def verify(events: list[dict], left: list[tuple[str, str, int]]) -> tuple[list[s
         stats[t] += 1
 
     left_count = Counter(w for w, _, _ in left)
+    for w, q, boc in left:
+        if q == BOQ and boc < 3:
+            v.append(f"{w} is on {BOQ} with backout count {boc}, below BOTHRESH(3)")
     left_boc = {w: boc for w, _, boc in left}
     for w, n in left_count.items():
         if n > 1:
@@ -212,6 +218,7 @@ def verify(events: list[dict], left: list[tuple[str, str, int]]) -> tuple[list[s
     stats["receipted"] = len(receipted)
     stats["acked"] = len(acked)
     stats["left on queues"] = len(left)
+    stats["moved to the backout queue"] = sum(1 for _, q, _ in left if q == BOQ)
     return v, stats
 
 
@@ -221,7 +228,9 @@ def test_stomp_random_sigkills_under_load(tmp_path, request):
     srv = QMServer(tmp_path / "hmq", "QC")
     srv.create(log_file_pages=512)
     srv.start()
-    srv.sc("\n".join(f"DEFINE QLOCAL({q}) DEFPSIST(YES) MAXDEPTH(999999999)" for q in QUEUES))
+    srv.sc(f"DEFINE QLOCAL({BOQ}) MAXDEPTH(999999999)\n" + "\n".join(
+        f"DEFINE QLOCAL({q}) DEFPSIST(YES) MAXDEPTH(999999999) BOTHRESH(3) BOQNAME({BOQ})"
+        for q in QUEUES))
     journal, stop = tmp_path / "journal", tmp_path / "stop"
     journal.mkdir()
     wl_out = open(tmp_path / "workload.out", "wb")
@@ -264,7 +273,8 @@ def test_stomp_random_sigkills_under_load(tmp_path, request):
                                              "redelivered after restart", "nack", "drop",
                                              "tx commit unknown",
                                              "unreceipted delivered then lost in a crash",
-                                             "tx seen, then taken back by a crash")}})
+                                             "tx seen, then taken back by a crash",
+                                             "moved to the backout queue")}})
     assert kills == kills_wanted
     assert stats["receipted"] > 50 * kills_wanted // 10, stats
     assert stats["acked"] > 0 and stats["redelivered after restart"] > 0, stats
