@@ -1107,7 +1107,18 @@ def test_receipted_persistent_messages_survive_sigkill(tmp_path):
         msgs = c.messages(n + 20)
         assert sorted(bodies(msgs)) == sorted([f"dur {i}".encode() for i in range(n)] +
                                               [f"tx {i}".encode() for i in range(20)])
-        c.call("ACK", {"id": msgs[-1]["ack"]})
+        # acknowledge the first half (ACK receipts: after the force), kill at once
+        half = len(msgs) // 2
+        c.send("ACK", {"id": msgs[half - 1]["ack"], "receipt": "acked"})
+        c.expect("RECEIPT")
+        srv.kill()
+        c.close()
+        srv.start()
+        c = raw_connected(srv.port)
+        subscribe(c, "DUR.Q", ack="client-individual", **{"prefetch-count": "1024"})
+        rest = c.messages(len(msgs) - half)
+        assert sorted(bodies(rest)) == sorted(bodies(msgs[half:]))
+        assert {m["redelivered"] for m in rest} == {"true"}
         quiet(c)
         c.close()
     finally:
