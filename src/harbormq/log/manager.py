@@ -147,6 +147,8 @@ class RecoveryLog:
         self.on_switch: Callable[[int], None] | None = None
         self._writer: _Writer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: [target LSN, future] of the force asked for in this loop turn
+        self._turn_force: list | None = None
         self._waiters: list = []
         self._seq = itertools.count()
         self._active: ExtentInfo | None = None
@@ -302,17 +304,43 @@ class RecoveryLog:
 
     def force(self, lsn_end: int | None = None) -> asyncio.Future:
         """A future that completes once every record below ``lsn_end`` (default: all
-        appended so far) is on disk."""
+        appended so far) is on disk.
+
+        The forces asked for in one turn of the event loop share one future and
+        one request to the writer, made at the end of the turn for the furthest
+        LSN asked (group commit starts here: a burst of frames or calls handled
+        in one turn costs one wake-up of the writer)."""
         target = self.end_lsn if lsn_end is None else lsn_end
-        fut = self._loop.create_future()
         if self.failed is not None:
+            fut = self._loop.create_future()
             fut.set_exception(LogError(f"the log can no longer be written: {self.failed}"))
-        elif target <= self.synced_lsn:
+            return fut
+        if target <= self.synced_lsn:
+            fut = self._loop.create_future()
             fut.set_result(self.synced_lsn)
+            return fut
+        pending = self._turn_force
+        if pending is not None:
+            pending[0] = max(pending[0], target)
+            return pending[1]
+        fut = self._loop.create_future()
+        self._turn_force = [target, fut]
+        self._loop.call_soon(self._request_turn_force)
+        return fut
+
+    def _request_turn_force(self) -> None:
+        target, fut = self._turn_force
+        self._turn_force = None
+        if self.failed is not None or self._writer is None:
+            if not fut.done():
+                fut.set_exception(LogError(f"the log can no longer be written: "
+                                           f"{self.failed or 'it is closed'}"))
+        elif target <= self.synced_lsn:
+            if not fut.done():
+                fut.set_result(self.synced_lsn)
         else:
             heapq.heappush(self._waiters, (target, next(self._seq), fut))
             self._writer.request_force(target)
-        return fut
 
     def _on_synced(self, lsn: int) -> None:  # loop thread
         self.synced_lsn = max(self.synced_lsn, lsn)
