@@ -1459,3 +1459,36 @@ def test_crlf_frames_accepted(server, conns):
     subscribe(c, "CRLF.Q", ack="auto")
     m = c.messages(1)[0]
     assert m.body == b"crlf" and m["k"] == "v"
+
+
+def test_delivery_backed_out_to_release_log_space(tmp_path):
+    """A consumer sits on an unacknowledged persistent delivery while others fill
+    the (tiny, circular) log: the queue manager backs its unit of work out to
+    release log space (HMQ7469W), the message comes back, and the late ACK gets
+    an ERROR with MQRC 2003 instead of acknowledging a backed-out delivery."""
+    srv = QMServer(tmp_path / "hmq", "QP")
+    srv.home.mkdir(parents=True)
+    srv.cli("create", "QP", "--port", "0", "--log-file-pages", "32", "--log-primary", "2",
+            "--log-secondary", "1", "--checkpoint-records", "200")
+    srv.start()
+    try:
+        h = raw_connected(srv.port)
+        send_all(h, "PIN.Q", ["pin"], persistent="true")
+        subscribe(h, "PIN.Q", ack="client", **{"prefetch-count": "2"})
+        first = h.messages(1)[0]
+        p = raw_connected(srv.port)
+        subscribe(p, "FLOW.Q", ack="auto")
+        back = []
+        for i in range(5000):
+            p.call("SEND", {"destination": "/queue/FLOW.Q", "persistent": "true"}, b"y" * 1000)
+            if i % 20 == 0:
+                back = h.poll(0.005)
+                if back:
+                    break
+        assert back, "the long unit of work was never backed out"
+        assert back[0].body == b"pin" and back[0]["redelivered"] == "true"
+        h.send("ACK", {"id": first["ack"], "receipt": "late"})
+        expect_error(h, "2003")
+        p.call("BEGIN", {"transaction": "still-fine"})
+    finally:
+        srv.stop()
