@@ -1492,3 +1492,26 @@ def test_delivery_backed_out_to_release_log_space(tmp_path):
         p.call("BEGIN", {"transaction": "still-fine"})
     finally:
         srv.stop()
+
+
+def test_ipv6_loopback_listener_allowed_with_connauth_optional(tmp_path):
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.bind(("::1", 0))
+        probe.close()
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    srv = QMServer(tmp_path / "hmq", "Q6")
+    srv.create()
+    srv.configure(listeners=[{"name": "V6", "host": "::1", "port": 0,
+                              "tls_cert": "", "tls_key": ""}])
+    srv.start()
+    try:
+        c = RawStomp(srv.port, host="::1")
+        assert c.connect().command == "CONNECTED"       # anonymous: loopback
+        send_all(c, "V6.Q", ["six"])
+        subscribe(c, "V6.Q", ack="auto")
+        assert bodies(c.messages(1)) == [b"six"]
+        c.close()
+    finally:
+        srv.stop()
