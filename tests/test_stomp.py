@@ -1515,3 +1515,46 @@ def test_ipv6_loopback_listener_allowed_with_connauth_optional(tmp_path):
         c.close()
     finally:
         srv.stop()
+
+
+def test_prefetch_window_never_exceeded_with_random_acks(server, conns):
+    import random
+    rng = random.Random(7)
+    c = conns.raw(server.port)
+    n, window = 120, 5
+    for i in range(n):
+        c.send("SEND", {"destination": "/queue/PFR.Q"}, f"m{i}".encode())
+    c.call("BEGIN", {"transaction": "sync"})
+    subscribe(c, "PFR.Q", ack="client-individual", **{"prefetch-count": str(window)})
+    outstanding, done, nacked = [], set(), 0
+    while len(done) < n:
+        if not outstanding:
+            outstanding.append(c.recv(10))
+        outstanding += c.poll(0.02)
+        assert len(outstanding) <= window, len(outstanding)
+        rng.shuffle(outstanding)
+        for _ in range(rng.randint(1, len(outstanding))):
+            m = outstanding.pop()
+            if rng.random() < 0.2:
+                nacked += 1
+                c.send("NACK", {"id": m["ack"]})
+            else:
+                done.add(m.body)
+                c.send("ACK", {"id": m["ack"]})
+    assert done == {f"m{i}".encode() for i in range(n)} and nacked > 0
+    c.call("BEGIN", {"transaction": "end"})
+    quiet(c, 0.2)
+
+
+def test_stomp_py_11_nack_and_ack(server, conns):
+    c = conns.stomp(server.port, "1.1")
+    c.send("/queue/PY11.Q", "eleven", headers={"receipt": "s"})
+    c.col.wait_receipt("s")
+    c.subscribe("/queue/PY11.Q", id="sub", ack="client-individual")
+    m = c.col.wait_messages(1)[0]
+    c.nack(m.headers["message-id"], "sub", receipt="n")
+    again = c.col.wait_messages(2)[1]
+    assert again.headers["redelivered"] == "true" and again.body == "eleven"
+    c.ack(again.headers["message-id"], "sub", receipt="a")
+    c.col.wait_receipt("a")
+    assert not c.col.errors
