@@ -1558,3 +1558,62 @@ def test_stomp_py_11_nack_and_ack(server, conns):
     c.ack(again.headers["message-id"], "sub", receipt="a")
     c.col.wait_receipt("a")
     assert not c.col.errors
+
+
+def test_pipelined_flood_split_at_random_points(server, conns):
+    """Thousands of frames in one stream, cut into random pieces: every SEND is
+    receipted in order and delivered once, bodies intact."""
+    import random
+
+    from stomp_helpers import build_frame
+    rng = random.Random(11)
+    n = 3000
+    blob = b"".join(build_frame("SEND", {"destination": "/queue/FLOOD.Q", "receipt": f"f{i}",
+                                         "i": str(i), "esc": "a:b\nc"},
+                                f"body {i} \0 {'x' * rng.randrange(200)}".encode())
+                    + rng.choice([b"", b"\n", b"\r\n"]) for i in range(n))
+    c = conns.raw(server.port)
+    pos = 0
+    while pos < len(blob):
+        step = rng.randrange(1, 4096)
+        c.send_bytes(blob[pos:pos + step])
+        pos += step
+    got = [c.expect("RECEIPT")["receipt-id"] for _ in range(n)]
+    assert got == [f"f{i}" for i in range(n)]
+    subscribe(c, "FLOOD.Q", ack="client", **{"prefetch-count": "1024"})
+    seen = []
+    while len(seen) < n:
+        batch = c.messages(min(1024, n - len(seen)))
+        seen += batch
+        c.call("ACK", {"id": batch[-1]["ack"]})
+    assert [int(m["i"]) for m in seen] == list(range(n))
+    assert all(m["esc"] == "a:b\nc" and m.body.startswith(f"body {m['i']} \0".encode())
+               for m in seen)
+
+
+def test_transaction_backed_out_to_release_log_space(tmp_path):
+    srv = QMServer(tmp_path / "hmq", "QW")
+    srv.home.mkdir(parents=True)
+    srv.cli("create", "QW", "--port", "0", "--log-file-pages", "32", "--log-primary", "2",
+            "--log-secondary", "1", "--checkpoint-records", "200")
+    srv.start()
+    try:
+        t = raw_connected(srv.port)
+        t.call("BEGIN", {"transaction": "long"})
+        t.call("SEND", {"destination": "/queue/LONGTX.Q", "transaction": "long",
+                        "persistent": "true"}, b"never")
+        p = raw_connected(srv.port)
+        subscribe(p, "FLOW2.Q", ack="auto")
+        log = srv.qm_dir / "errors" / "HMQERR01.LOG"
+        for i in range(5000):
+            p.call("SEND", {"destination": "/queue/FLOW2.Q", "persistent": "true"}, b"y" * 1000)
+            if i % 50 == 0 and "HMQ7469W" in log.read_text():
+                break
+        else:
+            pytest.fail("the long transaction was never backed out")
+        t.send("COMMIT", {"transaction": "long", "receipt": "c"})
+        expect_error(t, "2003")
+        subscribe(p, "LONGTX.Q", "l", ack="auto")
+        quiet(p)
+    finally:
+        srv.stop()
