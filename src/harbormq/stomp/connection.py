@@ -128,6 +128,7 @@ class StompConnection(asyncio.Protocol):
         self.last_send = time.monotonic()
         self._timers: list[asyncio.TimerHandle] = []
         self._output_queues: set[str] = set()
+        self._destinations: dict[str, str] = {}     # destination header -> queue name
 
     # ------------------------------------------------------------------ transport
 
@@ -419,14 +420,21 @@ class StompConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ queues
 
     def _queue_name(self, frame: Frame) -> str:
+        dest = frame.headers.get("destination")
+        name = self._destinations.get(dest)
+        if name is not None:
+            return name
         dest = self._required(frame, "destination")
         if not dest.startswith("/queue/"):
             raise ProtocolError(f"destination {dest!r} is not supported: use /queue/NAME")
         name = dest[len("/queue/"):]
         try:
-            return check_name(name)
+            check_name(name)
         except InvalidAttribute as exc:
             raise ProtocolError(f"destination {dest!r}: {exc}") from None
+        if len(self._destinations) < 1024:     # a connection's working set, bounded
+            self._destinations[dest] = name
+        return name
 
     def _needs_define(self, name: str):
         """None when the queue exists; else the coroutine that defines it (or an
