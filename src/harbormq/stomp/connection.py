@@ -39,7 +39,15 @@ from ..core.engine import MessageMatch, UnitOfWork
 from ..core.objects import DEFAULT_LOCAL_QUEUE, check_name
 from ..errors import HarbormqError, InvalidAttribute, UnknownObject
 from ..log.records import Message
-from .frames import Frame, FrameError, FrameParser, Limits, encode_frame, receipt_frame
+from .frames import (
+    Frame,
+    FrameError,
+    FrameParser,
+    Limits,
+    encode_frame,
+    escape,
+    receipt_frame,
+)
 
 if TYPE_CHECKING:
     from .listener import StompService
@@ -56,6 +64,12 @@ _RESERVED = frozenset({
 })
 _SELECTOR = re.compile(r"^\s*(JMSCorrelationID|JMSMessageID)\s*=\s*'((?:[^']|'')*)'\s*$",
                        re.IGNORECASE)
+#: headers a MESSAGE sets itself; user properties of the same name are not sent
+_MESSAGE_HEADERS = frozenset({
+    "subscription", "destination", "message-id", "ack", "redelivered", "backout-count",
+    "persistent", "priority", "timestamp", "expires", "correlation-id", "reply-to",
+    "content-type", "content-length",
+})
 #: deliveries sent in one go before other connections get a turn
 _PUMP_BATCH = 64
 
@@ -83,6 +97,8 @@ class Subscription:
     match: MessageMatch | None
     outstanding: "OrderedDict[str, Delivery]" = field(default_factory=OrderedDict)
     listener: object = None
+    #: "MESSAGE", then its subscription and destination headers
+    frame_prefix: str = ""
 
 
 @dataclass
@@ -541,6 +557,8 @@ class StompConnection(asyncio.Protocol):
         match = self._selector(frame.headers.get("selector"))
         q = self.core.queue(name)
         sub = Subscription(sub_id, name, ack, prefetch, match)
+        sub.frame_prefix = (f"MESSAGE\nsubscription:{escape(sub_id, self.version)}\n"
+                            f"destination:{escape('/queue/' + name, self.version)}\n")
         sub.listener = lambda s=sub: self._pump(s)
         q.listeners.append(sub.listener)
         self.subscriptions[sub_id] = sub
@@ -644,9 +662,11 @@ class StompConnection(asyncio.Protocol):
         self.loop.call_soon(self._pump, sub)
 
     def _deliver(self, sub: Subscription, msg: Message, uow: UnitOfWork | None) -> None:
+        """Send one MESSAGE. The hottest frame is built here directly: the
+        subscription's constant headers once, the rest formatted per message
+        (ids and numbers never need escaping)."""
         msg_hex = msg.msg_id.hex()
-        headers = [("subscription", sub.id), ("message-id", msg_hex),
-                   ("destination", "/queue/" + sub.queue)]
+        parts = [sub.frame_prefix, "message-id:", msg_hex, "\n"]
         if uow is not None:
             self._ack_seq += 1
             ack_id = f"{self.info.conn_id}-{self._ack_seq}"
@@ -655,26 +675,29 @@ class StompConnection(asyncio.Protocol):
             self.deliveries[ack_id] = d
             self.by_msg_id[msg_hex] = d
             if self.version == "1.2":
-                headers.append(("ack", ack_id))
+                parts += ("ack:", ack_id, "\n")
         if msg.backout_count:
-            headers.append(("redelivered", "true"))
-            headers.append(("backout-count", str(msg.backout_count)))
+            parts.append(f"redelivered:true\nbackout-count:{msg.backout_count}\n")
         else:
-            headers.append(("redelivered", "false"))
-        headers.append(("persistent", "true" if msg.persistent else "false"))
-        headers.append(("priority", str(msg.priority)))
-        headers.append(("timestamp", str(msg.put_time_ns // 1_000_000)))
-        headers.append(("expires", str(msg.expiry_ns // 1_000_000)))
+            parts.append("redelivered:false\n")
+        parts.append(f"persistent:{'true' if msg.persistent else 'false'}\n"
+                     f"priority:{msg.priority}\ntimestamp:{msg.put_time_ns // 1_000_000}\n"
+                     f"expires:{msg.expiry_ns // 1_000_000}\n")
+        version = self.version
+        taken = _MESSAGE_HEADERS
         if msg.correl_id:
-            headers.append(("correlation-id", msg.correl_id.decode("utf-8", "backslashreplace")))
+            value = msg.correl_id.decode("utf-8", "backslashreplace")
+            parts += ("correlation-id:", escape(value, version), "\n")
         if msg.reply_to:
-            headers.append(("reply-to", msg.reply_to))
+            parts += ("reply-to:", escape(msg.reply_to, version), "\n")
         if msg.format:
-            headers.append(("content-type", msg.format))
-        if msg.properties:
-            taken = {k for k, _v in headers}
-            headers += [(k, v) for k, v in msg.properties.items() if k not in taken]
-        self._send(self._frame("MESSAGE", headers, msg.body))
+            parts += ("content-type:", escape(msg.format, version), "\n")
+        for k, v in msg.properties.items():
+            if k not in taken:
+                parts += (escape(k, version), ":", escape(str(v), version), "\n")
+        body = msg.body
+        parts.append(f"content-length:{len(body)}\n\n")
+        self._send("".join(parts).encode() + body + b"\0")
 
     def _forget(self, d: Delivery) -> None:
         d.sub.outstanding.pop(d.ack_id, None)
