@@ -178,9 +178,18 @@ class QMServer:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
 
-    def sc(self, text: str, check: bool = True) -> str:
-        r = self.cli("sc", self.name, "-c", text, check=check)
-        return r.stdout + r.stderr
+    def sc(self, text: str, check: bool = True, cli: bool = False) -> str:
+        """MQSC over the admin socket: in this process (what ``harbormq sc`` does,
+        without a Python start per call), or through the real command."""
+        if cli:
+            r = self.cli("sc", self.name, "-c", text, check=check)
+            return r.stdout + r.stderr
+        from harbormq.admin.cli import send_mqsc
+        from harbormq.config import QMConfig
+        reply = send_mqsc(QMConfig.load(self.name, self.home), text)
+        if check and reply.get("errors"):
+            raise AssertionError(f"MQSC failed:\n{reply['output']}")
+        return reply["output"]
 
     def user_add(self, name: str, password: str, *groups: str) -> None:
         args = ["user", "add", self.name, name]

@@ -815,7 +815,8 @@ def test_authority_refusal_then_grant(server, conns):
     c.send("SEND", {"destination": "/queue/AUTH.NEW"}, b"x")
     expect_error(c, "2035")
 
-    server.sc("SET AUTHREC PROFILE(AUTH.Q) OBJTYPE(QUEUE) PRINCIPAL('bob') AUTHADD(PUT)")
+    server.sc("SET AUTHREC PROFILE(AUTH.Q) OBJTYPE(QUEUE) PRINCIPAL('bob') AUTHADD(PUT)",
+              cli=True)                            # through the real 'harbormq sc'
     b = conns.raw(server.port, login="bob", passcode="bobpw")
     send_all(b, "AUTH.Q", ["granted"])
     b.send("SUBSCRIBE", {"destination": "/queue/AUTH.Q", "id": "1"})
@@ -1189,7 +1190,7 @@ def test_stop_conn_backs_out_its_deliveries(server, conns):
     c.messages(2)
     out = server.sc(f"DISPLAY CONN({session}) ALL")
     assert "USERID(root)" in out and "CONNAME(127.0.0.1:" in out, out
-    server.sc(f"STOP CONN({session})")
+    server.sc(f"STOP CONN({session})", cli=True)
     expect_error(c, session)
     c2 = conns.raw(server.port)
     subscribe(c2, "STOPC.Q", ack="auto")
