@@ -1414,6 +1414,7 @@ def test_controlled_stop_ends_connections_and_backs_out(tmp_path):
                         "persistent": "true"}, b"uncommitted")
         assert srv.stop() == 0
         expect_error(c, "stopping")
+        assert not (srv.qm_dir / "listeners.json").exists()
         srv.start()
         c = raw_connected(srv.port)
         subscribe(c, "STOP.Q", ack="client-individual")
@@ -1618,3 +1619,29 @@ def test_transaction_backed_out_to_release_log_space(tmp_path):
         quiet(p)
     finally:
         srv.stop()
+
+
+def test_message_expiring_while_delivered_is_not_redelivered(server, conns):
+    c = conns.raw(server.port)
+    soon = int(time.time() * 1000) + 700
+    c.call("SEND", {"destination": "/queue/EXPD.Q", "expires": str(soon)}, b"short-lived")
+    c.call("SEND", {"destination": "/queue/EXPD.Q"}, b"lasting")
+    subscribe(c, "EXPD.Q", **{"prefetch-count": "1"})
+    m = c.messages(1)[0]
+    assert m.body == b"short-lived" and m["expires"] == str(soon)
+    time.sleep(max(0.0, soon / 1000 - time.time()) + 0.2)
+    c.call("NACK", {"id": m["ack"]})
+    nxt = c.messages(1)[0]
+    assert nxt.body == b"lasting"
+    c.call("ACK", {"id": nxt["ack"]})
+    quiet(c)
+
+
+def test_listener_port_in_use_refused_at_start(server, tmp_path):
+    srv = QMServer(tmp_path / "hmq", "QU")
+    srv.create()
+    srv.configure(listeners=[{"name": "BUSY", "host": "127.0.0.1", "port": server.port,
+                              "tls_cert": "", "tls_key": ""}])
+    rc, out = srv.start_failure()
+    assert rc != 0 and "cannot listen" in out and str(server.port) in out, out
+    assert not (srv.qm_dir / "admin.sock").exists()
