@@ -694,7 +694,7 @@ class StompConnection(asyncio.Protocol):
             parts += ("content-type:", escape(msg.format, version), "\n")
         for k, v in msg.properties.items():
             if k not in taken:
-                parts += (escape(k, version), ":", escape(str(v), version), "\n")
+                parts += (escape(k, version, name=True), ":", escape(str(v), version), "\n")
         body = msg.body
         parts.append(f"content-length:{len(body)}\n\n")
         self._send("".join(parts).encode() + body + b"\0")

@@ -81,9 +81,15 @@ _NEEDS_ESCAPE = re.compile(r"[\\:\n\r]")
 _DIGITS = re.compile(r"[0-9]{1,12}")
 
 
-def escape(text: str, version: str) -> str:
-    if version == "1.0" or not _NEEDS_ESCAPE.search(text):
+def escape(text: str, version: str, *, name: bool = False) -> str:
+    """A header name or value as written in ``version``. STOMP 1.0 cannot escape:
+    its line breaks become spaces, and a colon in a name an underscore, so a
+    value that came from a 1.1/1.2 peer can never end a 1.0 header early."""
+    if not _NEEDS_ESCAPE.search(text):
         return text
+    if version == "1.0":
+        text = text.replace("\r", " ").replace("\n", " ")
+        return text.replace(":", "_") if name else text
     text = text.replace("\\", "\\\\").replace(":", "\\c").replace("\n", "\\n")
     return text.replace("\r", "\\r") if version == "1.2" else text
 
@@ -237,17 +243,14 @@ def encode_frame(command: str, headers, body: bytes = b"", version: str = "1.2")
     """Serialise a server frame. ``headers`` is a dict or a list of pairs; a
     content-length is added whenever there is a body."""
     items = headers.items() if isinstance(headers, dict) else headers
-    raw = command in _RAW_HEADER_COMMANDS or version == "1.0"
+    # CONNECTED is never escaped: written as 1.0 would be
+    wire = "1.0" if command in _RAW_HEADER_COMMANDS else version
     parts = [command]
     needs_escape = _NEEDS_ESCAPE.search
     for k, v in items:
         v = str(v)
-        if raw:
-            if "\n" in v or "\n" in k:
-                v = v.replace("\n", " ")
-            parts.append(f"{k}:{v}")
-        elif needs_escape(v) or needs_escape(k):
-            parts.append(f"{escape(k, version)}:{escape(v, version)}")
+        if needs_escape(v) or needs_escape(k):
+            parts.append(f"{escape(k, wire, name=True)}:{escape(v, wire)}")
         else:
             parts.append(f"{k}:{v}")
     if body:
