@@ -729,15 +729,22 @@ class StompConnection(asyncio.Protocol):
                 break
         return covered
 
+    def _defer_to_transaction(self, frame: Frame, covered: list[Delivery], verdicts: str) -> bool:
+        """An ACK or NACK inside a transaction is carried out at its COMMIT:
+        record it there (``verdicts``: "acks" or "nacks"); False outside one."""
+        if "transaction" not in frame.headers:
+            return False
+        txn = self._transaction(frame)
+        for d in covered:
+            if d.txn is None:
+                d.txn = txn.name
+                getattr(txn, verdicts).append(d)
+        self._receipt(frame, None)
+        return True
+
     def on_ack(self, frame: Frame):
         covered = self._acked(frame)
-        if "transaction" in frame.headers:
-            txn = self._transaction(frame)
-            for d in covered:
-                if d.txn is None:
-                    d.txn = txn.name
-                    txn.acks.append(d)
-            self._receipt(frame, None)
+        if self._defer_to_transaction(frame, covered, "acks"):
             return None
         covered = [d for d in covered if d.txn is None]
         forced = None
@@ -754,13 +761,7 @@ class StompConnection(asyncio.Protocol):
             raise ProtocolError("NACK is not part of STOMP 1.0 (connect with "
                                 "accept-version 1.1 or 1.2)")
         covered = self._acked(frame)
-        if "transaction" in frame.headers:
-            txn = self._transaction(frame)
-            for d in covered:
-                if d.txn is None:
-                    d.txn = txn.name
-                    txn.nacks.append(d)
-            self._receipt(frame, None)
+        if self._defer_to_transaction(frame, covered, "nacks"):
             return None
         covered = [d for d in covered if d.txn is None]
         for d in covered:
