@@ -91,7 +91,6 @@ import platform
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -291,17 +290,10 @@ class Server:
             return "unknown"
 
     def admin(self, request: dict, timeout: float = 30.0) -> dict:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(str(self.qm_dir / "admin.sock"))
-            s.sendall(json.dumps(request).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        return json.loads(data or b"{}")
+        from harbormq.cli import admin_request
+        from harbormq.config import QMConfig
+        return admin_request(QMConfig.load(QM_NAME, self.home), request,
+                             timeout=timeout)
 
     def mqsc(self, text: str) -> str:
         reply = self.admin({"cmd": "mqsc", "text": text})
