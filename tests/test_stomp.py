@@ -1642,3 +1642,161 @@ def test_listener_port_in_use_refused_at_start(server, tmp_path):
     rc, out = srv.start_failure()
     assert rc != 0 and "cannot listen" in out and str(server.port) in out, out
     assert not (srv.qm_dir / "admin.sock").exists()
+
+
+# ------------------------------------------------------------------------------ model-based
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import (  # noqa: E402
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+MODEL_PORT: list[int] = []
+
+
+class SubscriptionModel(RuleBasedStateMachine):
+    """One connection, one client-individual subscription (prefetch 3), SENDs,
+    ACK/NACK and transactions in random order against a model of the queue:
+    which messages are available, which are delivered and held (by the window),
+    which a transaction will consume or publish. After every step the deliveries
+    the server made are checked against the model; at the end a second
+    connection drains the queue and must find exactly what the model says."""
+
+    PREFETCH = 3
+    runs = 0
+
+    @initialize()
+    def setup(self):
+        SubscriptionModel.runs += 1
+        self.q = f"MODEL.{SubscriptionModel.runs}"
+        self.c = raw_connected(MODEL_PORT[0])
+        self.n = 0
+        self.available: set[str] = set()
+        self.delivered_before: set[str] = set()
+        self.held: dict[str, dict] = {}          # ack id -> {"body", "tx"}
+        self.tx: str | None = None
+        self.tx_sends: list[str] = []
+        self.tx_n = 0
+        subscribe(self.c, self.q, ack="client-individual",
+                  **{"prefetch-count": str(self.PREFETCH)})
+
+    def teardown(self):
+        c = getattr(self, "c", None)
+        if c is None:
+            return
+        c.close()
+        expected = sorted(self.available | {h["body"] for h in self.held.values()})
+        d = raw_connected(MODEL_PORT[0])
+        try:
+            subscribe(d, self.q, ack="auto")
+            got = sorted(m.body.decode() for m in d.messages(len(expected)))
+            assert got == expected
+            quiet(d, 0.05)
+        finally:
+            d.close()
+
+    def settle(self, frames=()):
+        """Take the deliveries the last step caused and check them."""
+        pending = list(frames)
+        want = min(self.PREFETCH, len(self.held) + len(self.available))
+        end = time.monotonic() + 10
+        while True:
+            for f in pending:
+                assert f.command == "MESSAGE", f
+                body = f.body.decode()
+                assert body in self.available, (body, self.available)
+                assert f["redelivered"] == ("true" if body in self.delivered_before
+                                            else "false")
+                self.available.discard(body)
+                self.delivered_before.add(body)
+                self.held[f["ack"]] = {"body": body, "tx": None}
+            assert len(self.held) <= self.PREFETCH
+            pending = []
+            if len(self.held) >= want:
+                break
+            assert time.monotonic() < end, f"only {len(self.held)} of {want} delivered"
+            pending = self.c.poll(0.01)
+        extra = self.c.poll(0.01)
+        assert extra == [], f"beyond the window: {extra}"
+
+    @rule(in_tx=st.booleans())
+    def send(self, in_tx):
+        self.n += 1
+        body = f"m{self.n}"
+        if in_tx and self.tx:
+            frames = self.c.call("SEND", {"destination": f"/queue/{self.q}",
+                                          "transaction": self.tx}, body.encode())
+            self.tx_sends.append(body)
+        else:
+            frames = self.c.call("SEND", {"destination": f"/queue/{self.q}"}, body.encode())
+            self.available.add(body)
+        self.settle(frames)
+
+    @precondition(lambda self: self.tx is None)
+    @rule()
+    def begin(self):
+        self.tx_n += 1
+        self.tx = f"t{self.tx_n}"
+        self.settle(self.c.call("BEGIN", {"transaction": self.tx}))
+
+    @precondition(lambda self: self.tx is not None)
+    @rule()
+    def commit(self):
+        frames = self.c.call("COMMIT", {"transaction": self.tx})
+        for ack, h in list(self.held.items()):
+            if h["tx"] == self.tx:
+                del self.held[ack]
+        self.available.update(self.tx_sends)
+        self.tx, self.tx_sends = None, []
+        self.settle(frames)
+
+    @precondition(lambda self: self.tx is not None)
+    @rule()
+    def abort(self):
+        frames = self.c.call("ABORT", {"transaction": self.tx})
+        for h in self.held.values():
+            if h["tx"] == self.tx:
+                h["tx"] = None
+        self.tx, self.tx_sends = None, []
+        self.settle(frames)
+
+    def _free(self):
+        return sorted(a for a, h in self.held.items() if h["tx"] is None)
+
+    @precondition(lambda self: any(h["tx"] is None for h in self.held.values()))
+    @rule(data=st.data(), in_tx=st.booleans())
+    def ack(self, data, in_tx):
+        ack = data.draw(st.sampled_from(self._free()))
+        if in_tx and self.tx:
+            frames = self.c.call("ACK", {"id": ack, "transaction": self.tx})
+            self.held[ack]["tx"] = self.tx
+        else:
+            frames = self.c.call("ACK", {"id": ack})
+            del self.held[ack]
+        self.settle(frames)
+
+    @precondition(lambda self: any(h["tx"] is None for h in self.held.values()))
+    @rule(data=st.data())
+    def nack(self, data):
+        ack = data.draw(st.sampled_from(self._free()))
+        frames = self.c.call("NACK", {"id": ack})
+        self.available.add(self.held.pop(ack)["body"])
+        self.settle(frames)
+
+    @invariant()
+    def window(self):
+        if hasattr(self, "held"):
+            assert len(self.held) <= self.PREFETCH
+
+
+def test_subscription_model(server):
+    MODEL_PORT[:] = [server.port]
+    run = SubscriptionModel.TestCase
+    run.settings = settings(max_examples=15, stateful_step_count=25, deadline=None,
+                            suppress_health_check=[HealthCheck.too_slow])
+    run().runTest()
