@@ -1668,6 +1668,7 @@ class SubscriptionModel(RuleBasedStateMachine):
     connection drains the queue and must find exactly what the model says."""
 
     PREFETCH = 3
+    ACK_MODE = "client-individual"
     runs = 0
 
     @initialize()
@@ -1682,7 +1683,7 @@ class SubscriptionModel(RuleBasedStateMachine):
         self.tx: str | None = None
         self.tx_sends: list[str] = []
         self.tx_n = 0
-        subscribe(self.c, self.q, ack="client-individual",
+        subscribe(self.c, self.q, ack=self.ACK_MODE,
                   **{"prefetch-count": str(self.PREFETCH)})
 
     def teardown(self):
@@ -1768,24 +1769,42 @@ class SubscriptionModel(RuleBasedStateMachine):
     def _free(self):
         return sorted(a for a, h in self.held.items() if h["tx"] is None)
 
+    def covered(self, ack: str) -> list[str]:
+        """What an ACK/NACK of ``ack`` covers: itself, or with ack:client every
+        earlier delivery still held and not in a transaction (cumulative)."""
+        if self.ACK_MODE != "client":
+            return [ack]
+        out = []
+        for a, h in self.held.items():          # in delivery order
+            if h["tx"] is None:
+                out.append(a)
+            if a == ack:
+                return out
+        raise AssertionError(ack)
+
     @precondition(lambda self: any(h["tx"] is None for h in self.held.values()))
     @rule(data=st.data(), in_tx=st.booleans())
     def ack(self, data, in_tx):
         ack = data.draw(st.sampled_from(self._free()))
+        covered = self.covered(ack)
         if in_tx and self.tx:
             frames = self.c.call("ACK", {"id": ack, "transaction": self.tx})
-            self.held[ack]["tx"] = self.tx
+            for a in covered:
+                self.held[a]["tx"] = self.tx
         else:
             frames = self.c.call("ACK", {"id": ack})
-            del self.held[ack]
+            for a in covered:
+                del self.held[a]
         self.settle(frames)
 
     @precondition(lambda self: any(h["tx"] is None for h in self.held.values()))
     @rule(data=st.data())
     def nack(self, data):
         ack = data.draw(st.sampled_from(self._free()))
+        covered = self.covered(ack)
         frames = self.c.call("NACK", {"id": ack})
-        self.available.add(self.held.pop(ack)["body"])
+        for a in covered:
+            self.available.add(self.held.pop(a)["body"])
         self.settle(frames)
 
     @invariant()
@@ -1794,9 +1813,15 @@ class SubscriptionModel(RuleBasedStateMachine):
             assert len(self.held) <= self.PREFETCH
 
 
-def test_subscription_model(server):
+class CumulativeSubscriptionModel(SubscriptionModel):
+    ACK_MODE = "client"
+
+
+@pytest.mark.parametrize("model", [SubscriptionModel, CumulativeSubscriptionModel],
+                         ids=["client-individual", "client"])
+def test_subscription_model(server, model):
     MODEL_PORT[:] = [server.port]
-    run = SubscriptionModel.TestCase
-    run.settings = settings(max_examples=15, stateful_step_count=25, deadline=None,
+    run = model.TestCase
+    run.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
                             suppress_health_check=[HealthCheck.too_slow])
     run().runTest()
