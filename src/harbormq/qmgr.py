@@ -186,9 +186,18 @@ class RunningQueueManager:
             lock.release()
             raise
         self._flusher = core._spawn(self._flush_loop())
+        core.on_fatal = self._stop_preemptive
+        if config.image.schedule == "auto" and config.log.log_type == "linear":
+            from .media import auto_image_loop
+            core._spawn(auto_image_loop(core))
         if not quiet:
             oplog.emit("HMQ8003I", f"Queue manager {config.name} started")
         return self
+
+    def _stop_preemptive(self, why: str) -> None:
+        """Damage to the queue manager object (the server replaces this with its own
+        stop request, which also closes the admin socket)."""
+        self.core.loop.create_task(self.stop("preemptive"))
 
     async def _flush_loop(self) -> None:
         interval = self.core.config.tuning.flush_interval_ms / 1000
@@ -209,6 +218,9 @@ class RunningQueueManager:
         core.stopping = mode
         if self._flusher is not None:
             self._flusher.cancel()
+        if mode == "controlled":
+            from .media import shutdown_images
+            await shutdown_images(core)
         if mode != "preemptive":
             core._append(RecordType.QM_STOP, payload=encode_json({"mode": mode}))
             await core.checkpoint(f"shutdown ({mode})")

@@ -48,6 +48,7 @@ class LocalQueue:
         self.depth = store.count()              # committed messages, locked ones included
         self.next_seq = store.next_seq
         self.damaged = False
+        self.damage_reason = ""                 # why, when damaged (HMQ7472E)
         self.index_ready = True
         self.last_put_ns = 0
         self.last_get_ns = 0
