@@ -728,7 +728,6 @@ def log_need_facts(log: RecoveryLog, media: dict | None) -> dict:
     st = log.state
     linear = st.log_type == "linear"
     chain = log.chain()
-    end = st.active.first_lsn if st.active else 0
     rec_ext = log.extent_of(st.restart_lsn)
     med_ext = log.extent_of(st.media_lsn) if linear else None
     extents, removable = [], []
@@ -747,7 +746,6 @@ def log_need_facts(log: RecoveryLog, media: dict | None) -> dict:
             med_bytes += size
         if need == "none" and path.exists():
             removable.append(path.name)
-        end = max(end, e.first_lsn)
     oldest_lsn = min(st.restart_lsn, st.media_lsn) if linear else st.restart_lsn
     oldest_ext = log.extent_of(oldest_lsn)
     oldest_ns = _record_time(log, oldest_lsn)
@@ -806,3 +804,29 @@ def read_media_table(log: RecoveryLog) -> dict | None:
         return None
     return decode_json(rec.payload).get("media")
 
+
+
+# --- the admin socket (server.py) ------------------------------------------------------------
+
+ADMIN_COMMANDS = ("image", "recreate", "log_need")
+
+
+async def admin_command(core, req: dict, send: Callable[[dict], None]) -> dict:
+    """``{"cmd": "image"|"recreate", "type": "all"|"qmgr"|"queue", "name": ...}`` and
+    ``{"cmd": "log_need"}``. Image and recreate send ``{"progress": {...}}``
+    lines (at most one per object and per 5 %) before their reply."""
+    cmd = req["cmd"]
+    if cmd == "log_need":
+        return {"ok": True, "log_need": log_need_facts(core.log,
+                                                       core.last_checkpoint.get("media"))}
+    last: dict[str, int] = {}
+
+    def progress(obj: str, done: int, total: int) -> None:
+        pct = 100 * done // max(1, total)
+        if obj not in last or pct >= last[obj] + 5 or done >= total:
+            last[obj] = pct
+            send({"progress": {"object": obj, "done": done, "total": total}})
+
+    fn = image_objects if cmd == "image" else recreate_objects
+    results = await fn(core, req.get("type", "all"), req.get("name"), progress)
+    return {"ok": True, "results": results}

@@ -7,6 +7,10 @@ queue manager locally). The admin protocol is one JSON object per line:
     {"cmd": "ping"}                          -> {"ok": true, "pid": ...}
     {"cmd": "status"}                        -> {"ok": true, "status": {...}}
     {"cmd": "stop", "mode": "controlled"}    -> {"ok": true}, then the stop begins
+    {"cmd": "image"|"recreate", "type": "all"|"qmgr"|"queue", "name": "APP.*"}
+                                             -> {"progress": {...}} lines, then
+                                                {"ok": true, "results": [...]}
+    {"cmd": "log_need"}                      -> {"ok": true, "log_need": {...}}
 
 SIGTERM asks for a controlled stop, SIGINT for an immediate one. Later issues
 add the STOMP listener and MQSC commands to this process.
@@ -20,6 +24,7 @@ import os
 import signal
 import sys
 
+from . import media
 from .config import QMConfig
 from .errors import HarbormqError
 from .qmgr import STOP_MODES, RunningQueueManager
@@ -46,6 +51,7 @@ class QueueManagerServer:
             "active_uows": sum(1 for u in core.uows.values() if u.state == "active"),
             "in_doubt": [u.id for u in core.in_doubt()],
             "restart": self.running.report.as_dict() if self.running.report else None,
+            "log_need": media.log_need_facts(core.log, core.last_checkpoint.get("media")),
         }
 
     async def _admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -58,6 +64,10 @@ class QueueManagerServer:
                         reply = {"ok": True, "pid": os.getpid()}
                     elif cmd == "status":
                         reply = {"ok": True, "status": self.status()}
+                    elif cmd in media.ADMIN_COMMANDS:
+                        reply = await media.admin_command(
+                            self.running.core, req,
+                            lambda line: writer.write(json.dumps(line).encode() + b"\n"))
                     elif cmd == "stop":
                         mode = req.get("mode", "controlled")
                         if mode not in STOP_MODES:
@@ -82,6 +92,8 @@ class QueueManagerServer:
         self.stop_mode = loop.create_future()
         self.running = await RunningQueueManager.start(self.config, console=self.console,
                                                       progress=self.progress)
+        # damage to the queue manager object: stop through the same path as a request
+        self.running.core.on_fatal = lambda why: self.request_stop("preemptive")
         sock = self.config.admin_socket
         if sock.exists():
             sock.unlink()   # left by a process that died; we hold the instance lock
