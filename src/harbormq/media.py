@@ -74,6 +74,9 @@ Progress = Callable[[str, int, int], None]     # (object, done, total)
 
 #: payload bytes per CHUNK record (smaller for tiny extents, see _chunk_limit)
 CHUNK_BYTES = 512 * 1024
+#: suffixes of a store's work and evidence directories: '#' is never in a queue's
+#: directory name (``config.queue_dir_name``), so they cannot meet a real queue
+REBUILDING, REPLACED, DAMAGED = "#recreate", "#replaced", "#damaged."
 #: replay writes the rebuilt store every this many changes (bounded memory)
 REBUILD_BATCH = 20_000
 _image_ids = itertools.count(time.time_ns())
@@ -558,13 +561,17 @@ def write_catalog(path: Path, objects: dict[str, dict], recovery_lsn: int) -> No
         store.close()
 
 
-def replace_dir(new: Path, final: Path) -> None:
-    """Put a rebuilt store in place: the old one is renamed aside first and
-    removed only once the new one is there."""
-    aside = final.with_name(final.name + ".replaced")
+def replace_dir(new: Path, final: Path, *, keep_old: bool) -> None:
+    """Put a rebuilt store in place. A damaged old store is kept aside
+    (``NAME#damaged.N``) as evidence; a healthy one is removed once the new
+    one is there."""
+    aside = final.with_name(final.name + REPLACED)
     QueueStore.destroy(aside)
     if final.exists():
-        final.rename(aside)
+        if keep_old:
+            set_aside(final)
+        else:
+            final.rename(aside)
     new.rename(final)
     fsync_dir(final.parent)
     QueueStore.destroy(aside)
@@ -605,12 +612,12 @@ async def _recreate_catalog(core, progress: Progress) -> dict:
     if {n: _without_create_lsn(d) for n, d in objects.items()} != expected:
         raise HarbormqError("the definitions rebuilt from the log differ from the queue "
                             "manager's: the catalog store was not replaced", msgid="HMQ7475E")
-    tmp = core.config.catalog_dir.with_name("qmgr.recreate")
+    tmp = core.config.catalog_dir.with_name("qmgr" + REBUILDING)
     await core.loop.run_in_executor(None, write_catalog, tmp, objects, to_lsn)
     async with core._flush_lock:
         await core.quiesce_store_io()
         core.catalog_store.close()
-        replace_dir(tmp, core.config.catalog_dir)
+        replace_dir(tmp, core.config.catalog_dir, keep_old=False)
         core.catalog_store = CatalogStore(core.config.catalog_dir)
         # definitions changed since to_lsn are still dirty: the next flush writes them
         core.catalog_dirty = {**core.catalog_flushing, **core.catalog_dirty}
@@ -650,7 +657,7 @@ async def recreate_queue(core, name: str, progress: Progress = _no_progress) -> 
         view = log_view(core)
         check_extents(view, point["replay_from"], f"media recovery of {name}")
         final = core.config.queue_dir(name)
-        tmp = final.with_name(final.name + ".recreate")
+        tmp = final.with_name(final.name + REBUILDING)
         rebuild = QueueRebuild(view, q.definition, point, to_lsn, tmp,
                                core.config.tuning.store_map_size_mb << 20,
                                _threadsafe(core, progress))
@@ -662,7 +669,7 @@ async def recreate_queue(core, name: str, progress: Progress = _no_progress) -> 
                 raise UnknownObject(f"queue {name} was deleted while it was being recreated",
                                     queue=name)
             q.store.close()
-            replace_dir(tmp, final)
+            replace_dir(tmp, final, keep_old=was[0])
             del core.queues[name]
             fresh = core.open_queue_store(q.definition)
             fresh.next_seq = max(fresh.next_seq, q.next_seq)
@@ -705,7 +712,7 @@ def check_store(store: QueueStore, end_lsn: int, verify_limit_mb: int) -> str | 
 def set_aside(path: Path) -> Path:
     """Keep a damaged store's files for inspection, never destroy them."""
     n = 1
-    while (aside := path.with_name(f"{path.name}.damaged.{n}")).exists():
+    while (aside := path.with_name(f"{path.name}{DAMAGED}{n}")).exists():
         n += 1
     path.rename(aside)
     fsync_dir(path.parent)

@@ -214,7 +214,7 @@ class Restart:
             lsn = q.definition.get("create_lsn", 0)
             mp = {"object_id": q.object_id, "image_lsn": lsn, "replay_from": lsn}
         final = q.store.path
-        tmp = final.with_name(final.name + ".recreate")
+        tmp = final.with_name(final.name + media.REBUILDING)
         try:
             media.check_extents(core.log, mp["replay_from"], f"media recovery of {q.name}")
             result = media.QueueRebuild(core.log, q.definition, mp, self.log_end, tmp,
@@ -229,7 +229,7 @@ class Restart:
             return q
         q.store.close()
         del core.queues[q.name]
-        media.replace_dir(tmp, final)
+        media.replace_dir(tmp, final, keep_old=True)
         fresh = core.open_queue_store(q.definition, report=False)
         fresh.next_seq = max(fresh.next_seq, q.next_seq)
         self.emit("HMQ7474I", f"queue {q.name} recreated from the log at restart: image at "
@@ -247,7 +247,11 @@ class Restart:
             return
         known = {core.config.queue_dir(n) for n in core.queues}
         for path in qdir.iterdir():
-            if path in known or not path.is_dir() or path.name.endswith(".orphan"):
+            if path in known or not path.is_dir() or path.name.endswith(".orphan") or \
+                    media.DAMAGED in path.name:     # damaged stores kept as evidence
+                continue
+            if path.name.endswith((media.REBUILDING, media.REPLACED)):
+                QueueStore.destroy(path)      # an interrupted media recovery's work files
                 continue
             store = QueueStore(path)
             count = store.count()
