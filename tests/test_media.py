@@ -222,6 +222,41 @@ def test_store_removed_while_running_is_damaged_then_recreated(make_qm, open_qm,
     assert len(qm.browse("Q1")) == 11
 
 
+def test_damage_to_the_queue_manager_object_stops_it(make_qm, open_qm, home):
+    make_qm(log_type="linear")
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"kept")
+    shutil.rmtree(home / "qmgrs" / "QM1" / "qmgr")
+    qm.define_queue("Q2")            # a definition the catalog must take
+    with pytest.raises(ObjectDamaged, match="queue manager object"):
+        qm.checkpoint()              # its flush finds the catalog gone
+    deadline = time.monotonic() + 10
+    while qm.core.stopping != "preemptive" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert qm.core.stopping == "preemptive"
+    assert any(m == "HMQ7472E" and "queue manager object" in t for m, t in operator_log(home))
+    qm.close()
+    qm = open_qm()                   # the catalog is rebuilt from the log
+    assert "Q2" in qm.queue_names() and [m.body for m in qm.browse("Q1")] == [b"kept"]
+
+
+def test_generic_image_skips_a_damaged_queue(make_qm, open_qm, home):
+    make_qm(log_type="linear")
+    qm = open_qm()
+    qm.define_queue("APP.A", DEFPSIST="YES")
+    qm.define_queue("APP.B", DEFPSIST="YES")
+    qm.put("APP.A", b"FLIP-ME-" + b"a" * 40)
+    qm.checkpoint()
+    flip_bytes_in(store_dir(home, "APP.A") / "data.mdb", b"FLIP-ME-")
+    with pytest.raises(ObjectDamaged):
+        qm.browse("APP.A")
+    results = qm.image("queue", "APP.*")
+    assert "skipped" in results[0] and results[1]["object"] == "APP.B"
+    with pytest.raises(ObjectDamaged):
+        qm.image("queue", "APP.A")
+
+
 # --- units of work in flight at the image ------------------------------------------------------
 
 def test_units_of_work_in_flight_at_the_image(make_qm, open_qm):

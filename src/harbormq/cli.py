@@ -332,6 +332,9 @@ def image(qm, name, obj_type):
     reply = admin_stream(QMConfig.load(qm), {"cmd": "image", "type": obj_type, "name": name},
                          _print_progress)
     for r in reply["results"]:
+        if "skipped" in r:
+            err_console.print(f"HMQ7472E No media image of {r['object']}: {r['skipped']}.")
+            continue
         console.print(f"HMQ7477I Media image of {r['object']} recorded at LSN {r['image_lsn']} "
                       f"({r['messages']} messages, {r['bytes']} bytes; media recovery of it "
                       f"reads from LSN {r['replay_from']}).")

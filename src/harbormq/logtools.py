@@ -65,7 +65,9 @@ class DumpFilter:
 def dump(config: QMConfig, flt: DumpFilter) -> Iterator[dict]:
     log = open_log_readonly(config)
     chain = log.chain()
-    start = flt.from_lsn if flt.from_lsn is not None else chain[0].first_lsn
+    # extents below the restart and media points may have been archived
+    present = [e for e in chain if log.extent_path(e.number).exists()] or chain
+    start = flt.from_lsn if flt.from_lsn is not None else present[0].first_lsn
     start = _record_boundary_at_or_after(log, start)
     for rec in log.read_from(start, flt.to_lsn):
         if flt(rec):

@@ -157,8 +157,14 @@ async def image_objects(core, obj_type: str, pattern: str | None,
     """``harbormq image``: record a media image of each selected object."""
     require_linear(core, "recording a media image")
     core._check_running()
+    names = select_objects(core, obj_type, pattern)
     out = []
-    for name in select_objects(core, obj_type, pattern):
+    for name in names:
+        q = core.queues.get(name)
+        if q is not None and q.damaged and len(names) > 1:
+            # a generic request images what it can; the damaged need recreate first
+            out.append({"object": name, "skipped": f"damaged: {q.damage_reason}"})
+            continue
         out.append(await image_object(core, name, progress))
     await core.checkpoint("media image")    # records the new media points (HMQ7468I)
     return out
@@ -652,6 +658,8 @@ async def recreate_queue(core, name: str, progress: Progress = _no_progress) -> 
     q.damaged = True
     q.damage_reason = q.damage_reason or "it is being recreated from the log"
     try:
+        while name in core.imaging:     # an image of it in progress abandons at its next chunk
+            await core.imaging[name]
         to_lsn = core.log.end_lsn
         await core.log.force(to_lsn)
         view = log_view(core)

@@ -159,6 +159,7 @@ class RunningQueueManager:
         self.lock = lock
         self.report: RestartReport | None = None
         self._flusher: asyncio.Task | None = None
+        self._stop_task: asyncio.Task | None = None
 
     @classmethod
     async def start(cls, config: QMConfig, *, console=None, progress: Progress | None = None,
@@ -199,13 +200,20 @@ class RunningQueueManager:
         stop request, which also closes the admin socket)."""
         self.core.loop.create_task(self.stop("preemptive"))
 
+    async def stop(self, mode: str = "controlled", *, timeout: float | None = None) -> None:
+        """Stop once; a second stop (the owner closing a queue manager that already
+        stopped itself preemptively) waits for the first."""
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._stop(mode, timeout=timeout))
+        await asyncio.shield(self._stop_task)
+
     async def _flush_loop(self) -> None:
         interval = self.core.config.tuning.flush_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             await self.core.flush_all()
 
-    async def stop(self, mode: str = "controlled", *, timeout: float | None = None) -> None:
+    async def _stop(self, mode: str = "controlled", *, timeout: float | None = None) -> None:
         core = self.core
         if mode not in STOP_MODES:
             raise ValueError(f"stop mode must be one of {STOP_MODES}")

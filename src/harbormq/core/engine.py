@@ -721,13 +721,11 @@ class QueueManagerCore:
                 q.end_flush()
             if catalog is not None:
                 if not (self.config.catalog_dir / "data.mdb").exists():
-                    self._fatal(f"its store {self.config.catalog_dir} is missing")
-                    return len(snapshots)
+                    raise self._fatal(f"its store {self.config.catalog_dir} is missing")
                 try:
                     await self._store_write(self.catalog_store.apply, catalog, target)
                 except Exception as exc:
-                    self._fatal(f"its store could not be written: {exc}")
-                    raise
+                    raise self._fatal(f"its store could not be written: {exc}") from exc
                 self.catalog_flushing, self.catalog_flushing_lsn = {}, None
             return len(snapshots)
 
@@ -740,12 +738,15 @@ class QueueManagerCore:
                           "was running")
         return False
 
-    def _fatal(self, why: str) -> None:
-        """Damage to the queue manager object: a preemptive shutdown (AMQ7472)."""
-        self.oplog.emit("HMQ7472E", f"the queue manager object of {self.name} is damaged: "
-                        f"{why}; the queue manager stops (preemptive)")
+    def _fatal(self, why: str) -> ObjectDamaged:
+        """Damage to the queue manager object: a preemptive shutdown (AMQ7472).
+        Returns the error for the operation that found it to raise."""
+        text = (f"the queue manager object of {self.name} is damaged: {why}; the queue "
+                "manager stops (preemptive)")
+        self.oplog.emit("HMQ7472E", text)
         if self.on_fatal is not None and not self.stopping:
             self.on_fatal(why)
+        return ObjectDamaged(text)
 
     def _begin_catalog_flush(self) -> dict | None:
         if not self.catalog_dirty and not self.catalog_flushing:
