@@ -296,6 +296,13 @@ class CatalogStore(Store):
                                path=str(self.path)) from None
 
     def apply(self, changes: dict[str, dict | None], recovery_lsn: int) -> None:
+        try:
+            self._apply(changes, recovery_lsn)
+        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as exc:
+            raise StoreDamaged(f"catalog store {self.path} is damaged: {exc}",
+                               path=str(self.path)) from None
+
+    def _apply(self, changes: dict[str, dict | None], recovery_lsn: int) -> None:
         with self.env.begin(write=True) as txn:
             for name, definition in changes.items():
                 if definition is None:

@@ -724,8 +724,8 @@ class QueueManagerCore:
                     raise self._fatal(f"its store {self.config.catalog_dir} is missing")
                 try:
                     await self._store_write(self.catalog_store.apply, catalog, target)
-                except Exception as exc:
-                    raise self._fatal(f"its store could not be written: {exc}") from exc
+                except StoreDamaged as exc:   # (a full disk is no damage: it is retried)
+                    raise self._fatal(exc.message) from exc
                 self.catalog_flushing, self.catalog_flushing_lsn = {}, None
             return len(snapshots)
 
