@@ -26,7 +26,7 @@
     flush_max_entries = 20000   # flush a queue early when this many changes wait
     store_map_size_mb = 16384   # LMDB address space per store (files grow as needed)
     qindxbld = "wait"           # or "nowait": index rebuild at restart
-    verify_store_mb = 256       # restart checks every message seal of stores up to this size
+    verify_store_mb = 128       # restart checks every message seal of stores up to this size
     [image]                     # media images (linear logs; MQ's IMGSCHED/IMGINTVL/IMGLOGLN)
     schedule = "manual"         # or "auto"
     interval_minutes = 60       # auto: image an object this long after its last image
@@ -61,7 +61,7 @@ class Tuning:
     flush_max_entries: int = 20_000
     store_map_size_mb: int = 16_384
     qindxbld: str = "wait"
-    verify_store_mb: int = 256
+    verify_store_mb: int = 128
 
 
 @dataclass
