@@ -319,6 +319,45 @@ def test_images_under_concurrent_load_equal_the_engine(make_qm, open_qm):
     assert contents(qm, "Q1") == expected
 
 
+CRASH_CHILD = """
+import sys
+from harbormq import QueueManager
+qm = QueueManager.open("QM1")
+qm.put("Q1", b"acked before the image")
+qm.image("queue", "Q1")
+for i in range(300):
+    qm.put("Q1", b"acked %d" % i + b"." * 500)
+print("acked", flush=True)
+getattr(qm, sys.argv[1])("queue", "Q1")
+print("not killed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("crash_at, call", [("media.mid_swap", "recreate"),
+                                            ("media.mid_image:2", "image")])
+def test_crash_during_recreate_or_image_loses_nothing(make_qm, home, python_env, crash_at,
+                                                      call):
+    import subprocess
+
+    from conftest import PYTHON
+    make_qm(log_type="linear")
+    config = QMConfig.load("QM1", home)
+    config.tuning.flush_interval_ms = 10**9      # the acked puts stay unflushed
+    config.tuning.flush_max_entries = 10**9
+    config.save()
+    with QueueManager.open("QM1", home=home) as qm:
+        qm.define_queue("Q1", DEFPSIST="YES")
+    env = dict(python_env, HARBORMQ_CRASH_AT=crash_at)
+    proc = subprocess.run([PYTHON, "-c", CRASH_CHILD, call], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -9 and "acked" in proc.stdout and "not killed" not in proc.stdout
+    with QueueManager.open("QM1", home=home) as qm:
+        bodies = [m.body for m in qm.browse("Q1")]
+        assert len(bodies) == 301 and len(set(bodies)) == 301
+        qm.recreate("queue", "Q1")
+        assert [m.body for m in qm.browse("Q1")] == bodies
+
+
 # --- which extents are needed ----------------------------------------------------------------
 
 def test_delete_extents_log_need_says_are_not_needed(make_qm, open_qm, home):

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable
 
 from .core.objects import QMGR_OBJECT
+from .crashpoints import crash_point
 from .errors import (
     HarbormqError,
     LogMissing,
@@ -244,11 +245,13 @@ async def _image_queue(core, name: str, progress: Progress) -> dict:
 
 
 async def _write_chunk(core, q, image_id: int, batch: list[bytes]) -> int:
-    if core.queues.get(q.name) is not q or q.damaged or core.stopping == "preemptive":
+    if core.queues.get(q.name) is not q or q.damaged or q.recreating or \
+            core.stopping == "preemptive":
         raise ObjectInUse(f"the image of queue {q.name} was abandoned: the queue was deleted, "
                           "damaged or the queue manager is stopping", queue=q.name)
     payload = encode_image_chunk(image_id, batch)
     core._append(RecordType.MEDIA_IMAGE_CHUNK, obj=q, payload=payload)
+    crash_point("media.mid_image")
     await asyncio.sleep(0)            # let puts and gets run between chunks
     return len(payload)
 
@@ -578,6 +581,7 @@ def replace_dir(new: Path, final: Path, *, keep_old: bool) -> None:
             set_aside(final)
         else:
             final.rename(aside)
+    crash_point("media.mid_swap")
     new.rename(final)
     fsync_dir(final.parent)
     QueueStore.destroy(aside)
@@ -651,15 +655,19 @@ async def recreate_queue(core, name: str, progress: Progress = _no_progress) -> 
         raise ObjectInUse(f"queue {name} cannot be recreated while units of work "
                           f"{', '.join(map(str, holders))} hold messages on it; commit or "
                           "back them out first", queue=name)
+    if q.recreating:
+        raise ObjectInUse(f"queue {name} is being recreated already", queue=name)
     point = media_point_of(core, name)
-    was = (q.damaged, q.damage_reason)
     # offline from here: a recreate rebuilds the store from the log, and nothing
     # may change the queue meanwhile (its operations fail with MQRC 2101)
-    q.damaged = True
-    q.damage_reason = q.damage_reason or "it is being recreated from the log"
+    q.recreating = True
     try:
         while name in core.imaging:     # an image of it in progress abandons at its next chunk
             await core.imaging[name]
+        if not q.damaged:
+            # a healthy store takes its last effects first: a crash during the
+            # rebuild must find it as complete as its recovery LSN says
+            await core.flush_all()
         to_lsn = core.log.end_lsn
         await core.log.force(to_lsn)
         view = log_view(core)
@@ -677,14 +685,12 @@ async def recreate_queue(core, name: str, progress: Progress = _no_progress) -> 
                 raise UnknownObject(f"queue {name} was deleted while it was being recreated",
                                     queue=name)
             q.store.close()
-            replace_dir(tmp, final, keep_old=was[0])
+            replace_dir(tmp, final, keep_old=q.damaged)
             del core.queues[name]
             fresh = core.open_queue_store(q.definition)
             fresh.next_seq = max(fresh.next_seq, q.next_seq)
-    except BaseException:
-        if core.queues.get(name) is q:      # changed nothing: as it was
-            q.damaged, q.damage_reason = was
-        raise
+    finally:
+        q.recreating = False     # (the old queue object: on success a new one serves)
     core.media_points[name] = dict(point)
     core.oplog.emit("HMQ7474I", f"queue {name} recreated from the log: image at LSN "
                     f"{point['image_lsn']} ({result['image_messages']} messages), "
@@ -782,7 +788,8 @@ def log_need_facts(log: RecoveryLog, media: dict | None) -> dict:
             if mp["replay_from"] >= lo and (hi is None or mp["replay_from"] < hi):
                 facts["pinned_by"].append({
                     "object": name, "image_lsn": mp["image_lsn"],
-                    "replay_from": mp["replay_from"], "since": _iso(mp["image_ns"]),
+                    "replay_from": mp["replay_from"],
+                    "since": _iso(mp["image_ns"] or _record_time(log, mp["image_lsn"])),
                     "why": ("its latest image" if mp["image_lsn"] == mp["replay_from"] else
                             "a unit of work in flight at its latest image")})
     return facts

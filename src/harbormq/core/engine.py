@@ -177,6 +177,9 @@ class QueueManagerCore:
             raise ObjectDamaged(f"queue {name} is damaged (MQRC 2101 OBJECT_DAMAGED): "
                                 f"{q.damage_reason or 'its store was lost'}; only DELETE and "
                                 "'harbormq recreate' are allowed", queue=name)
+        if q.recreating:
+            raise ObjectDamaged(f"queue {name} is being recreated from the log (MQRC 2101 "
+                                "OBJECT_DAMAGED until it is done)", queue=name)
         return q
 
     @property

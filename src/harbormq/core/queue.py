@@ -49,6 +49,8 @@ class LocalQueue:
         self.next_seq = store.next_seq
         self.damaged = False
         self.damage_reason = ""                 # why, when damaged (HMQ7472E)
+        #: offline while ``harbormq recreate`` rebuilds its store (MQRC 2101 too)
+        self.recreating = False
         self.index_ready = True
         self.last_put_ns = 0
         self.last_get_ns = 0
