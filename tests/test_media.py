@@ -333,8 +333,12 @@ print("not killed", flush=True)
 """
 
 
-@pytest.mark.parametrize("crash_at, call", [("media.mid_swap", "recreate"),
-                                            ("media.mid_image:2", "image")])
+#: the media crash points and the call that reaches them (test_crash checks that
+#: every crash point is exercised somewhere)
+MEDIA_CRASH_CASES = [("media.mid_swap", "recreate"), ("media.mid_image:2", "image")]
+
+
+@pytest.mark.parametrize("crash_at, call", MEDIA_CRASH_CASES)
 def test_crash_during_recreate_or_image_loses_nothing(make_qm, home, python_env, crash_at,
                                                       call):
     import subprocess
