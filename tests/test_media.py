@@ -313,6 +313,15 @@ def test_images_under_concurrent_load_equal_the_engine(make_qm, open_qm):
         t.join()
     assert not errors, errors
     assert all(img["messages"] > 1000 for img in images)
+    # the load really ran during the images: its records lie among the chunks
+    from harbormq.logtools import DumpFilter, dump
+    during = set()
+    inside = False
+    for d in dump(qm.config, DumpFilter(from_lsn=images[0]["image_lsn"], queue="Q1")):
+        inside = (inside or d["type"] == "MEDIA_IMAGE_CHUNK") and d["type"] != "MEDIA_IMAGE_END"
+        if inside:
+            during.add(d["type"])
+    assert {"MSG_PUT", "MSG_GET"} <= during, during
     expected = contents(qm, "Q1")
     result = qm.recreate("queue", "Q1")[0]
     assert result["image_lsn"] == images[-1]["image_lsn"] and result["effects"] > 0

@@ -709,8 +709,8 @@ class QueueManagerCore:
             # first, or it could land after (and undo) the newer one
             await self.quiesce_store_io()
             snapshots = [(q, q.begin_flush()) for q in list(self.queues.values())
-                         if not q.damaged and self._store_present(q)]
-            snapshots = [(q, s) for q, s in snapshots if s is not None]
+                         if not q.damaged]
+            snapshots = [(q, s) for q, s in snapshots if s is not None and self._store_present(q)]
             catalog = self._begin_catalog_flush()
             if not snapshots and catalog is None:
                 return 0
