@@ -124,6 +124,25 @@ def test_unreadable_store_is_kept_aside_and_recreated(make_qm, open_qm, home):
     assert (home / "qmgrs" / "QM1" / "queues" / "Q1#damaged.1" / "data.mdb").exists()
 
 
+def test_recovery_lsn_beyond_the_end_of_the_log_is_damage(make_qm, open_qm, home):
+    from harbormq.store import QueueStore
+    make_qm(log_type="linear")
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    fill(qm, "Q1", 20)
+    expected = contents(qm, "Q1")
+    qm.close()
+
+    store = QueueStore(store_dir(home, "Q1"))     # e.g. a store restored from a later backup
+    with store.env.begin(write=True) as txn:
+        txn.put(b"recovery_lsn", str(10**12).encode(), db=store.meta)
+    store.close()
+    qm = open_qm()
+    damaged = [t for m, t in operator_log(home) if m == "HMQ7472E"]
+    assert damaged and "beyond the end of the log" in damaged[0]
+    assert contents(qm, "Q1") == expected
+
+
 def test_damaged_catalog_is_recreated_with_a_linear_log(make_qm, open_qm, home):
     make_qm(log_type="linear")
     qm = open_qm()

@@ -38,6 +38,8 @@ import copy
 import datetime as _dt
 import fnmatch
 import itertools
+import mmap
+import struct
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -59,6 +61,9 @@ from .log.manager import RecoveryLog
 from .log.reader import ExtentReader
 from .log.records import (
     AUTO_COMMIT,
+    EXTENT_HEADER_SIZE,
+    MIN_RECORD,
+    TRAILER,
     Compensation,
     Message,
     MessageRef,
@@ -81,6 +86,8 @@ REBUILDING, REPLACED, DAMAGED = "#recreate", "#replaced", "#damaged."
 #: replay writes the rebuilt store every this many changes (bounded memory)
 REBUILD_BATCH = 20_000
 _image_ids = itertools.count(time.time_ns())
+#: the first fields of a record header: length, crc32c, lsn
+RECORD_PREFIX = struct.Struct("<IIQ")
 
 
 def _no_progress(obj: str, done: int, total: int) -> None:
@@ -395,6 +402,25 @@ def log_end(log: RecoveryLog) -> int:
     for _ in reader.records(active.first_lsn):
         pass
     return reader.end.lsn
+
+
+def log_end_estimate(log: RecoveryLog) -> int:
+    """Where the records of the newest extent end, walking their length fields
+    and LSNs only (no CRCs): cheap enough for every restart, which uses it to
+    find stores whose recovery LSN lies beyond the end of the log. A torn last
+    record can make it one record long; redo's full read settles the end."""
+    active = log.state.active
+    path = log.extent_path(active.number)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        offset, size = EXTENT_HEADER_SIZE, len(buf)
+        while offset + MIN_RECORD <= size:
+            length, _crc, lsn = RECORD_PREFIX.unpack_from(buf, offset)
+            if length < MIN_RECORD or length % 8 or offset + length > size or \
+                    lsn != active.first_lsn + offset - EXTENT_HEADER_SIZE or \
+                    TRAILER.unpack_from(buf, offset + length - 4)[0] != length:
+                break
+            offset += length
+    return active.first_lsn + offset - EXTENT_HEADER_SIZE
 
 
 class QueueRebuild:

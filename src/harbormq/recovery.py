@@ -80,7 +80,8 @@ class Restart:
         self.report = RestartReport()
         self.redo_from: dict[int, int] = {}     # object id -> store recovery LSN at open
         self.rebuilt: dict[int, UnitOfWork] = {}
-        self.log_end = 0                         # found in phase 1 (not repaired yet)
+        self.log_end_hint = 0       # phase 1: where the records seem to end (store checks)
+        self._log_end = 0           # the end of the log, read only if something is recreated
         self._media: dict | None = None          # the last checkpoint's media table
 
     def emit(self, msgid: str, text: str) -> None:
@@ -126,7 +127,7 @@ class Restart:
         r.extents = [extent_file_name(e.number) for e in chain
                      if log.extent_path(e.number).exists()]
         log.make_durable()     # the end of the log below is trusted by store checks
-        self.log_end = media.log_end(log)
+        self.log_end_hint = media.log_end_estimate(log)
         self._open_catalog()
         self.redo_from[0] = core.catalog_store.recovery_lsn
         for definition in core.objects.values():
@@ -158,9 +159,10 @@ class Restart:
             store = CatalogStore(path)
             try:
                 core.objects = store.load()
-                if store.recovery_lsn > self.log_end:
+                if store.recovery_lsn > self.log_end_hint:
                     raise StoreDamaged(f"its recovery LSN {store.recovery_lsn} lies beyond the "
-                                       f"end of the log (LSN {self.log_end})", path=str(path))
+                                       f"end of the log (LSN {self.log_end_hint})",
+                                       path=str(path))
             except StoreDamaged:
                 store.close()
                 raise
@@ -179,13 +181,20 @@ class Restart:
         media.check_extents(core.log, start, "media recovery of the queue manager object")
         objects = media.rebuild_catalog(core.log, start, self.log_end)
         if path.exists():
-            aside = media.set_aside(path)
-            why += f" (its files are kept as {aside.name})"
+            media.set_aside(path)
         media.write_catalog(path, objects, self.log_end)
         core.catalog_store = CatalogStore(path)
         core.objects = core.catalog_store.load()
         self.emit("HMQ7474I", f"object {QMGR_OBJECT} (the catalog of {len(objects)} "
                   f"definitions) recreated from the log, LSN {start} to {self.log_end}")
+
+    @property
+    def log_end(self) -> int:
+        """The end of the log (the newest extent read in full, its torn tail not
+        yet repaired): what a recreate at restart replays to."""
+        if not self._log_end:
+            self._log_end = media.log_end(self.core.log)
+        return self._log_end
 
     def _check_queue_store(self, q: LocalQueue) -> LocalQueue:
         """Damage found at restart: with a linear log the queue is recreated here,
@@ -193,7 +202,8 @@ class Restart:
         (its in-flight units of work included). Returns the queue as it is now."""
         core = self.core
         if not q.damaged:
-            why = media.check_store(q.store, self.log_end, core.config.tuning.verify_store_mb)
+            why = media.check_store(q.store, self.log_end_hint,
+                                    core.config.tuning.verify_store_mb)
             if why is None:
                 return q
             q.damaged, q.damage_reason = True, why
