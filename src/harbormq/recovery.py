@@ -327,6 +327,12 @@ class Restart:
     def phase3_redo(self):
         core, r = self.core, self.report
         core.log.make_durable()   # redo flushes stores from what it reads
+        active = core.log.state.active
+        if r.redo_start_lsn > active.first_lsn:
+            # the newest extent is read whole even when redo starts inside it: a
+            # damaged record there, followed by good ones, is corruption (DESIGN §5)
+            for _rec in core.log.read_from(active.first_lsn, r.redo_start_lsn):
+                pass
         scan = core.log.scan(r.redo_start_lsn, repair_tail=True)
         for q in core.queues.values():
             q.ordered = False
