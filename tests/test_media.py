@@ -390,6 +390,54 @@ def test_crash_during_recreate_or_image_loses_nothing(make_qm, home, python_env,
         assert [m.body for m in qm.browse("Q1")] == bodies
 
 
+def test_image_holds_exactly_the_committed_state_at_its_begin(make_qm, open_qm):
+    """The codec contract, checked record by record: the messages in an image's
+    chunks are the queue's committed persistent messages at B, while puts,
+    gets, a unit of work and a flush run among its chunks."""
+    import asyncio
+
+    from harbormq import media
+    from harbormq.log.records import RecordType
+    make_qm(log_type="linear")
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES", MAXDEPTH=100000)
+    fill(qm, "Q1", 1500, size=200)
+    qm.checkpoint()
+    fill(qm, "Q1", 300, size=200, tag=b"dirty")      # in memory, not yet in the store
+    core = qm.core
+
+    async def scenario():
+        holder = core.begin()
+        await core.get("Q1", holder)                  # locked, still committed at B
+        at_b = sorted(m.key for m in core.browse("Q1")) + [holder.ops[0].msg.key]
+        image = asyncio.ensure_future(media.image_object(core, "Q1"))
+        await asyncio.sleep(0)                        # the image's synchronous step ran
+
+        async def churn():
+            for i in range(200):
+                await core.put("Q1", Message(body=b"during %d" % i, persistent=True))
+                await core.get("Q1")
+            await core.commit(holder)
+            await core.flush_all()
+        await asyncio.gather(image, churn())
+        return sorted(at_b), image.result()
+
+    at_b, result = qm._call(scenario())
+    keys, between = [], set()
+    for rec in core.log.read_from(result["image_lsn"]):
+        if rec.object_name != "Q1":
+            continue
+        if rec.type == RecordType.MEDIA_IMAGE_CHUNK:
+            keys += [m.key for m in decode_image_chunk(rec.payload)[1]]
+        elif rec.type == RecordType.MEDIA_IMAGE_END:
+            break
+        else:
+            between.add(rec.type)
+    assert len(keys) == result["messages"] == len(at_b) == 1800
+    assert sorted(keys) == at_b
+    assert RecordType.MSG_PUT in between     # the churn ran among the chunks
+
+
 # --- which extents are needed ----------------------------------------------------------------
 
 def test_delete_extents_log_need_says_are_not_needed(make_qm, open_qm, home):
