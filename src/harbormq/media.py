@@ -178,9 +178,11 @@ async def image_objects(core, obj_type: str, pattern: str | None,
     return out
 
 
-async def image_object(core, name: str, progress: Progress = _no_progress) -> dict:
+async def image_object(core, name: str, progress: Progress = _no_progress, *,
+                       force: bool = True) -> dict:
     """Write one media image (BEGIN, CHUNKs, END); the object's media point moves
-    to it once its END is on disk."""
+    to it once its END is on disk. ``force=False``: the caller forces the log
+    before anything relies on the new point (the shutdown checkpoint does)."""
     if name not in core.objects:
         raise UnknownObject(f"object {name} is not defined on queue manager {core.name}",
                             queue=name)
@@ -190,14 +192,14 @@ async def image_object(core, name: str, progress: Progress = _no_progress) -> di
     core.imaging[name] = done
     try:
         if core.objects[name]["type"] == "QMGR":
-            return await _image_definition(core, name)
-        return await _image_queue(core, name, progress)
+            return await _image_definition(core, name, force)
+        return await _image_queue(core, name, progress, force)
     finally:
         del core.imaging[name]
         done.set_result(None)
 
 
-async def _image_definition(core, name: str) -> dict:
+async def _image_definition(core, name: str, force: bool) -> dict:
     definition = core.objects[name]
     image_id = next(_image_ids)
     begin = core._append(RecordType.MEDIA_IMAGE_BEGIN, object_id=definition["object_id"],
@@ -205,10 +207,10 @@ async def _image_definition(core, name: str) -> dict:
                              "image_id": image_id, "object_type": definition["type"],
                              "attributes": definition, "messages": 0, "next_seq": 0,
                              "replay_from": 0}))
-    return await _end_image(core, definition, image_id, begin, begin, 0, 0)
+    return await _end_image(core, definition, image_id, begin, begin, 0, 0, force)
 
 
-async def _image_queue(core, name: str, progress: Progress) -> dict:
+async def _image_queue(core, name: str, progress: Progress, force: bool) -> dict:
     q = core.queue(name)              # a damaged queue cannot be imaged (MQRC 2101)
     definition = q.definition
     image_id = next(_image_ids)
@@ -248,7 +250,8 @@ async def _image_queue(core, name: str, progress: Progress) -> dict:
     if written != count:
         raise HarbormqError(f"the image of queue {name} holds {written} messages, its "
                             f"snapshot counted {count}: the image is not used", msgid="HMQ7475E")
-    return await _end_image(core, definition, image_id, begin, replay_from, written, nbytes)
+    return await _end_image(core, definition, image_id, begin, replay_from, written, nbytes,
+                            force)
 
 
 async def _write_chunk(core, q, image_id: int, batch: list[bytes]) -> int:
@@ -304,13 +307,14 @@ def _snapshot_messages(q, txn, overlay: dict):
 
 
 async def _end_image(core, definition: dict, image_id: int, begin: int, replay_from: int,
-                     messages: int, nbytes: int) -> dict:
+                     messages: int, nbytes: int, force: bool) -> dict:
     name = definition["name"]
     core._append(RecordType.MEDIA_IMAGE_END, object_id=definition["object_id"], name=name,
                  payload=encode_json({"image_id": image_id, "begin_lsn": begin,
                                       "messages": messages, "bytes": nbytes,
                                       "replay_from": replay_from}))
-    await core.log.force()
+    if force:
+        await core.log.force()
     point = {"object_id": definition["object_id"], "image_lsn": begin,
              "replay_from": replay_from, "image_ns": time.time_ns()}
     if core.objects.get(name, {}).get("object_id") == definition["object_id"]:
@@ -329,7 +333,9 @@ async def shutdown_images(core) -> int:
         q = core.queues.get(name)
         if q is not None and (q.damaged or q.depth or q.uncommitted_puts or q.locked):
             continue
-        await image_object(core, name)
+        # no force each: the shutdown checkpoint's own force covers every END
+        # before the control file's media LSN can move
+        await image_object(core, name, force=False)
         n += 1
     return n
 
