@@ -68,11 +68,12 @@ from .log.records import (
     Message,
     MessageRef,
     RecordType,
-    decode_image_chunk,
     decode_json,
     encode_image_chunk,
     encode_json,
     extent_file_name,
+    image_chunk_entries,
+    message_key_of,
 )
 from .store import CatalogStore, QueueStore, unseal
 
@@ -453,7 +454,9 @@ class QueueRebuild:
 
     def run(self) -> dict:
         QueueStore.destroy(self.path)
-        store = QueueStore(self.path, self.oid, map_size=self.map_size)
+        # unsynced transactions: nobody relies on this store until it is synced
+        # below and put in place, and a crash before that leaves a work directory
+        store = QueueStore(self.path, self.oid, map_size=self.map_size, sync=False)
         try:
             self._pass1_image(store)
             self._pass2_replay(store)
@@ -461,6 +464,7 @@ class QueueRebuild:
             store.apply({}, self.to_lsn, index_type, self.next_seq)
             store.rebuild_index(index_type)
             messages = store.count()
+            store.sync()
         finally:
             store.close()
         return {"object": self.name, "image_lsn": self.image_lsn,
@@ -473,6 +477,7 @@ class QueueRebuild:
         create record: a queue starts empty)."""
         image_id = None
         total = max(1, self.to_lsn - self.image_lsn)
+        batch: list[tuple[bytes, bytes]] = []
         for rec in self.log.read_from(self.image_lsn, self.to_lsn):
             if rec.object_id != self.oid:
                 continue
@@ -485,13 +490,17 @@ class QueueRebuild:
                 image_id = begin["image_id"]
                 self.next_seq = max(self.next_seq, begin["next_seq"])
             elif rec.type == RecordType.MEDIA_IMAGE_CHUNK:
-                cid, msgs = decode_image_chunk(rec.payload)
+                cid, raws = image_chunk_entries(rec.payload)
                 if cid == image_id:
-                    store.apply({m.key: m for m in msgs}, 0)
-                    self.image_messages += len(msgs)
-                    self.progress(self.name, rec.lsn - self.image_lsn, 2 * total)
+                    batch += [(message_key_of(raw), raw) for raw in raws]
+                    self.image_messages += len(raws)
+                    if len(batch) >= REBUILD_BATCH:
+                        store.load_encoded(batch)
+                        batch.clear()
+                        self.progress(self.name, rec.lsn - self.image_lsn, 2 * total)
             elif rec.type == RecordType.MEDIA_IMAGE_END and \
                     decode_json(rec.payload).get("image_id") == image_id:
+                store.load_encoded(batch)
                 return
         raise StoreDamaged(f"no complete media image of {self.name} at LSN {self.image_lsn}: "
                            "the log there does not hold it", lsn=self.image_lsn)

@@ -57,12 +57,15 @@ DEFAULT_MAP_SIZE = 16 << 30  # address space only: LMDB files grow as they fill
 
 
 class Store:
-    def __init__(self, path: Path, map_size: int = DEFAULT_MAP_SIZE, dbs=()):
+    def __init__(self, path: Path, map_size: int = DEFAULT_MAP_SIZE, dbs=(), *,
+                 sync: bool = True):
+        """``sync=False`` only for a store nobody relies on yet (one being rebuilt
+        by media recovery), which must then be made durable with ``sync()``."""
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         try:
-            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, sync=True,
-                                 metasync=True, readahead=False, meminit=False)
+            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, sync=sync,
+                                 metasync=sync, readahead=False, meminit=False)
         except lmdb.Error as exc:
             raise StoreDamaged(f"store {self.path} cannot be opened: {exc}",
                                path=str(self.path)) from None
@@ -80,6 +83,9 @@ class Store:
 
     def close(self) -> None:
         self.env.close()
+
+    def sync(self) -> None:
+        self.env.sync(True)
 
     def get_meta(self, key: bytes, default: str | None = None) -> str | None:
         try:
@@ -108,8 +114,8 @@ class Store:
 
 class QueueStore(Store):
     def __init__(self, path: Path, object_id: int | None = None,
-                 map_size: int = DEFAULT_MAP_SIZE):
-        super().__init__(path, map_size, dbs=("msgs", "np", "idx"))
+                 map_size: int = DEFAULT_MAP_SIZE, *, sync: bool = True):
+        super().__init__(path, map_size, dbs=("msgs", "np", "idx"), sync=sync)
         #: called with the reason when a read finds the store damaged (the engine
         #: marks the queue damaged and reports HMQ7472E)
         self.on_damage = None
@@ -237,6 +243,19 @@ class QueueStore(Store):
             if next_seq:
                 txn.put(b"next_seq", str(next_seq).encode(), db=self.meta)
             self._set_lsn(txn, recovery_lsn)
+
+    def load_encoded(self, entries: list[tuple[bytes, bytes]]) -> None:
+        """Media recovery: store persistent messages given as (key, Message
+        encoding), in one transaction; appended where the keys allow."""
+        with self.env.begin(write=True) as txn:
+            cur = txn.cursor(db=self.msgs)
+            last = cur.key() if cur.last() else None
+            for key, raw in sorted(entries):
+                if last is None or key > last:
+                    cur.put(key, seal(key, raw), append=True)
+                    last = key
+                else:
+                    txn.put(key, seal(key, raw), db=self.msgs)
 
     def clear(self, recovery_lsn: int) -> None:
         """CLEAR QLOCAL: empty the store in one transaction."""
