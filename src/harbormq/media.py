@@ -806,7 +806,7 @@ def log_need_facts(log: RecoveryLog, media: dict | None) -> dict:
             rec_bytes += size
         if media_needed:
             med_bytes += size
-        if need == "none" and path.exists():
+        if need == "none" and path.exists() and linear:   # circular ones are reused
             removable.append(path.name)
     oldest_lsn = min(st.restart_lsn, st.media_lsn) if linear else st.restart_lsn
     oldest_ext = log.extent_of(oldest_lsn)
