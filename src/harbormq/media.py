@@ -233,7 +233,7 @@ async def _image_queue(core, name: str, progress: Progress, force: bool) -> dict
         written = nbytes = 0
         batch: list[bytes] = []
         batch_bytes = 0
-        for raw in _snapshot_messages(q, txn, overlay):
+        for raw in _checked(core, q, _snapshot_messages(q, txn, overlay)):
             if batch and batch_bytes + len(raw) > limit:
                 nbytes += await _write_chunk(core, q, image_id, batch)
                 written += len(batch)
@@ -265,6 +265,15 @@ async def _write_chunk(core, q, image_id: int, batch: list[bytes]) -> int:
     crash_point("media.mid_image")
     await asyncio.sleep(0)            # let puts and gets run between chunks
     return len(payload)
+
+
+def _checked(core, q, messages):
+    """Damage met while reading the snapshot marks the queue damaged (HMQ7472E)."""
+    try:
+        yield from messages
+    except StoreDamaged as exc:
+        core.damage_queue(q, exc.message)
+        raise
 
 
 def _persistent_count(q, txn, overlay: dict) -> int:
