@@ -532,6 +532,24 @@ def test_automatic_images(make_qm, home):
             before.get("Q1", {"image_lsn": 0})["image_lsn"]
 
 
+def test_automatic_images_by_log_length(make_qm, home):
+    make_qm(log_type="linear")
+    config = QMConfig.load("QM1", home)
+    config.image.schedule = "auto"
+    config.image.log_length_mb = 0.05             # 50 KiB of log since an object's image
+    config.save()
+    with QueueManager.open("QM1", home=home) as qm:
+        qm.define_queue("Q1", DEFPSIST="YES")
+        time.sleep(2.5)                           # nothing written yet: nothing due
+        assert not [t for m, t in operator_log(home) if m == "HMQ7476I"]
+        fill(qm, "Q1", 200)                       # about 70 KiB of log
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and \
+                not any("Q1" in t for m, t in operator_log(home) if m == "HMQ7476I"):
+            time.sleep(0.2)
+        assert any("Q1" in t for m, t in operator_log(home) if m == "HMQ7476I")
+
+
 # --- the commands, against a queue manager process ---------------------------------------------
 
 def test_image_recreate_and_log_need_commands(python_env, home):
