@@ -184,9 +184,12 @@ class QMServer:
         if cli:
             r = self.cli("sc", self.name, "-c", text, check=check)
             return r.stdout + r.stderr
+        from types import SimpleNamespace
+
         from harbormq.admin.cli import send_mqsc
-        from harbormq.config import QMConfig
-        reply = send_mqsc(QMConfig.load(self.name, self.home), text)
+        # only the socket and the name are needed: no qm.toml parsing here
+        target = SimpleNamespace(name=self.name, admin_socket=self.qm_dir / "admin.sock")
+        reply = send_mqsc(target, text)
         if check and reply.get("errors"):
             raise AssertionError(f"MQSC failed:\n{reply['output']}")
         return reply["output"]

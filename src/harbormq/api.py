@@ -155,6 +155,27 @@ class QueueManager:
     def checkpoint(self) -> dict:
         return self._call(self.core.checkpoint("requested"))
 
+    # -- media recovery (harbormq.media) ------------------------------------------------
+
+    def image(self, obj_type: str = "all", name: str | None = None, progress=None) -> list[dict]:
+        """Record media images (``harbormq image``); a linear log only."""
+        from . import media
+        return self._call(media.image_objects(self.core, obj_type, name,
+                                              progress or media._no_progress))
+
+    def recreate(self, obj_type: str = "all", name: str | None = None,
+                 progress=None) -> list[dict]:
+        """Recreate objects from their media images and the log (``harbormq recreate``)."""
+        from . import media
+        return self._call(media.recreate_objects(self.core, obj_type, name,
+                                                 progress or media._no_progress))
+
+    def log_need(self) -> dict:
+        """Which log extents are still needed (``harbormq log need``)."""
+        from . import media
+        return self._call_sync(lambda: media.log_need_facts(
+            self.core.log, self.core.last_checkpoint.get("media")))
+
     def in_doubt(self) -> list[int]:
         return self._call_sync(lambda: [u.id for u in self.core.in_doubt()])
 

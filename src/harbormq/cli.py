@@ -48,6 +48,33 @@ def admin_request(config: QMConfig, request: dict, timeout: float = 10.0) -> dic
     return reply
 
 
+def admin_stream(config: QMConfig, request: dict, on_progress) -> dict:
+    """An admin request whose reply is preceded by ``{"progress": ...}`` lines
+    (image, recreate): no time limit once connected, the work may be long."""
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(str(config.admin_socket))
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise QueueManagerNotRunning(f"queue manager {config.name} is not running",
+                                     hint=f"start it with 'harbormq start {config.name}' (media "
+                                          "images and recreate need a running queue manager)") \
+            from None
+    with s, s.makefile("rb") as lines:
+        s.settimeout(None)
+        s.sendall(json.dumps(request).encode() + b"\n")
+        for line in lines:
+            reply = json.loads(line)
+            if "progress" in reply:
+                on_progress(reply["progress"])
+                continue
+            if not reply.get("ok"):
+                raise HarbormqError(reply.get("error", "the queue manager refused the request"))
+            return reply
+    raise HarbormqError(f"queue manager {config.name} closed the admin connection before "
+                        "replying")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -277,15 +304,90 @@ def log_map_cmd(qm, as_json):
                   f"in {m['restart_extent']}" + (f"; media recovery LSN {m['media_lsn']} in "
                                                  f"{m['media_extent']}" if m['media_lsn']
                                                  is not None else ""))
-    table = Table("EXTENT", "STATE", "FIRST LSN", "END LSN", "RESTART", "MEDIA")
+    table = Table("EXTENT", "STATE", "FIRST LSN", "END LSN", "NEEDED FOR", "ON DISK")
     for e in m["extents"]:
         table.add_row(e["extent"], e["state"], "" if e["first_lsn"] is None else
                       str(e["first_lsn"]), "" if e["end_lsn"] is None else str(e["end_lsn"]),
-                      "needed" if e["needed_for_restart"] else "",
-                      "needed" if e["needed_for_media_recovery"] else "")
+                      {"restart": "restart", "media": "media recovery",
+                       "none": "not needed"}[e["needed"]], "yes" if e["present"] else "no")
     console.print(table)
     for w in m["warnings"]:
         err_console.print(w)
+
+
+_TYPES = click.Choice(["all", "qmgr", "queue"])
+
+
+def _print_progress(p: dict) -> None:
+    pct = 100 * p["done"] // max(1, p["total"])
+    err_console.print(f"  {p['object']}: {pct}%", highlight=False)
+
+
+@cli.command()
+@click.argument("qm")
+@click.argument("name", required=False)
+@click.option("--type", "obj_type", type=_TYPES, default="all", show_default=True,
+              help="which objects; NAME may be generic (APP.*, *)")
+def image(qm, name, obj_type):
+    """Record media images of objects (rcdmqimg); the queue manager must run."""
+    reply = admin_stream(QMConfig.load(qm), {"cmd": "image", "type": obj_type, "name": name},
+                         _print_progress)
+    for r in reply["results"]:
+        if "skipped" in r:
+            err_console.print(f"HMQ7472E No media image of {r['object']}: {r['skipped']}.")
+            continue
+        console.print(f"HMQ7477I Media image of {r['object']} recorded at LSN {r['image_lsn']} "
+                      f"({r['messages']} messages, {r['bytes']} bytes; media recovery of it "
+                      f"reads from LSN {r['replay_from']}).")
+
+
+@cli.command()
+@click.argument("qm")
+@click.argument("name", required=False)
+@click.option("--type", "obj_type", type=_TYPES, default="all", show_default=True,
+              help="which objects; NAME may be generic (APP.*, *)")
+def recreate(qm, name, obj_type):
+    """Recreate objects from their media images and the log (rcrmqobj)."""
+    reply = admin_stream(QMConfig.load(qm), {"cmd": "recreate", "type": obj_type,
+                                             "name": name}, _print_progress)
+    for r in reply["results"]:
+        if "definitions" in r:
+            console.print(f"HMQ7474I Object {r['object']} recreated: {r['definitions']} "
+                          f"definitions from LSN {r['from_lsn']} to {r['to_lsn']}.")
+        else:
+            console.print(f"HMQ7474I Queue {r['object']} recreated: {r['messages']} messages "
+                          f"(image at LSN {r['image_lsn']}, {r['effects']} later effects "
+                          f"replayed to LSN {r['to_lsn']}).")
+
+
+@log.command("need")
+@click.argument("qm")
+@click.option("--json", "as_json", is_flag=True, help="the facts for scripts (AMQJRNINF)")
+def log_need(qm, as_json):
+    """Which log extents can be archived or deleted now, and what pins the rest."""
+    from .logtools import log_need_report
+    config = QMConfig.load(qm)
+    try:
+        facts = admin_request(config, {"cmd": "log_need"})["log_need"]
+    except QueueManagerNotRunning:
+        facts = log_need_report(config)
+    if as_json:
+        console.print_json(json.dumps(facts))
+        return
+    console.print(f"Queue manager {facts['queue_manager']} ({facts['log_type']} log): restart "
+                  f"needs {facts['RECLOG']} onwards (RECSZ {facts['RECSZ']} MB)" +
+                  (f", media recovery needs {facts['MEDIALOG']} onwards (MEDIASZ "
+                   f"{facts['MEDIASZ']} MB)" if facts["log_type"] == "linear" else "") + ".")
+    console.print(f"Oldest extent needed: {facts['oldest_extent_needed']} (its oldest needed "
+                  f"record was written {facts['oldest_entry_time']}).")
+    console.print("Can be archived or deleted now: " + (", ".join(facts["removable"]) or
+                                                         "none"))
+    if facts["pinned_by"]:
+        console.print(f"The media recovery point stays in {facts['MEDIALOG']} because of:")
+        for p in facts["pinned_by"]:
+            console.print(f"  {p['object']}: {p['why']} (LSN {p['replay_from']}, since "
+                          f"{p['since'] or 'its creation'})")
+        console.print(f"  To move it: harbormq image {qm} --type queue NAME (or --type all).")
 
 
 @cli.command()

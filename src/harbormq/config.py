@@ -26,6 +26,11 @@
     flush_max_entries = 20000   # flush a queue early when this many changes wait
     store_map_size_mb = 16384   # LMDB address space per store (files grow as needed)
     qindxbld = "wait"           # or "nowait": index rebuild at restart
+    verify_store_mb = 128       # restart checks every message seal of stores up to this size
+    [image]                     # media images (linear logs; MQ's IMGSCHED/IMGINTVL/IMGLOGLN)
+    schedule = "manual"         # or "auto"
+    interval_minutes = 60       # auto: image an object this long after its last image
+    log_length_mb = 0           # auto: ... or after this much log since it (0 = off)
     [[listeners]]               # STOMP listeners (default: one on 127.0.0.1:61613)
     name = "STOMP"
     host = "127.0.0.1"
@@ -73,6 +78,22 @@ class Tuning:
     flush_max_entries: int = 20_000
     store_map_size_mb: int = 16_384
     qindxbld: str = "wait"
+    verify_store_mb: int = 128
+
+
+@dataclass
+class ImageSettings:
+    schedule: str = "manual"
+    interval_minutes: float = 60
+    log_length_mb: float = 0
+
+    def validate(self, where: str) -> None:
+        if self.schedule not in ("manual", "auto"):
+            raise ConfigError(f"{where}: image.schedule must be 'manual' or 'auto', "
+                              f"not {self.schedule!r}")
+        if self.interval_minutes <= 0 or self.log_length_mb < 0:
+            raise ConfigError(f"{where}: image.interval_minutes must be > 0 and "
+                              "image.log_length_mb >= 0")
 
 
 @dataclass
@@ -112,6 +133,7 @@ class QMConfig:
     tuning: Tuning = field(default_factory=Tuning)
     listeners: list[Listener] = field(default_factory=lambda: [Listener()])
     stomp: StompSettings = field(default_factory=StompSettings)
+    image: ImageSettings = field(default_factory=ImageSettings)
 
     # -- paths --------------------------------------------------------------------
     @property
@@ -174,7 +196,11 @@ class QMConfig:
         return {"name": self.name, "log": log,
                 "tuning": {"flush_interval_ms": t.flush_interval_ms,
                            "flush_max_entries": t.flush_max_entries,
-                           "store_map_size_mb": t.store_map_size_mb, "qindxbld": t.qindxbld},
+                           "store_map_size_mb": t.store_map_size_mb, "qindxbld": t.qindxbld,
+                           "verify_store_mb": t.verify_store_mb},
+                "image": {"schedule": self.image.schedule,
+                          "interval_minutes": self.image.interval_minutes,
+                          "log_length_mb": self.image.log_length_mb},
                 "listeners": [dict(vars(li)) for li in self.listeners],
                 "stomp": dict(vars(self.stomp))}
 
@@ -206,11 +232,13 @@ class QMConfig:
                 log_path=Path(log["path"]) if log.get("path") else None,
                 log_management=log.get("management", "manual"),
                 tuning=Tuning(**tuning),
+                image=ImageSettings(**data.get("image", {})),
                 listeners=[Listener(**li) for li in data.get("listeners", [{}])],
                 stomp=StompSettings(**data.get("stomp", {})))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path}: {exc}", path=str(path)) from None
         cfg.log.validate()
+        cfg.image.validate(str(path))
         if cfg.tuning.qindxbld not in ("wait", "nowait"):
             raise ConfigError(f"{path}: tuning.qindxbld must be 'wait' or 'nowait'")
         if cfg.stomp.connauth not in ("optional", "required"):

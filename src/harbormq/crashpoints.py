@@ -20,6 +20,8 @@ POINTS = (
     "control.mid_rewrite",              # first control-file copy replaced, second not
     "restart.mid_redo",                 # during forward recovery
     "restart.mid_undo",                 # during backward recovery, after some compensation
+    "media.mid_image",                  # a media image's chunk appended, its END not yet
+    "media.mid_swap",                   # recreate: old store moved aside, new one not in place
 )
 
 _target, _, _count = (os.environ.get("HARBORMQ_CRASH_AT") or "").partition(":")

@@ -113,6 +113,21 @@ class ObjectInUse(ObjectError):
     reason = 2055
 
 
+class ObjectDamaged(ObjectError):
+    """The object's store is damaged (AMQ7472): only DELETE and recreate work."""
+    msgid = "HMQ7472E"
+    reason = 2101
+
+
+class StoreDamaged(ObjectDamaged):
+    """A store is missing, unreadable or fails its checksums."""
+
+
+class MediaRecoveryNotAllowed(HarbormqError):
+    """Media images and recreate need a linear log (AMQ7044)."""
+    msgid = "HMQ7044E"
+
+
 class InvalidAttribute(ObjectError):
     msgid = "HMQ8405E"
 

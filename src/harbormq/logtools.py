@@ -65,7 +65,9 @@ class DumpFilter:
 def dump(config: QMConfig, flt: DumpFilter) -> Iterator[dict]:
     log = open_log_readonly(config)
     chain = log.chain()
-    start = flt.from_lsn if flt.from_lsn is not None else chain[0].first_lsn
+    # extents below the restart and media points may have been archived
+    present = [e for e in chain if log.extent_path(e.number).exists()] or chain
+    start = flt.from_lsn if flt.from_lsn is not None else present[0].first_lsn
     start = _record_boundary_at_or_after(log, start)
     for rec in log.read_from(start, flt.to_lsn):
         if flt(rec):
@@ -90,6 +92,14 @@ def _record_boundary_at_or_after(log: RecoveryLog, lsn: int) -> int:
     return lsn
 
 
+def log_need_report(config: QMConfig) -> dict:
+    """``harbormq log need`` with the queue manager stopped: the control file and
+    the media table of the last checkpoint (a running one answers itself)."""
+    from .media import log_need_facts, read_media_table
+    log = open_log_readonly(config)
+    return log_need_facts(log, read_media_table(log))
+
+
 def log_map(config: QMConfig) -> dict:
     log = open_log_readonly(config)
     st = log.state
@@ -106,6 +116,8 @@ def log_map(config: QMConfig) -> dict:
             "first_lsn": e.first_lsn if e.state != "free" else None,
             "end_lsn": e.end_lsn, "needed_for_restart": needed_restart,
             "needed_for_media_recovery": needed_media,
+            "needed": "restart" if needed_restart else "media" if needed_media else "none",
+            "present": log.extent_path(e.number).exists(),
         })
     return {
         "queue_manager": config.name, "log_type": st.log_type, "pages": st.pages,

@@ -160,6 +160,7 @@ class RunningQueueManager:
         self.lock = lock
         self.report: RestartReport | None = None
         self._flusher: asyncio.Task | None = None
+        self._stop_task: asyncio.Task | None = None
 
     @classmethod
     async def start(cls, config: QMConfig, *, console=None, progress: Progress | None = None,
@@ -187,9 +188,25 @@ class RunningQueueManager:
             lock.release()
             raise
         self._flusher = core._spawn(self._flush_loop())
+        core.on_fatal = self._stop_preemptive
+        if config.image.schedule == "auto" and config.log.log_type == "linear":
+            from .media import auto_image_loop
+            core._spawn(auto_image_loop(core))
         if not quiet:
             oplog.emit("HMQ8003I", f"Queue manager {config.name} started")
         return self
+
+    def _stop_preemptive(self, why: str) -> None:
+        """Damage to the queue manager object (the server replaces this with its own
+        stop request, which also closes the admin socket)."""
+        self.core.loop.create_task(self.stop("preemptive"))
+
+    async def stop(self, mode: str = "controlled", *, timeout: float | None = None) -> None:
+        """Stop once; a second stop (the owner closing a queue manager that already
+        stopped itself preemptively) waits for the first."""
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._stop(mode, timeout=timeout))
+        await asyncio.shield(self._stop_task)
 
     async def _flush_loop(self) -> None:
         interval = self.core.config.tuning.flush_interval_ms / 1000
@@ -197,7 +214,7 @@ class RunningQueueManager:
             await asyncio.sleep(interval)
             await self.core.flush_all()
 
-    async def stop(self, mode: str = "controlled", *, timeout: float | None = None) -> None:
+    async def _stop(self, mode: str = "controlled", *, timeout: float | None = None) -> None:
         core = self.core
         if mode not in STOP_MODES:
             raise ValueError(f"stop mode must be one of {STOP_MODES}")
@@ -210,6 +227,9 @@ class RunningQueueManager:
         core.stopping = mode
         if self._flusher is not None:
             self._flusher.cancel()
+        if mode == "controlled":
+            from .media import shutdown_images
+            await shutdown_images(core)
         if mode != "preemptive":
             core._append(RecordType.QM_STOP, payload=encode_json({"mode": mode}))
             await core.checkpoint(f"shutdown ({mode})")

@@ -23,9 +23,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from . import media
 from .core.engine import QueueManagerCore, UnitOfWork, UowOp
+from .core.objects import QMGR_OBJECT
 from .core.queue import LocalQueue
 from .crashpoints import crash_point
+from .errors import HarbormqError, ObjectDamaged, StoreDamaged
 from .fsutil import sweep_tmp
 from .log.records import (
     AUTO_COMMIT,
@@ -80,6 +83,9 @@ class Restart:
         #: units of work committed by another one's COMMIT record whose own COMMIT
         #: record is not in the log (a crash came between): written in phase 4
         self.joined_unrecorded: dict[int, UnitOfWork] = {}
+        self.log_end_hint = 0       # phase 1: where the records seem to end (store checks)
+        self._log_end = 0           # the end of the log, read only if something is recreated
+        self._media: dict | None = None          # the last checkpoint's media table
 
     def emit(self, msgid: str, text: str) -> None:
         self.core.oplog.emit(msgid, text)
@@ -119,15 +125,18 @@ class Restart:
             self.emit(msgid, text)
             r.warnings.append(f"{msgid} {text}")
         sweep_tmp(log.dir)
-        chain = log.verify_chain()
+        chain = log.verify_chain(needed_from=st.restart_lsn)
         r.control_sequence = st.sequence
-        r.extents = [extent_file_name(e.number) for e in chain]
-        core.catalog_store = CatalogStore(core.config.catalog_dir)
-        core.objects = core.catalog_store.load()
+        r.extents = [extent_file_name(e.number) for e in chain
+                     if log.extent_path(e.number).exists()]
+        log.make_durable()     # the end of the log below is trusted by store checks
+        self.log_end_hint = media.log_end_estimate(log)
+        self._open_catalog()
         self.redo_from[0] = core.catalog_store.recovery_lsn
         for definition in core.objects.values():
             if definition["type"] == "QLOCAL":
                 q = core.open_queue_store(definition, at_restart=True, report=False)
+                q = self._check_queue_store(q)
                 self.redo_from[q.object_id] = q.store.recovery_lsn
         self._sweep_orphan_stores()
         for q in core.queues.values():   # also a store that may be a newer incarnation
@@ -139,6 +148,108 @@ class Restart:
                   f"{len(chain)} extent(s) in use ({', '.join(r.extents)})")
 
 
+    # -- damaged objects at restart (harbormq.media) -----------------------------------
+
+    def _open_catalog(self) -> None:
+        """The catalog is the queue manager object's store. Damaged, it is rebuilt
+        from the log (linear), else the queue manager cannot start."""
+        core = self.core
+        path = core.config.catalog_dir
+        try:
+            if not (path / "data.mdb").exists() and core.log.state.checkpoint_lsn:
+                # (no checkpoint yet: the queue manager is being created)
+                raise StoreDamaged(f"its store {path} is missing", path=str(path))
+            store = CatalogStore(path)
+            try:
+                core.objects = store.load()
+                if store.recovery_lsn > self.log_end_hint:
+                    raise StoreDamaged(f"its recovery LSN {store.recovery_lsn} lies beyond the "
+                                       f"end of the log (LSN {self.log_end_hint})",
+                                       path=str(path))
+            except StoreDamaged:
+                store.close()
+                raise
+            core.catalog_store = store
+            return
+        except StoreDamaged as exc:
+            why = exc.message
+        self.emit("HMQ7472E", f"the queue manager object of {core.name} is damaged: {why}")
+        if core.config.log.log_type != "linear":
+            raise ObjectDamaged(
+                f"queue manager {core.name} cannot start: its queue manager object is "
+                f"damaged ({why}) and a circular log cannot recreate it",
+                hint="restore the queue manager from a backup, or delete it")
+        st = core.log.state
+        start = st.media_lsn or core.log.chain()[0].first_lsn
+        media.check_extents(core.log, start, "media recovery of the queue manager object")
+        objects = media.rebuild_catalog(core.log, start, self.log_end)
+        if path.exists():
+            media.set_aside(path)
+        media.write_catalog(path, objects, self.log_end)
+        core.catalog_store = CatalogStore(path)
+        core.objects = core.catalog_store.load()
+        self.emit("HMQ7474I", f"object {QMGR_OBJECT} (the catalog of {len(objects)} "
+                  f"definitions) recreated from the log, LSN {start} to {self.log_end}")
+
+    @property
+    def log_end(self) -> int:
+        """The end of the log (the newest extent read in full, its torn tail not
+        yet repaired): what a recreate at restart replays to."""
+        if not self._log_end:
+            self._log_end = media.log_end(self.core.log)
+        return self._log_end
+
+    def _check_queue_store(self, q: LocalQueue) -> LocalQueue:
+        """Damage found at restart: with a linear log the queue is recreated here,
+        before redo, so that redo and undo then treat it like any healthy store
+        (its in-flight units of work included). Returns the queue as it is now."""
+        core = self.core
+        if not q.damaged:
+            why = media.check_store(q.store, self.log_end_hint,
+                                    core.config.tuning.verify_store_mb)
+            if why is None:
+                return q
+            q.damaged, q.damage_reason = True, why
+            try:
+                q.store.mark_damaged(why)
+            except HarbormqError:
+                pass     # unreadable: detected again at the next restart
+        if q.store.object_id != q.object_id:
+            return q     # perhaps a newer incarnation still in the log: judged after redo
+        if core.config.log.log_type != "linear":
+            return q     # reported after redo, which ignores its uncommitted work
+        self.emit("HMQ7472E", f"queue {q.name} is damaged: {q.damage_reason}; recreating it "
+                  "from the log")
+        if self._media is None:
+            self._media = media.read_media_table(core.log) or {}
+        mp = self._media.get(q.name)
+        if mp is None or mp["object_id"] != q.object_id:
+            lsn = q.definition.get("create_lsn", 0)
+            mp = {"object_id": q.object_id, "image_lsn": lsn, "replay_from": lsn}
+        final = q.store.path
+        tmp = final.with_name(final.name + media.REBUILDING)
+        try:
+            media.check_extents(core.log, mp["replay_from"], f"media recovery of {q.name}")
+            result = media.QueueRebuild(core.log, q.definition, mp, self.log_end, tmp,
+                                        core.config.tuning.store_map_size_mb << 20,
+                                        lambda o, d, t: self.progress(f"recreate {o}", d, t)
+                                        ).run()
+        except HarbormqError as exc:
+            QueueStore.destroy(tmp)
+            self.emit(exc.msgid, f"queue {q.name} could not be recreated: {exc.message}; it "
+                      "stays damaged (DELETE it, or restore the extents and run 'harbormq "
+                      "recreate')")
+            return q
+        q.store.close()
+        del core.queues[q.name]
+        media.replace_dir(tmp, final, keep_old=True)
+        fresh = core.open_queue_store(q.definition, report=False)
+        fresh.next_seq = max(fresh.next_seq, q.next_seq)
+        self.emit("HMQ7474I", f"queue {q.name} recreated from the log at restart: image at "
+                  f"LSN {mp['image_lsn']} ({result['image_messages']} messages), "
+                  f"{result['effects']} later effects; {result['messages']} messages")
+        return fresh
+
     def _sweep_orphan_stores(self) -> None:
         """Store directories with no catalog entry: a define whose record never got
         to disk, or a delete interrupted before removing the directory. Empty ones
@@ -149,7 +260,11 @@ class Restart:
             return
         known = {core.config.queue_dir(n) for n in core.queues}
         for path in qdir.iterdir():
-            if path in known or not path.is_dir() or path.name.endswith(".orphan"):
+            if path in known or not path.is_dir() or path.name.endswith(".orphan") or \
+                    media.DAMAGED in path.name:     # damaged stores kept as evidence
+                continue
+            if path.name.endswith((media.REBUILDING, media.REPLACED)):
+                QueueStore.destroy(path)      # an interrupted media recovery's work files
                 continue
             store = QueueStore(path)
             count = store.count()
@@ -185,6 +300,9 @@ class Restart:
                 q = core.queues.get(name)
                 if q is not None and q.object_id == info["object_id"]:
                     q.next_seq = max(q.next_seq, info["next_seq"])
+            core.media_points = {
+                n: mp for n, mp in table.get("media", {}).items()
+                if n in core.objects and core.objects[n]["object_id"] == mp["object_id"]}
         else:
             redo_start = core.log.chain()[0].first_lsn
         r.checkpoint_lsn = st.checkpoint_lsn
@@ -212,6 +330,12 @@ class Restart:
     def phase3_redo(self):
         core, r = self.core, self.report
         core.log.make_durable()   # redo flushes stores from what it reads
+        active = core.log.state.active
+        if r.redo_start_lsn > active.first_lsn:
+            # the newest extent is read whole even when redo starts inside it: a
+            # damaged record there, followed by good ones, is corruption (DESIGN §5)
+            for _rec in core.log.read_from(active.first_lsn, r.redo_start_lsn):
+                pass
         scan = core.log.scan(r.redo_start_lsn, repair_tail=True)
         for q in core.queues.values():
             q.ordered = False
@@ -237,12 +361,20 @@ class Restart:
                       f"{scan.end.reason}; {scan.end.torn_length} bytes kept in "
                       f"{scan.torn_copy.name}")
         self._flush_during_redo(scan.end_lsn)
+        damaged = [q.name for q in core.queues.values() if q.damaged]
         for q in core.queues.values():
             if q.damaged:
                 core.report_damage(q)
             assert not q.dirty and not q.flushing, "redo ends with every store flushed"
             q.ordered = True
             q._mem_keys.clear()
+        if damaged:
+            self.emit("HMQ7473W", f"queue manager {core.name} starts with {len(damaged)} "
+                      f"damaged object(s): {', '.join(damaged)}; their uncommitted work is "
+                      "ignored and their operations fail with MQRC 2101 until they are "
+                      + ("recreated ('harbormq recreate') or deleted"
+                         if core.config.log.log_type == "linear" else
+                         "deleted (a circular log cannot recreate them)"))
         for uow in self.rebuilt.values():
             core.uows[uow.id] = uow
             core.next_uow_id = max(core.next_uow_id, uow.id + 1)
@@ -303,6 +435,7 @@ class Restart:
                 T.MSG_EXPIRE: self._redo_get, T.UOW_BEGIN: self._redo_begin,
                 T.UOW_PREPARE: self._redo_prepare, T.UOW_COMMIT: self._redo_commit,
                 T.COMPENSATION: self._redo_compensation, T.UOW_BACKOUT: self._redo_backout,
+                T.MEDIA_IMAGE_END: self._redo_image_end,
             }
         return h
 
@@ -412,9 +545,22 @@ class Restart:
                 else:
                     op.queue.uncommitted_puts -= 1
 
+    def _redo_image_end(self, rec: LogRecord) -> None:
+        """A completed media image moves the object's media point (harbormq.media)."""
+        end = decode_json(rec.payload)
+        d = self.core.objects.get(rec.object_name)
+        if d is not None and d["object_id"] == rec.object_id:
+            self.core.media_points[rec.object_name] = {
+                "object_id": rec.object_id, "image_lsn": end["begin_lsn"],
+                "replay_from": end["replay_from"], "image_ns": rec.timestamp_ns}
+
     def _redo_object(self, rec: LogRecord) -> None:
         core, r = self.core, self.report
         data = decode_json(rec.payload)
+        mp = core.media_points.get(rec.object_name)
+        if mp is not None and (mp["object_id"] < rec.object_id or (
+                mp["object_id"] == rec.object_id and rec.type == RecordType.OBJECT_DELETE)):
+            del core.media_points[rec.object_name]    # a newer incarnation, or deleted
         core.next_object_id = max(core.next_object_id, rec.object_id + 1)
         catalog_due = rec.lsn >= self.redo_from[0]
         if rec.type == RecordType.OBJECT_CREATE:

@@ -10,6 +10,10 @@ The admin protocol is one JSON object per line:
     {"cmd": "mqsc", "text": "...", "continue": false}
                                              -> {"ok": bool, "output": "...", "errors": n}
     {"cmd": "stop", "mode": "controlled"}    -> {"ok": true}, then the stop begins
+    {"cmd": "image"|"recreate", "type": "all"|"qmgr"|"queue", "name": "APP.*"}
+                                             -> {"progress": {...}} lines, then
+                                                {"ok": true, "results": [...]}
+    {"cmd": "log_need"}                      -> {"ok": true, "log_need": {...}}
 
 SIGTERM asks for a controlled stop, SIGINT for an immediate one. A stop first
 closes the STOMP listeners and connections (their unfinished units of work are
@@ -23,8 +27,8 @@ import json
 import os
 import signal
 import sys
-import time
 
+from . import media
 from .config import QMConfig
 from .errors import HarbormqError
 from .qmgr import STOP_MODES, RunningQueueManager
@@ -41,7 +45,6 @@ class QueueManagerServer:
         self.stop_mode: asyncio.Future | None = None
         self.security = Security.for_config(config)
         self.stomp: StompService | None = None
-        self.started_ns = 0
 
     def status(self) -> dict:
         core = self.running.core
@@ -58,6 +61,7 @@ class QueueManagerServer:
             "restart": self.running.report.as_dict() if self.running.report else None,
             "listeners": self.stomp.bound if self.stomp else [],
             "connections": len(core.connections),
+            "log_need": media.log_need_facts(core.log, core.last_checkpoint.get("media")),
         }
 
     async def _admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -74,8 +78,12 @@ class QueueManagerServer:
                         from .admin.commands import handle_admin_mqsc
                         reply = await handle_admin_mqsc(
                             self.running.core, req, self.security,
-                            qm_info={"started_ns": self.started_ns,
+                            qm_info={"started_ns": self.running.core.started_ns,
                                      "connauth": self.config.stomp.connauth})
+                    elif cmd in media.ADMIN_COMMANDS:
+                        reply = await media.admin_command(
+                            self.running.core, req,
+                            lambda line: writer.write(json.dumps(line).encode() + b"\n"))
                     elif cmd == "stop":
                         mode = req.get("mode", "controlled")
                         if mode not in STOP_MODES:
@@ -100,7 +108,6 @@ class QueueManagerServer:
         self.stop_mode = loop.create_future()
         self.running = await RunningQueueManager.start(self.config, console=self.console,
                                                       progress=self.progress)
-        self.started_ns = time.time_ns()
         self.stomp = StompService(self.running.core, self.config, self.security)
         try:
             await self.stomp.start()
@@ -108,6 +115,8 @@ class QueueManagerServer:
             await self.stomp.stop()
             await self.running.stop("immediate")
             raise
+        # damage to the queue manager object: stop through the same path as a request
+        self.running.core.on_fatal = lambda why: self.request_stop("preemptive")
         sock = self.config.admin_socket
         if sock.exists():
             sock.unlink()   # left by a process that died; we hold the instance lock

@@ -10,38 +10,73 @@ page-set recovery RBA is the same "start recovery here" address).
 Queue store databases:
     meta   b"recovery_lsn", b"object_id", b"index_type", b"next_seq" (ASCII),
            b"damaged" (why, when the queue's data was lost: media recovery clears it)
-    msgs   key = message_key(priority, seq) -> encoded Message
+    msgs   key = message_key(priority, seq) -> sealed Message encoding
     np     keys of the non-persistent messages in msgs (dropped at restart)
     idx    (dupsort) msg_id or correl_id -> key, when the queue is indexed
 
 Catalog store (``qmgr/``):
     meta   b"recovery_lsn"
-    objects  name -> JSON definition (type, object id, attributes)
+    objects  name -> sealed JSON definition (type, object id, attributes)
+
+Sealed values: CRC32C (u32, little-endian) of key + value, then the value.
+LMDB keeps no checksums of its own; the seal is how a flipped byte in a
+store is detected (``StoreDamaged``, HMQ7472E), every time a value is read
+and, at restart, by ``verify`` (media recovery, ``harbormq.media``).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import struct
 from pathlib import Path
 
 import lmdb
+from crc32c import crc32c
 
 from .crashpoints import crash_point
+from .errors import StoreDamaged
 from .log.records import Message
+
+SEAL = struct.Struct("<I")
+
+
+def seal(key: bytes, value: bytes) -> bytes:
+    return SEAL.pack(crc32c(value, crc32c(key))) + value
+
+
+def unseal(key: bytes, sealed, where: Path) -> bytes:
+    """The value inside a sealed store value; StoreDamaged when its CRC fails."""
+    if len(sealed) < SEAL.size or \
+            SEAL.unpack_from(sealed, 0)[0] != crc32c(sealed[SEAL.size:], crc32c(key)):
+        raise StoreDamaged(f"store {where} fails its checksum at key {bytes(key).hex()}",
+                           path=str(where))
+    return bytes(sealed[SEAL.size:])
 
 DEFAULT_MAP_SIZE = 16 << 30  # address space only: LMDB files grow as they fill
 
 
 class Store:
-    def __init__(self, path: Path, map_size: int = DEFAULT_MAP_SIZE, dbs=()):
+    def __init__(self, path: Path, map_size: int = DEFAULT_MAP_SIZE, dbs=(), *,
+                 sync: bool = True):
+        """``sync=False`` only for a store nobody relies on yet (one being rebuilt
+        by media recovery), which must then be made durable with ``sync()``."""
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, sync=True,
-                             metasync=True, readahead=False, meminit=False)
-        self.meta = self.env.open_db(b"meta")
-        self._dbs = {name: self.env.open_db(name.encode(), dupsort=(name == "idx"))
-                     for name in dbs}
+        try:
+            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, sync=sync,
+                                 metasync=sync, readahead=False, meminit=False)
+        except lmdb.Error as exc:
+            raise StoreDamaged(f"store {self.path} cannot be opened: {exc}",
+                               path=str(self.path)) from None
+        try:
+            self.meta = self.env.open_db(b"meta")
+            self._dbs = {name: self.env.open_db(name.encode(), dupsort=(name == "idx"))
+                         for name in dbs}
+        except lmdb.Error as exc:
+            self.env.close()
+            raise StoreDamaged(f"store {self.path} is unreadable: {exc}",
+                               path=str(self.path)) from None
 
     def db(self, name: str):
         return self._dbs[name]
@@ -49,14 +84,25 @@ class Store:
     def close(self) -> None:
         self.env.close()
 
+    def sync(self) -> None:
+        self.env.sync(True)
+
     def get_meta(self, key: bytes, default: str | None = None) -> str | None:
-        with self.env.begin(db=self.meta) as txn:
-            v = txn.get(key)
+        try:
+            with self.env.begin(db=self.meta) as txn:
+                v = txn.get(key)
+        except lmdb.Error as exc:
+            raise StoreDamaged(f"store {self.path} is unreadable: {exc}",
+                               path=str(self.path)) from None
         return v.decode() if v is not None else default
 
     @property
     def recovery_lsn(self) -> int:
-        return int(self.get_meta(b"recovery_lsn", "0"))
+        text = self.get_meta(b"recovery_lsn", "0")
+        if not text.isdigit():
+            raise StoreDamaged(f"store {self.path} has an unreadable recovery LSN {text!r}",
+                               path=str(self.path))
+        return int(text)
 
     def _set_lsn(self, txn, lsn: int) -> None:
         txn.put(b"recovery_lsn", str(lsn).encode(), db=self.meta)
@@ -68,8 +114,11 @@ class Store:
 
 class QueueStore(Store):
     def __init__(self, path: Path, object_id: int | None = None,
-                 map_size: int = DEFAULT_MAP_SIZE):
-        super().__init__(path, map_size, dbs=("msgs", "np", "idx"))
+                 map_size: int = DEFAULT_MAP_SIZE, *, sync: bool = True):
+        super().__init__(path, map_size, dbs=("msgs", "np", "idx"), sync=sync)
+        #: called with the reason when a read finds the store damaged (the engine
+        #: marks the queue damaged and reports HMQ7472E)
+        self.on_damage = None
         self.msgs = self.db("msgs")
         self.np = self.db("np")
         self.idx = self.db("idx")
@@ -96,8 +145,11 @@ class QueueStore(Store):
         return self.get_meta(b"index_type", "NONE")
 
     def count(self) -> int:
-        with self.env.begin() as txn:
-            return txn.stat(self.msgs)["entries"]
+        try:
+            with self.env.begin() as txn:
+                return txn.stat(self.msgs)["entries"]
+        except lmdb.Error as exc:
+            raise self._damaged(exc) from None
 
     @property
     def next_seq(self) -> int:
@@ -105,18 +157,45 @@ class QueueStore(Store):
         return int(self.get_meta(b"next_seq", "1"))
 
     def get(self, key: bytes) -> Message | None:
-        with self.env.begin(db=self.msgs, buffers=True) as txn:
-            v = txn.get(key)
-            return Message.decode(bytes(v)) if v is not None else None
+        try:
+            with self.env.begin(db=self.msgs, buffers=True) as txn:
+                v = txn.get(key)
+                return Message.decode(unseal(key, v, self.path)) if v is not None else None
+        except (lmdb.Error, ValueError, StoreDamaged) as exc:
+            raise self._damaged(exc) from None
+
+    def _damaged(self, exc: Exception) -> StoreDamaged:
+        """The error to raise for a failed read, told first to ``on_damage``."""
+        if not isinstance(exc, StoreDamaged):
+            exc = StoreDamaged(f"store {self.path} is unreadable: {exc}", path=str(self.path))
+        if self.on_damage is not None:
+            self.on_damage(exc.message)
+        return exc
 
     def iter_keys(self, start: bytes | None = None):
         """Message keys in delivery order, from ``start`` (inclusive)."""
-        with self.env.begin(db=self.msgs) as txn:
-            cur = txn.cursor()
-            ok = cur.set_range(start) if start else cur.first()
-            while ok:
-                yield cur.key()
-                ok = cur.next()
+        try:
+            with self.env.begin(db=self.msgs) as txn:
+                cur = txn.cursor()
+                ok = cur.set_range(start) if start else cur.first()
+                while ok:
+                    yield cur.key()
+                    ok = cur.next()
+        except (lmdb.Error, StoreDamaged) as exc:
+            raise self._damaged(exc) from None
+
+    def verify(self) -> int:
+        """Check every message's seal (restart); returns how many were checked.
+        Raises StoreDamaged naming the first bad one."""
+        n = 0
+        try:
+            with self.env.begin(db=self.msgs, buffers=True) as txn:
+                for key, value in txn.cursor():
+                    unseal(key, value, self.path)
+                    n += 1
+        except lmdb.Error as exc:
+            raise self._damaged(exc) from None
+        return n
 
     def index_lookup(self, ident: bytes) -> list[bytes]:
         with self.env.begin(db=self.idx) as txn:
@@ -142,6 +221,7 @@ class QueueStore(Store):
                 if txn.delete(key, db=self.msgs):
                     txn.delete(key, db=self.np)
                     if old is not None:
+                        old = unseal(key, old, self.path)
                         ident = _index_ident(Message.decode(old, with_body=False), index_type)
                         txn.delete(ident, key, db=self.idx)
                 crash_point("store.mid_flush")
@@ -149,11 +229,12 @@ class QueueStore(Store):
             last = cur.key() if cur.last() else None
             for key in sorted(k for k, m in changes.items() if m is not None):
                 msg = changes[key]
+                value = seal(key, msg.encode())
                 if last is None or key > last:
-                    cur.put(key, msg.encode(), append=True)
+                    cur.put(key, value, append=True)
                     last = fresh = key
                 else:
-                    fresh = txn.put(key, msg.encode(), db=self.msgs, overwrite=True)
+                    fresh = txn.put(key, value, db=self.msgs, overwrite=True)
                 if not msg.persistent:
                     txn.put(key, b"", db=self.np)
                 if indexed and fresh:
@@ -162,6 +243,19 @@ class QueueStore(Store):
             if next_seq:
                 txn.put(b"next_seq", str(next_seq).encode(), db=self.meta)
             self._set_lsn(txn, recovery_lsn)
+
+    def load_encoded(self, entries: list[tuple[bytes, bytes]]) -> None:
+        """Media recovery: store persistent messages given as (key, Message
+        encoding), in one transaction; appended where the keys allow."""
+        with self.env.begin(write=True) as txn:
+            cur = txn.cursor(db=self.msgs)
+            last = cur.key() if cur.last() else None
+            for key, raw in sorted(entries):
+                if last is None or key > last:
+                    cur.put(key, seal(key, raw), append=True)
+                    last = key
+                else:
+                    txn.put(key, seal(key, raw), db=self.msgs)
 
     def clear(self, recovery_lsn: int) -> None:
         """CLEAR QLOCAL: empty the store in one transaction."""
@@ -194,8 +288,8 @@ class QueueStore(Store):
             if index_type != "NONE":
                 cur = txn.cursor(db=self.msgs)
                 for key, val in cur:
-                    txn.put(_index_ident(Message.decode(val, with_body=False), index_type),
-                            key, db=self.idx)
+                    msg = Message.decode(unseal(key, val, self.path), with_body=False)
+                    txn.put(_index_ident(msg, index_type), key, db=self.idx)
                     n += 1
             txn.put(b"index_type", index_type.encode(), db=self.meta)
         return n
@@ -213,15 +307,27 @@ class CatalogStore(Store):
         self.objects = self.db("objects")
 
     def load(self) -> dict[str, dict]:
-        with self.env.begin(db=self.objects) as txn:
-            return {k.decode(): json.loads(v) for k, v in txn.cursor()}
+        try:
+            with self.env.begin(db=self.objects) as txn:
+                return {k.decode(): json.loads(unseal(k, v, self.path)) for k, v in txn.cursor()}
+        except (lmdb.Error, ValueError) as exc:
+            raise StoreDamaged(f"catalog store {self.path} is unreadable: {exc}",
+                               path=str(self.path)) from None
 
     def apply(self, changes: dict[str, dict | None], recovery_lsn: int) -> None:
+        try:
+            self._apply(changes, recovery_lsn)
+        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as exc:
+            raise StoreDamaged(f"catalog store {self.path} is damaged: {exc}",
+                               path=str(self.path)) from None
+
+    def _apply(self, changes: dict[str, dict | None], recovery_lsn: int) -> None:
         with self.env.begin(write=True) as txn:
             for name, definition in changes.items():
                 if definition is None:
                     txn.delete(name.encode(), db=self.objects)
                 else:
-                    txn.put(name.encode(), json.dumps(definition, sort_keys=True).encode(),
+                    key = name.encode()
+                    txn.put(key, seal(key, json.dumps(definition, sort_keys=True).encode()),
                             db=self.objects)
             self._set_lsn(txn, recovery_lsn)

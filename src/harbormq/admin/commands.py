@@ -20,6 +20,7 @@ from collections.abc import Callable
 from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS
 from ..errors import HarbormqError, ObjectExists, UnknownObject
 from ..log.records import PAGE_SIZE, extent_file_name, key_parts
+from ..media import log_need_facts
 from . import mqsc
 from .mqsc import Command, MqscSyntaxError
 
@@ -314,26 +315,22 @@ class Executor:
     # -- the queue manager -------------------------------------------------------------
 
     def log_attrs(self) -> dict:
+        """The log attributes of DISPLAY QMSTATUS. Which extents restart and
+        media recovery need comes from the same facts as ``harbormq log need``."""
         core = self.core
         log = core.log
         st = log.state
         ext_bytes = st.pages * PAGE_SIZE
-        chain = log.chain()
         linear = st.log_type == "linear"
-
-        def extents_from(lsn: int) -> tuple[str, int]:
-            e = log.extent_of(lsn)
-            if e is None:
-                return "", 0
-            needed = [x for x in chain if x.first_lsn >= e.first_lsn]
-            return extent_file_name(e.number), len(needed)
-
-        reclog, rec_n = extents_from(st.restart_lsn)
+        need = log_need_facts(log, core.last_checkpoint.get("media"))
+        rec_n = sum(1 for e in need["extents"] if e["needed"] == "restart")
+        media_n = sum(1 for e in need["extents"]
+                      if e["end_lsn"] is None or e["end_lsn"] > st.media_lsn)
         values = {
             "LOGTYPE": st.log_type.upper(), "LOGPATH": str(log.dir),
             "LOGPRIM": st.primary, "LOGSEC": st.secondary, "LOGEXTSZ": ext_bytes // 1024,
             "CURRLOG": extent_file_name(st.active.number),
-            "RECLOG": reclog, "RECSZ": megabytes(rec_n * ext_bytes),
+            "RECLOG": need["RECLOG"] or "", "RECSZ": megabytes(rec_n * ext_bytes),
             "LOGINUSE": round(100 * rec_n / st.primary),
             "REUSESZ": megabytes(sum(1 for e in st.extents if e.state == "free") * ext_bytes)
             if not linear else "0",
@@ -341,9 +338,8 @@ class Executor:
             "MEDIALOG": "", "MEDIASZ": "", "MEDIALSN": "",
         }
         if linear:
-            medialog, media_n = extents_from(st.media_lsn)
-            values.update(MEDIALOG=medialog, MEDIASZ=megabytes(media_n * ext_bytes),
-                          MEDIALSN=st.media_lsn)
+            values.update(MEDIALOG=need["MEDIALOG"] or "",
+                          MEDIASZ=megabytes(media_n * ext_bytes), MEDIALSN=st.media_lsn)
         return values
 
     def display_qmstatus(self, cmd: Command) -> list[str]:

@@ -24,12 +24,13 @@ from ..errors import (
     InvalidAttribute,
     LogFull,
     MessageTooLong,
-    ObjectError,
+    ObjectDamaged,
     ObjectExists,
     ObjectInUse,
     PutInhibited,
     QueueFull,
     QueueManagerStopping,
+    StoreDamaged,
     UnitOfWorkError,
     UnknownObject,
     UnknownUnitOfWork,
@@ -149,6 +150,14 @@ class QueueManagerCore:
         #: them, and a store must not be closed under its own write transaction
         self._store_io: set[asyncio.Future] = set()
         self.last_checkpoint: dict = {}
+        #: media recovery (harbormq.media): object name -> media point, the
+        #: images being written, when this instance started
+        self.media_points: dict[str, dict] = {}
+        self.imaging: dict[str, asyncio.Future] = {}
+        self.started_ns = time.time_ns()
+        #: called with the reason when the queue manager must stop at once
+        #: (damage to the queue manager object); set by whoever runs the core
+        self.on_fatal = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -174,8 +183,12 @@ class QueueManagerCore:
             raise UnknownObject(f"queue {name} is not defined on queue manager {self.name} "
                                 "(MQRC 2085 UNKNOWN_OBJECT_NAME)", queue=name)
         if q.damaged:
-            raise ObjectError(f"queue {name} is damaged (MQRC 2101 OBJECT_DAMAGED)",
-                              msgid="HMQ7472E", queue=name)
+            raise ObjectDamaged(f"queue {name} is damaged (MQRC 2101 OBJECT_DAMAGED): "
+                                f"{q.damage_reason or 'its store was lost'}; only DELETE and "
+                                "'harbormq recreate' are allowed", queue=name)
+        if q.recreating:
+            raise ObjectDamaged(f"queue {name} is being recreated from the log (MQRC 2101 "
+                                "OBJECT_DAMAGED until it is done)", queue=name)
         return q
 
     @property
@@ -230,20 +243,46 @@ class QueueManagerCore:
         Restart passes ``report=False``: damage is reported once redo is over."""
         path = self.config.queue_dir(definition["name"])
         existed = (path / "data.mdb").exists()
-        store = QueueStore(path, definition["object_id"],
-                           map_size=self.config.tuning.store_map_size_mb << 20)
-        q = LocalQueue(definition, store)
+        map_size = self.config.tuning.store_map_size_mb << 20
+        try:
+            store = QueueStore(path, definition["object_id"], map_size=map_size)
+            q = LocalQueue(definition, store)
+        except StoreDamaged as exc:
+            if not at_restart:
+                raise
+            # unreadable: keep its files aside, and a new store carries the mark
+            from ..media import set_aside
+            aside = set_aside(path)
+            store = QueueStore(path, definition["object_id"], map_size=map_size)
+            store.mark_damaged(f"{exc.message} (its files are kept as {aside.name})")
+            q = LocalQueue(definition, store)
         if at_restart and not existed:
             store.mark_damaged(f"its store {path} was missing at restart")
         q.damaged = bool(store.damaged) or store.object_id != definition["object_id"]
+        q.damage_reason = store.damaged or ""
+        store.on_damage = lambda why, q=q: self.damage_queue(q, why)
         self.queues[q.name] = q
         if q.damaged and report and not at_restart:
             self.report_damage(q)
         return q
 
+    def damage_queue(self, q: LocalQueue, why: str) -> None:
+        """Damage found while running (AMQ7472): the queue's operations fail with
+        MQRC 2101 until it is recreated or deleted. Its unflushed effects are in
+        the log; it no longer pins the restart point, and is not flushed."""
+        if q.damaged or self.queues.get(q.name) is not q:
+            return
+        q.damaged, q.damage_reason = True, why
+        try:
+            q.store.mark_damaged(why)   # so that a restart knows too
+        except Exception:  # noqa: BLE001 - an unreadable store is detected again at restart
+            pass
+        self.report_damage(q)
+
     def report_damage(self, q: LocalQueue) -> None:
-        why = q.store.damaged or (f"its store {q.store.path} belongs to object id "
-                                  f"{q.store.object_id}, the catalog says {q.object_id}")
+        why = q.damage_reason or q.store.damaged or (
+            f"its store {q.store.path} belongs to object id {q.store.object_id}, the "
+            f"catalog says {q.object_id}")
         self.oplog.emit("HMQ7472E", f"queue {q.name} is damaged: {why}; its operations fail "
                         "with MQRC 2101 until it is recreated from the log (media recovery) "
                         "or deleted")
@@ -305,29 +344,31 @@ class QueueManagerCore:
         return definition
 
     def _busy(self, q: LocalQueue) -> str | None:
+        """Why DELETE or CLEAR must wait, with MQ's reason code; None when free."""
         if q.uncommitted_puts or q.locked:
-            return "it has uncommitted messages"
+            return "it has uncommitted messages (MQRC 2055 Q_NOT_EMPTY)"
         ipprocs, opprocs = self.connections.procs(q.name)
         if ipprocs or opprocs:
-            return (f"it is open by connections (IPPROCS {ipprocs}, OPPROCS {opprocs}; "
-                    "MQRC 2042 OBJECT_IN_USE)")
+            return (f"it is open by connections (IPPROCS {ipprocs}, OPPROCS {opprocs}) "
+                    "(MQRC 2042 OBJECT_IN_USE)")
         return None
 
     async def delete_queue(self, name: str, *, purge: bool = False) -> None:
         self._check_running()
-        q = self.queue(name) if name in self.queues else None
+        q = self.queues.get(name)      # a damaged queue may be deleted
         if q is None:
             raise UnknownObject(f"queue {name} is not defined", queue=name)
         if name in (DEFAULT_LOCAL_QUEUE, DEAD_LETTER_QUEUE):
             raise ObjectInUse(f"{name} is a system queue and cannot be deleted", queue=name)
         if (why := self._busy(q)) is not None:
-            raise ObjectInUse(f"queue {name} cannot be deleted: {why} (MQRC 2055)", queue=name)
-        if q.depth and not purge:
+            raise ObjectInUse(f"queue {name} cannot be deleted: {why}", queue=name)
+        if q.depth and not purge and not q.damaged:
             raise ObjectInUse(f"queue {name} holds {q.depth} messages; delete it with PURGE "
                               "to discard them (MQRC 2055 Q_NOT_EMPTY)", queue=name)
         lsn = self._append(RecordType.OBJECT_DELETE, obj=q, payload=encode_json({"name": name}))
         self._catalog_set(name, None, lsn)
         del self.queues[name]
+        self.media_points.pop(name, None)
         await self.log.force()
         async with self._flush_lock:    # not under a flush that is writing it
             q.store.close()
@@ -699,7 +740,7 @@ class QueueManagerCore:
                                 f"{target}")
                 return
             except (QueueFull, PutInhibited, GetInhibited, UnknownObject, MessageTooLong,
-                    ObjectError) as exc:
+                    ObjectDamaged) as exc:
                 if uow.state in ("active", "backing_out"):
                     self._undo_quietly(uow)
                 self.oplog.emit("HMQ7509W", f"could not move message {msg.msg_id.hex()} to "
@@ -744,8 +785,9 @@ class QueueManagerCore:
             # a cancelled flush's write may still run on its thread: let it finish
             # first, or it could land after (and undo) the newer one
             await self.quiesce_store_io()
-            snapshots = [(q, q.begin_flush()) for q in list(self.queues.values())]
-            snapshots = [(q, s) for q, s in snapshots if s is not None]
+            snapshots = [(q, q.begin_flush()) for q in list(self.queues.values())
+                         if not q.damaged]
+            snapshots = [(q, s) for q, s in snapshots if s is not None and self._store_present(q)]
             catalog = self._begin_catalog_flush()
             if not snapshots and catalog is None:
                 return 0
@@ -758,9 +800,33 @@ class QueueManagerCore:
                 await self._store_write(q.store.apply, snap, target, q.index_type, q.next_seq)
                 q.end_flush()
             if catalog is not None:
-                await self._store_write(self.catalog_store.apply, catalog, target)
+                if not (self.config.catalog_dir / "data.mdb").exists():
+                    raise self._fatal(f"its store {self.config.catalog_dir} is missing")
+                try:
+                    await self._store_write(self.catalog_store.apply, catalog, target)
+                except StoreDamaged as exc:   # (a full disk is no damage: it is retried)
+                    raise self._fatal(exc.message) from exc
                 self.catalog_flushing, self.catalog_flushing_lsn = {}, None
             return len(snapshots)
+
+    def _store_present(self, q: LocalQueue) -> bool:
+        """A store whose files were removed under a running queue manager is
+        damaged: LMDB would go on writing to the deleted file."""
+        if (q.store.path / "data.mdb").exists():
+            return True
+        self.damage_queue(q, f"its store {q.store.path} was removed while the queue manager "
+                          "was running")
+        return False
+
+    def _fatal(self, why: str) -> ObjectDamaged:
+        """Damage to the queue manager object: a preemptive shutdown (AMQ7472).
+        Returns the error for the operation that found it to raise."""
+        text = (f"the queue manager object of {self.name} is damaged: {why}; the queue "
+                "manager stops (preemptive)")
+        self.oplog.emit("HMQ7472E", text)
+        if self.on_fatal is not None and not self.stopping:
+            self.on_fatal(why)
+        return ObjectDamaged(text)
 
     def _begin_catalog_flush(self) -> dict | None:
         if not self.catalog_dirty and not self.catalog_flushing:
@@ -795,15 +861,15 @@ class QueueManagerCore:
         if oldest_at_begin:
             candidates.append(oldest_at_begin)
         candidates += [u.first_lsn for u in self.uows.values() if u.first_lsn]
-        candidates += [q.recovery_lsn for q in self.queues.values() if q.recovery_lsn]
+        candidates += [q.recovery_lsn for q in self.queues.values()
+                       if q.recovery_lsn and not q.damaged]
         candidates += [x for x in (self.catalog_dirty_lsn, self.catalog_flushing_lsn) if x]
         return min(candidates)
 
     def media_point(self) -> int:
-        """Oldest LSN media recovery of the objects needs: without media images yet,
-        the create record of the oldest object."""
-        lsns = [d.get("create_lsn", 0) for d in self.objects.values()]
-        return min(lsns) if lsns else 0
+        """Oldest LSN media recovery of the objects needs (harbormq.media)."""
+        from ..media import media_lsn
+        return media_lsn(self)
 
     async def checkpoint(self, reason: str = "requested") -> dict:
         async with self._checkpoint_lock:
@@ -825,6 +891,9 @@ class QueueManagerCore:
                 "next_object_id": self.next_object_id,
                 "reason": reason,
             }
+            if self.config.log.log_type == "linear":
+                from ..media import media_table
+                table["media"] = media_table(self)
             restart_lsn = self.restart_point(begin, oldest_at_begin)
             table["restart_lsn"] = restart_lsn
             end = self._append(RecordType.CHECKPOINT_END, payload=encode_json(table))

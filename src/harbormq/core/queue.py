@@ -50,6 +50,9 @@ class LocalQueue:
         self.depth = store.count()              # committed messages, locked ones included
         self.next_seq = store.next_seq
         self.damaged = False
+        self.damage_reason = ""                 # why, when damaged (HMQ7472E)
+        #: offline while ``harbormq recreate`` rebuilds its store (MQRC 2101 too)
+        self.recreating = False
         self.index_ready = True
         self.last_put_ns = 0
         self.last_get_ns = 0

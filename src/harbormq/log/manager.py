@@ -216,13 +216,17 @@ class RecoveryLog:
         return sorted((e for e in self.state.extents if e.state in ("active", "full")),
                       key=lambda e: e.first_lsn)
 
-    def verify_chain(self) -> list[ExtentInfo]:
+    def verify_chain(self, needed_from: int = 0) -> list[ExtentInfo]:
         """Every extent the control file lists as live exists, starts where it
-        should, and the LSN ranges join up."""
+        should, and the LSN ranges join up. Extents wholly below ``needed_from``
+        (the restart point) may be gone: archived, or deleted once ``harbormq
+        log need`` said nothing needs them."""
         chain = self.chain()
         prev_end = None
         for e in chain:
             path = self.extent_path(e.number)
+            if e.end_lsn is not None and e.end_lsn <= needed_from and not path.exists():
+                continue
             if not path.exists():
                 raise LogMissing(f"log extent {path.name} (LSN {e.first_lsn}..) is missing",
                                  path=str(path), lsn=e.first_lsn,

@@ -432,6 +432,13 @@ def encode_image_chunk(image_id: int, messages) -> bytes:
 
 def decode_image_chunk(buf, *, with_body: bool = True) -> tuple[int, list[Message]]:
     """(image_id, messages) of a CHUNK payload; the counterpart of encode_image_chunk."""
+    image_id, raws = image_chunk_entries(buf)
+    return image_id, [Message.decode(raw, with_body=with_body) for raw in raws]
+
+
+def image_chunk_entries(buf) -> tuple[int, list[bytes]]:
+    """(image_id, the Message encodings) of a CHUNK payload, not decoded: media
+    recovery stores them as they are (``message_key_of`` gives their keys)."""
     image_id, count, _pad = IMAGE_CHUNK.unpack_from(buf, 0)
     pos = IMAGE_CHUNK.size
     out = []
@@ -440,11 +447,17 @@ def decode_image_chunk(buf, *, with_body: bool = True) -> tuple[int, list[Messag
         pos += IMAGE_CHUNK_ENTRY.size
         if pos + n > len(buf):
             raise ValueError("image chunk entry runs past the end of its payload")
-        out.append(Message.decode(bytes(buf[pos:pos + n]), with_body=with_body))
+        out.append(bytes(buf[pos:pos + n]))
         pos += n
     if pos != len(buf):
         raise ValueError("image chunk payload length does not match its entries")
     return image_id, out
+
+
+def message_key_of(raw: bytes) -> bytes:
+    """The store key of an encoded Message (its seq and priority lead the encoding)."""
+    seq, priority = MSG_FIXED.unpack_from(raw, 0)[:2]
+    return message_key(priority, seq)
 
 
 def encode_json(obj) -> bytes:
