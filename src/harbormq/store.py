@@ -26,6 +26,7 @@ and, at restart, by ``verify`` (media recovery, ``harbormq.media``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import struct
@@ -119,6 +120,9 @@ class QueueStore(Store):
         #: called with the reason when a read finds the store damaged (the engine
         #: marks the queue damaged and reports HMQ7472E)
         self.on_damage = None
+        #: counts message-changing writes (see last_key)
+        self.generation = 0
+        self._last_key: tuple[int, bytes | None] | None = None
         self.msgs = self.db("msgs")
         self.np = self.db("np")
         self.idx = self.db("idx")
@@ -172,6 +176,35 @@ class QueueStore(Store):
             self.on_damage(exc.message)
         return exc
 
+    @contextlib.contextmanager
+    def _changing_messages(self):
+        """A write transaction that changes messages; once it has ended, the
+        cached last key is stale (``generation`` moves on)."""
+        try:
+            with self.env.begin(write=True) as txn:
+                yield txn
+        finally:
+            self.generation += 1
+
+    def last_key(self) -> bytes | None:
+        """The greatest message key, None when there is none. Cached between
+        writes: a queue's gets ask on every call, and a busy queue's messages are
+        mostly still in memory, past the store's last key. The generation is read
+        before the store, so a write that ends meanwhile makes the cache stale
+        rather than wrong."""
+        generation = self.generation
+        cached = self._last_key
+        if cached is not None and cached[0] == generation:
+            return cached[1]
+        try:
+            with self.env.begin(db=self.msgs) as txn:
+                cur = txn.cursor()
+                key = cur.key() if cur.last() else None
+        except lmdb.Error as exc:
+            raise self._damaged(exc) from None
+        self._last_key = (generation, key)
+        return key
+
     def iter_keys(self, start: bytes | None = None):
         """Message keys in delivery order, from ``start`` (inclusive)."""
         try:
@@ -213,7 +246,7 @@ class QueueStore(Store):
         puts go in key order with LMDB's append mode where the key is past the
         last one: pages fill up instead of splitting half-empty."""
         indexed = index_type != "NONE"
-        with self.env.begin(write=True) as txn:
+        with self._changing_messages() as txn:
             for key, msg in changes.items():
                 if msg is not None:
                     continue
@@ -247,7 +280,7 @@ class QueueStore(Store):
     def load_encoded(self, entries: list[tuple[bytes, bytes]]) -> None:
         """Media recovery: store persistent messages given as (key, Message
         encoding), in one transaction; appended where the keys allow."""
-        with self.env.begin(write=True) as txn:
+        with self._changing_messages() as txn:
             cur = txn.cursor(db=self.msgs)
             last = cur.key() if cur.last() else None
             for key, raw in sorted(entries):
@@ -259,7 +292,7 @@ class QueueStore(Store):
 
     def clear(self, recovery_lsn: int) -> None:
         """CLEAR QLOCAL: empty the store in one transaction."""
-        with self.env.begin(write=True) as txn:
+        with self._changing_messages() as txn:
             for db in (self.msgs, self.np, self.idx):
                 txn.drop(db, delete=False)
             self._set_lsn(txn, recovery_lsn)
@@ -267,7 +300,7 @@ class QueueStore(Store):
     def purge_nonpersistent(self) -> int:
         """Restart discards non-persistent messages; returns how many."""
         n = 0
-        with self.env.begin(write=True) as txn:
+        with self._changing_messages() as txn:
             cur = txn.cursor(db=self.np)
             keys = list(cur.iternext(keys=True, values=False))
             for key in keys:

@@ -134,7 +134,11 @@ class LocalQueue:
         since the last flush."""
         from_head = start is None or (self._scan_from is not None and start <= self._scan_from)
         store_from = self._scan_from if from_head else start
-        store_keys = iter(()) if self.store_hidden else self.store.iter_keys(store_from)
+        store_keys = iter(())
+        if not self.store_hidden:
+            last = self.store.last_key()
+            if last is not None and (store_from is None or store_from <= last):
+                store_keys = self.store.iter_keys(store_from)
         # no copy: a caller that changes the queue stops iterating first
         mem_iter = iter(self._mem_keys) if start is None else self._mem_keys.irange(start)
         s = next(store_keys, None)
