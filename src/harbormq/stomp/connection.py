@@ -70,6 +70,8 @@ _MESSAGE_HEADERS = frozenset({
     "persistent", "priority", "timestamp", "expires", "correlation-id", "reply-to",
     "content-type", "content-length",
 })
+#: frames waiting for a force, at most, before deliveries pause (memory bound)
+_MAX_HELD = 512
 #: deliveries sent in one go before other connections get a turn
 _PUMP_BATCH = 64
 
@@ -130,7 +132,9 @@ class StompConnection(asyncio.Protocol):
         self.by_msg_id: dict[str, Delivery] = {}      # message-id -> delivery (1.0/1.1)
         self.transactions: dict[str, Transaction] = {}
         self._ack_seq = 0
-        self._receipts: deque = deque()      # (future | None, frame bytes), in frame order
+        #: frames waiting for a log force: (future | None, frame bytes), in order
+        self._held: deque = deque()
+        self._held_full = False
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._pending_frames: deque[Frame] = deque()
@@ -234,30 +238,47 @@ class StompConnection(asyncio.Protocol):
         return encode_frame(command, headers, body, self.version or "1.2")
 
     def _receipt(self, frame: Frame, forced: asyncio.Future | None) -> None:
-        """Queue the RECEIPT for ``frame`` behind ``forced`` (None: nothing to wait
-        for); receipts are sent in the order of their frames."""
+        """Send the RECEIPT for ``frame`` once ``forced`` (None: nothing to wait for)
+        is done, in order with every frame held before it."""
         receipt = frame.headers.get("receipt")
-        if receipt is None:
-            return
-        out = receipt_frame(receipt, self.version)
-        if forced is None and not self._receipts:
+        if receipt is not None:
+            self._send_after(forced, receipt_frame(receipt, self.version))
+
+    def _send_after(self, forced: asyncio.Future | None, out: bytes) -> None:
+        """Send ``out`` once the log force ``forced`` is done. Frames leave in the
+        order they were made, so a frame held for a force holds back the ones
+        behind it."""
+        if forced is None and not self._held:
             self._send(out)
             return
-        self._receipts.append((forced, out))
-        if forced is not None:
-            forced.add_done_callback(self._receipt_ready)
+        if forced is not None and forced.done() and not self._held and \
+                forced.exception() is None:
+            self._send(out)
+            return
+        # the forces of one loop turn share a future: a run of frames held behind
+        # it needs one callback (a done future may have run its callback already)
+        known = bool(self._held) and forced is not None and not forced.done() \
+            and self._held[-1][0] is forced
+        self._held.append((forced, out))
+        if forced is not None and not known:
+            forced.add_done_callback(self._release_held)
 
-    def _receipt_ready(self, _fut=None) -> None:
-        while self._receipts:
-            fut, out = self._receipts[0]
+    def _release_held(self, _fut=None) -> None:
+        while self._held:
+            fut, out = self._held[0]
             if fut is not None and not fut.done():
                 return
-            self._receipts.popleft()
+            self._held.popleft()
             if fut is not None and fut.exception() is not None:
                 self._closing = False   # this failure must still be reported
                 self.fail(f"the log could not be forced: {fut.exception()}")
                 return
-            self._send(out)
+            if out is not None:
+                self._send(out)
+        if self._held_full and not self._closing:
+            self._held_full = False
+            for sub in list(self.subscriptions.values()):
+                self._pump(sub)
         if self._disconnecting:
             self._flush()
             if self.transport is not None:
@@ -632,6 +653,9 @@ class StompConnection(asyncio.Protocol):
         auto = sub.ack == "auto"
         sent = 0
         while sent < _PUMP_BATCH:
+            if len(self._held) >= _MAX_HELD:
+                self._held_full = True    # _release_held pumps again
+                return
             if not auto and len(sub.outstanding) >= sub.prefetch:
                 return
             if q is not None and q.depth - len(q.locked) <= 0:
@@ -697,7 +721,12 @@ class StompConnection(asyncio.Protocol):
                 parts += (escape(k, version, name=True), ":", escape(str(v), version), "\n")
         body = msg.body
         parts.append(f"content-length:{len(body)}\n\n")
-        self._send("".join(parts).encode() + body + b"\0")
+        frame = "".join(parts).encode() + body + b"\0"
+        # never show a message that a crash could still take back: a persistent
+        # message leaves once its put, and its get, are on disk
+        log = self.core.log
+        forced = log.force() if msg.persistent and log.synced_lsn < log.end_lsn else None
+        self._send_after(forced, frame)
 
     def _forget(self, d: Delivery) -> None:
         d.sub.outstanding.pop(d.ack_id, None)
@@ -847,9 +876,9 @@ class StompConnection(asyncio.Protocol):
         self._disconnecting = True
         self._release_everything()
         if "receipt" in frame.headers:
-            self._receipts.append((None, self._frame("RECEIPT",
+            self._held.append((None, self._frame("RECEIPT",
                                                      {"receipt-id": frame.headers["receipt"]})))
-        self._receipt_ready()
+        self._release_held()
         return None
 
     def _release_everything(self) -> None:
