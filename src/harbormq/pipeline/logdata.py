@@ -1,0 +1,49 @@
+"""Where a job's records come from: a log (the data source) or a log lake."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .extents import plan_extents
+from .source import FORMAT
+
+
+@dataclass
+class LogInput:
+    """``log``: log/archive directories or globs; ``lake``: a lake made by ``ingest``."""
+    log: str | None = None
+    lake: str | None = None
+    qm_name: str | None = None
+
+    def __post_init__(self):
+        if (self.log is None) == (self.lake is None):
+            raise ConfigError("give exactly one of --log and --lake", msgid="HMQ7602E")
+
+    def records(self, spark, *, include_body: bool = False):
+        """All records as a DataFrame with the data source's schema."""
+        if self.log is not None:
+            reader = spark.read.format(FORMAT).option("includeBody", str(include_body).lower())
+            if self.qm_name:
+                reader = reader.option("qmName", self.qm_name)
+            return reader.load(self.log)
+        from .ingest import Lake
+        df = Lake(self.lake).records(spark)
+        return df if include_body else df.drop("body")
+
+    def extent_bounds(self, spark) -> tuple[list[int], dict[int, int]]:
+        """(first LSNs ascending, first LSN -> end LSN of closed extents), for
+        telling unbroken history from a gap."""
+        if self.lake is not None:
+            from .ingest import Lake
+            return Lake(self.lake).extent_bounds()
+        plans = plan_extents(self.log)
+        if self.qm_name:
+            plans = [p for p in plans if p.qm_name == self.qm_name]
+        firsts = [p.first_lsn for p in plans]
+        ends = {}
+        for r in (self.records(spark).filter("type = 'EXTENT_END'")
+                  .select("lsn", "length").collect()):
+            first = max(f for f in firsts if f <= r["lsn"])
+            ends[first] = r["lsn"] + r["length"]
+        return firsts, ends
