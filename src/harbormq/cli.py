@@ -298,6 +298,11 @@ def tour(workdir, seconds):
     sys.exit(run_tour(workdir=workdir, seconds=seconds, console=console))
 
 
+from .pipeline.cli import pipeline  # noqa: E402  (the Spark jobs, issue 4)
+
+cli.add_command(pipeline)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="harbormq", standalone_mode=False)

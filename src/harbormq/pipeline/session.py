@@ -23,7 +23,8 @@ def session(app: str, master: str | None = None, conf: dict | None = None):
     from .source import HarbormqLogDataSource
 
     builder = SparkSession.builder.appName(f"harbormq-{app}")
-    submitted = "SPARK_SUBMIT_OPTS" in os.environ or os.environ.get("SPARK_ENV_LOADED")
+    # under spark-submit the JVM started us and chose the master already
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     chosen = master or (None if submitted else "local[*]")
     if chosen:
         builder = builder.master(chosen)
