@@ -60,9 +60,13 @@ class Lake:
         atomic_write(self.manifest_path, (json.dumps(m, indent=1, sort_keys=True) + "\n")
                      .encode())
 
-    def records(self, spark):
+    def records(self, spark, *, need_bodies: bool = False):
         """The lake's records (committed batches only), with the data source's columns."""
         m = self.manifest()
+        if need_bodies and not m.get("with_bodies"):
+            raise LakeError(f"the lake {self.root} holds no message bodies, which this job "
+                            "needs", hint="rebuild from --log, or ingest with --with-bodies",
+                            path=str(self.root))
         if not m["batches"]:
             raise LakeError(f"the lake {self.root} holds no records yet",
                             hint="run 'harbormq pipeline ingest' first", path=str(self.root))
@@ -96,6 +100,10 @@ def run_ingest(spark, log: str, lake_dir: str, *, qm_name: str | None = None,
     if m["qm_name"] not in (None, qm):
         raise LakeError(f"the lake {lake.root} holds the log of queue manager {m['qm_name']}, "
                         f"not {qm}", path=str(lake.root))
+    if m.get("with_bodies", with_bodies) != with_bodies:
+        raise LakeError(f"the lake {lake.root} was ingested "
+                        f"{'with' if m['with_bodies'] else 'without'} message bodies; "
+                        "keep --with-bodies the same for every ingest", path=str(lake.root))
     plans = [p for p in plans if p.qm_name == qm]
     todo, resume = [], {}
     for p in plans:
@@ -113,13 +121,18 @@ def run_ingest(spark, log: str, lake_dir: str, *, qm_name: str | None = None,
     batch = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     df = (spark.read.format(FORMAT).option("qmName", qm)
           .option("includeBody", str(with_bodies).lower())
-          .option("resume", json.dumps(resume)).load(log))
+          .option("resume", json.dumps(resume))
+          .option("extents", json.dumps([p.first_lsn for p in todo])).load(log))
     df = (df.withColumn("day", F.date_format("timestamp", "yyyy-MM-dd"))
           .withColumn("batch", F.lit(batch)).cache())
     # what this batch holds per extent: the end LSN reached and whether it is closed
     extents = {r["first"]: r for r in _extent_progress(df)}
     count = sum(r["records"] for r in extents.values())
     progress.stage(f"decoded {count} record(s)")
+    if not count:           # the log did not grow: the lake stays exactly as it was
+        df.unpersist()
+        progress.stage("nothing new")
+        return {"batch": None, "records": 0, "extents": len(todo)}
     (df.write.mode("append").partitionBy("day", "type").parquet(str(lake.records_dir)))
     df.unpersist()
     progress.stage(f"wrote batch {batch}")
@@ -133,6 +146,7 @@ def run_ingest(spark, log: str, lake_dir: str, *, qm_name: str | None = None,
             entry["closed"] = bool(got["closed"])
         m["extents"][key] = entry
     m["qm_name"] = qm
+    m["with_bodies"] = with_bodies
     m["batches"].append(batch)
     lake.save_manifest(m)
     progress.stage(f"manifest updated: {len(m['extents'])} extent(s) in the lake")

@@ -28,7 +28,7 @@ class LogInput:
                 reader = reader.option("qmName", self.qm_name)
             return reader.load(self.log)
         from .ingest import Lake
-        df = Lake(self.lake).records(spark)
+        df = Lake(self.lake).records(spark, need_bodies=include_body)
         return df if include_body else df.drop("body")
 
     def extent_bounds(self, spark) -> tuple[list[int], dict[int, int]]:

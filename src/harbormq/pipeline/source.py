@@ -12,6 +12,7 @@ Options (all optional):
 * ``resume``: JSON object {first LSN of an extent: LSN}: start decoding that
   extent at that LSN, which must be a record boundary (the ingest job passes
   the end LSN it reached last time). Records below it are not returned.
+* ``extents``: JSON list of first LSNs: read only these extents (ingest).
 
 Where each method runs: ``HarbormqLogDataSource.schema`` and ``reader`` and
 ``HarbormqLogReader.pushFilters`` and ``partitions`` run once per query on the
@@ -102,6 +103,12 @@ class HarbormqLogReader(DataSourceReader):
         except (ValueError, AttributeError):
             raise ConfigError(f"option resume must be a JSON object of first LSN -> LSN, not "
                               f"{options.get('resume')!r}", msgid="HMQ7602E") from None
+        try:
+            only = options.get("extents")
+            self.only = None if only is None else {int(x) for x in json.loads(only)}
+        except (ValueError, TypeError):
+            raise ConfigError(f"option extents must be a JSON list of first LSNs, not "
+                              f"{options.get('extents')!r}", msgid="HMQ7602E") from None
         self.bounds = ScanBounds()
         #: (lsn_min, lsn_stop, ts_min, ts_max) that only skip extents
         self.skip_bounds = ScanBounds()
@@ -143,7 +150,8 @@ class HarbormqLogReader(DataSourceReader):
                               f"managers ({', '.join(sorted(names))})",
                               hint="choose one with the qmName option", msgid="HMQ7603E")
         kept = [p for p in plans if self.bounds.keeps_extent(p) and
-                self.skip_bounds.keeps_extent(p)]
+                self.skip_bounds.keeps_extent(p) and
+                (self.only is None or p.first_lsn in self.only)]
         # Spark wants at least one partition; an empty one reads nothing
         return [ExtentPartition(p, self.resume.get(p.first_lsn)) for p in kept] or \
             [ExtentPartition(None)]
