@@ -35,9 +35,10 @@ T = RecordType
 
 
 def generate(home: Path, records: int, *, queues: int = 8, body_size: int = 200,
-             uow_size: int = 10, backlog: int = 20_000, pages: int = 65535,
+             uow_size: int = 10, backlog: int = 20_000, pages: int = 4096,
              seed: int = 1) -> dict:
-    """Create queue manager PIPEBENCH under ``home`` with about ``records`` log records.
+    """Create queue manager PIPEBENCH under ``home`` with about ``records`` log records
+    in a linear log of ``pages``-page extents (4096 = 16 MiB, the product default).
     Returns facts about the log (end LSN, records, bytes, committed depth per queue)."""
     progress = make_progress("pipeline-log")
     qmgr.create(QM_NAME, home=home, log_type="linear", log_file_pages=pages,

@@ -31,9 +31,10 @@ class LogInput:
         df = Lake(self.lake).records(spark, need_bodies=include_body)
         return df if include_body else df.drop("body")
 
-    def extent_bounds(self, spark) -> tuple[list[int], dict[int, int]]:
+    def extent_bounds(self, records) -> tuple[list[int], dict[int, int]]:
         """(first LSNs ascending, first LSN -> end LSN of closed extents), for
-        telling unbroken history from a gap."""
+        telling unbroken history from a gap. ``records``: this input's records
+        (the EXTENT_END rows are read from them)."""
         if self.lake is not None:
             from .ingest import Lake
             return Lake(self.lake).extent_bounds()
@@ -42,7 +43,7 @@ class LogInput:
             plans = [p for p in plans if p.qm_name == self.qm_name]
         firsts = [p.first_lsn for p in plans]
         ends = {}
-        for r in (self.records(spark).filter("type = 'EXTENT_END'")
+        for r in (records.filter("type = 'EXTENT_END'")
                   .select("lsn", "length").collect()):
             first = max(f for f in firsts if f <= r["lsn"])
             ends[first] = r["lsn"] + r["length"]

@@ -42,9 +42,23 @@ def resolve_point(spark, records, at_lsn: int | None, at_time_ns: int | None) ->
     return row[0]
 
 
+def events(records, at_lsn: int):
+    """The records a rebuild reads, up to the point, narrowed to the columns it
+    uses and cached: every later step reads this instead of decoding again
+    (each reference to a Python data source is a scan of its own)."""
+    from pyspark import StorageLevel
+    cols = ["lsn", "length", "type", "auto_commit", "uow_id", "object_id", "object", "data",
+            "image_id", "image_messages", "undone_type", "undone_lsn"]
+    cols += [c for c in MESSAGE_FIELDS if c not in cols]
+    types = ("MSG_PUT", "MSG_GET", "MSG_EXPIRE", "COMPENSATION", "UOW_BEGIN", "UOW_COMMIT",
+             "UOW_BACKOUT", "MEDIA_IMAGE_CHUNK") + CONTROL_TYPES
+    return (records.filter(f"lsn <= {at_lsn}").filter(records.type.isin(*types))
+            .select(*cols).persist(StorageLevel.MEMORY_AND_DISK))
+
+
 def plan(spark, source: LogInput, records, at_lsn: int, queues: list[str] | None
          ) -> list[Target]:
-    firsts, ends = source.extent_bounds(spark)
+    firsts, ends = source.extent_bounds(records)
     history_from = coverage_start(firsts, ends, at_lsn)
     types = ", ".join(f"'{t}'" for t in CONTROL_TYPES if t != "EXTENT_END")
     control = [r.asDict() for r in records.filter(f"lsn <= {at_lsn} AND type IN ({types})")
@@ -134,9 +148,9 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
     queue (``out/QUEUE.hmqload``); returns the summary also written as JSON."""
     import json
     progress = progress or Progress("rebuild", 5)
-    records = source.records(spark, include_body=True)
-    point = resolve_point(spark, records, at_lsn, at_time_ns)
-    progress.stage(f"point: LSN {point}")
+    point = resolve_point(spark, source.records(spark), at_lsn, at_time_ns)
+    records = events(source.records(spark, include_body=True), point)
+    progress.stage(f"point: LSN {point}; decoding {records.count()} record(s)")
     targets = plan(spark, source, records, point, queues)
     progress.stage(f"planned {len(targets)} queue(s): " + ", ".join(
         f"{t.queue} (from LSN {t.floor_lsn}{', image %d' % t.image_id if t.image_id else ''})"
@@ -155,6 +169,7 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
                                       "load_file": f"{t.queue}.hmqload"}
     progress.stage("wrote load files")
     result.unpersist()
+    records.unpersist()
     (out / "rebuild.json").write_text(json.dumps(summary, indent=2) + "\n")
     progress.stage(f"done: {sum(q['messages'] for q in summary['queues'].values())} message(s)")
     return summary
