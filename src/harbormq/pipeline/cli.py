@@ -76,6 +76,8 @@ def rebuild(log, lake, qm_name, at_lsn, at_time, queues, out, master, confs):
     from .logdata import LogInput
     from .rebuild import run_rebuild
     source = LogInput(log, lake, qm_name)
+    if (at_lsn is None) == (at_time is None):     # before Spark starts: a usage error
+        raise ConfigError("give exactly one of --at-lsn and --at-time", msgid="HMQ7602E")
     spark = _session("rebuild", master, confs)
     summary = run_rebuild(spark, source, at_lsn=at_lsn, at_time_ns=parse_time(at_time),
                           queues=list(queues) or None, out=out)

@@ -1,0 +1,41 @@
+"""The pipeline commands as an operator runs them: usage errors before Spark
+starts, and an error raised on an executor turned into one operator message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from pipeline_logbuilder import LogBuilder
+
+from harbormq.cli import main as harbormq_main
+from harbormq.pipeline.cli import main
+
+
+def test_usage_errors_name_what_is_wrong(capsys, tmp_path):
+    assert main(["rebuild", "--log", str(tmp_path), "--out", str(tmp_path / "o")]) == 1
+    assert "HMQ7602E: give exactly one of --at-lsn and --at-time" in capsys.readouterr().err
+    assert main(["rebuild", "--log", "a", "--lake", "b", "--at-lsn", "1", "--out", "o"]) == 1
+    assert "give exactly one of --log and --lake" in capsys.readouterr().err
+    assert harbormq_main(["pipeline", "ingest", "--log", str(tmp_path)]) == 1
+    assert "ingest needs --log and --lake" in capsys.readouterr().err
+
+
+def test_corruption_found_on_an_executor_is_one_operator_message(tmp_path, python_env):
+    lb = LogBuilder(tmp_path / "log", pages=2)
+    lb.define("Q", 1)
+    for _ in range(80):
+        lb.put("Q", 1, lb.message(1, body=b"z" * 200))
+    lb.close()
+    victim = tmp_path / "log" / "S0000002.LOG"
+    raw = bytearray(victim.read_bytes())
+    raw[4096 + 90] ^= 0x01
+    victim.write_bytes(bytes(raw))
+    done = subprocess.run([sys.executable, "-m", "harbormq.pipeline", "rebuild", "--log",
+                           str(tmp_path / "log"), "--at-lsn", str(lb.lsn), "--out",
+                           str(tmp_path / "out"), "--master", "local[1]"],
+                          env=python_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("HMQ7501E: log extent S0000002.LOG is corrupt at offset 4096 (LSN ")
+    # (Spark's own log lines about the failed task come before it, on stderr too)
