@@ -107,20 +107,28 @@ def spark_rebuild(spark, records, at_lsn: int, targets: list[Target]):
                              .otherwise(F.col("commit_lsn")))
 
     key = ["object_id", "priority", "seq"]
-    puts = (with_effect(mine.filter("type = 'MSG_PUT'"))
-            .join(F.broadcast(tdf), "object_id")
-            .filter(F.col("effect_lsn") > F.col("floor_lsn"))
-            .select("queue", *key, *[c for c in MESSAGE_FIELDS if c not in key],
-                    F.col("lsn").alias("put_lsn"), F.col("effect_lsn").alias("commit_lsn")))
+    payload = [c for c in MESSAGE_FIELDS if c not in key]
+    # which puts survive is decided on narrow rows; bodies join only the survivors
+    put_rows = mine.filter("type = 'MSG_PUT'")
+    surviving = (with_effect(put_rows.select("lsn", "uow_id", "auto_commit", *key))
+                 .join(F.broadcast(tdf), "object_id")
+                 .filter(F.col("effect_lsn") > F.col("floor_lsn")))
+    removals = with_effect(mine.filter("type IN ('MSG_GET', 'MSG_EXPIRE')")
+                           .select("lsn", "uow_id", "auto_commit", *key))
+    removed = removals.filter("effect_lsn IS NOT NULL").select(*key)
+    surviving = surviving.join(removed, key, "left_anti")
+    puts = (surviving.select("queue", *key, F.col("lsn").alias("put_lsn"),
+                             F.col("effect_lsn").alias("commit_lsn"))
+            .join(put_rows.select(F.col("lsn").alias("put_lsn"), *payload), "put_lsn")
+            .select("queue", *key, *payload, "put_lsn", "commit_lsn"))
     image = (mine.filter("type = 'MEDIA_IMAGE_CHUNK'")
              .join(F.broadcast(tdf.filter("image_id IS NOT NULL")), ["object_id", "image_id"])
              .select("queue", "object_id", F.explode("image_messages").alias("m"))
              .select("queue", "object_id", "m.*")
-             .select("queue", *key, *[c for c in MESSAGE_FIELDS if c not in key],
+             .select("queue", *key, *payload,
                      F.lit(None).cast("bigint").alias("put_lsn"),
-                     F.lit(None).cast("bigint").alias("commit_lsn")))
-    removals = with_effect(mine.filter("type IN ('MSG_GET', 'MSG_EXPIRE')"))
-    removed = removals.filter("effect_lsn IS NOT NULL").select(*key)
+                     F.lit(None).cast("bigint").alias("commit_lsn"))
+             .join(removed, key, "left_anti"))
     undone = mine.filter("type = 'COMPENSATION'").select(F.col("undone_lsn").alias("lsn"))
     locked = (removals.filter("effect_lsn IS NULL")
               .join(ended, "uow_id", "left_anti")
@@ -131,7 +139,6 @@ def spark_rebuild(spark, records, at_lsn: int, targets: list[Target]):
               .filter(F.col("lsn") > F.col("floor_lsn"))
               .groupBy(*key).agg(F.max_by("backout_count", "lsn").alias("undo_count")))
     msgs = (puts.unionByName(image)
-            .join(removed, key, "left_anti")
             .join(locked, key, "left")
             .join(counts, key, "left")
             .withColumn("backout_count", F.coalesce("undo_count", "backout_count"))
