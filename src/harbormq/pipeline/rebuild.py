@@ -9,6 +9,8 @@ bounds are collected to the driver.
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -153,7 +155,6 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
                 out: Path, progress: Progress | None = None) -> dict:
     """Rebuild, write ``out/messages`` (Parquet, by queue) and one load file per
     queue (``out/QUEUE.hmqload``); returns the summary also written as JSON."""
-    import json
     progress = progress or Progress("rebuild", 5)
     point = resolve_point(spark, source.records(spark), at_lsn, at_time_ns)
     records = events(source.records(spark, include_body=True), point)
@@ -167,11 +168,15 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
     out.mkdir(parents=True, exist_ok=True)
     result.write.mode("overwrite").partitionBy("queue").parquet(str(out / "messages"))
     progress.stage("wrote Parquet (by queue)")
+    # one ordered pass over the result: rows come by queue, then position
+    counts = {queue: write_load_file(out / f"{queue}.hmqload", queue, point, rows)
+              for queue, rows in itertools.groupby(result.toLocalIterator(),
+                                                   key=lambda r: r["queue"])}
     summary = {"at_lsn": point, "queues": {}}
     for t in targets:
-        rows = result.filter(result.queue == t.queue).toLocalIterator()
-        count = write_load_file(out / f"{t.queue}.hmqload", t.queue, point, rows)
-        summary["queues"][t.queue] = {"messages": count, "object_id": t.object_id,
+        if t.queue not in counts:      # an empty queue still gets its (empty) load file
+            counts[t.queue] = write_load_file(out / f"{t.queue}.hmqload", t.queue, point, [])
+        summary["queues"][t.queue] = {"messages": counts[t.queue], "object_id": t.object_id,
                                       "floor_lsn": t.floor_lsn, "image_id": t.image_id,
                                       "load_file": f"{t.queue}.hmqload"}
     progress.stage("wrote load files")

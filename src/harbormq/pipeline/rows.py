@@ -104,7 +104,7 @@ _JSON_TYPES = frozenset({RecordType.OBJECT_CREATE, RecordType.OBJECT_ALTER,
                          RecordType.OBJECT_DELETE, RecordType.UOW_BEGIN,
                          RecordType.CHECKPOINT_BEGIN, RecordType.CHECKPOINT_END,
                          RecordType.MEDIA_IMAGE_BEGIN, RecordType.MEDIA_IMAGE_END,
-                         RecordType.QM_START, RecordType.QM_STOP, RecordType.CHANNEL_SYNC})
+                         RecordType.QM_START, RecordType.QM_STOP})
 
 #: rows per Arrow batch handed to Spark
 BATCH_ROWS = 65_536
