@@ -31,9 +31,12 @@ def session(app: str, master: str | None = None, conf: dict | None = None):
     builder = (builder.config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")   # Progress lines instead
                .config("spark.sql.python.filterPushdown.enabled", "true")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.pyspark.python", sys.executable)
-               .config("spark.pyspark.driver.python", sys.executable))
+               .config("spark.sql.session.timeZone", "UTC"))
+    if not submitted:
+        # executors started from here run this interpreter too; under spark-submit
+        # the cluster's own setting (--conf spark.pyspark.python) is kept
+        builder = (builder.config("spark.pyspark.python", sys.executable)
+                   .config("spark.pyspark.driver.python", sys.executable))
     if (chosen or "").startswith("local"):
         builder = builder.config("spark.sql.shuffle.partitions", str(LOCAL_SHUFFLE_PARTITIONS))
     for key, value in (conf or {}).items():
