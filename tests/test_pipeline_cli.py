@@ -39,3 +39,23 @@ def test_corruption_found_on_an_executor_is_one_operator_message(tmp_path, pytho
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("HMQ7501E: log extent S0000002.LOG is corrupt at offset 4096 (LSN ")
     # (Spark's own log lines about the failed task come before it, on stderr too)
+
+
+def test_load_command_puts_the_file_on_a_queue(tmp_path, make_qm, home, capsys):
+    from harbormq import QueueManager
+    from harbormq.pipeline.loadfile import write_load_file
+    row = {"msg_id": b"\x07" * 4, "correl_id": b"c", "priority": 6, "persistent": True,
+           "expiry_ns": 0, "put_time_ns": 1, "backout_count": 0, "reply_to": "", "format": "",
+           "properties_json": '{"n":1}', "body": b"payload"}
+    path = tmp_path / "Q.hmqload"
+    write_load_file(path, "Q", 10, [row, dict(row, msg_id=b"\x08" * 4, priority=9)])
+    make_qm("QM1")
+    with QueueManager.open("QM1", home=home) as qm:
+        qm.define_queue("TARGET", DEFPSIST="YES")
+    assert harbormq_main(["pipeline", "load", "--qm", "QM1", "--queue", "TARGET", "--file",
+                          str(path), "--home", str(home)]) == 0
+    assert '"loaded": 2' in capsys.readouterr().out
+    with QueueManager.open("QM1", home=home) as qm:
+        got = [qm.get("TARGET"), qm.get("TARGET")]
+    assert [m.msg_id for m in got] == [b"\x08" * 4, b"\x07" * 4]     # priority 9 first
+    assert got[1].properties == {"n": 1} and got[1].body == b"payload" and got[1].persistent
