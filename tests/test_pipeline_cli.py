@@ -36,9 +36,10 @@ def test_corruption_found_on_an_executor_is_one_operator_message(tmp_path, pytho
                            str(tmp_path / "out"), "--master", "local[1]"],
                           env=python_env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("HMQ7501E: log extent S0000002.LOG is corrupt at offset 4096 (LSN ")
-    # (Spark's own log lines about the failed task come before it, on stderr too)
+    # our one operator line; Spark's own log lines about the failed task are on
+    # stderr too, where the message appears only inside a traceback line
+    assert any(line.startswith("HMQ7501E: log extent S0000002.LOG is corrupt at offset 4096 "
+                               "(LSN ") for line in done.stderr.splitlines()), done.stderr[-3000:]
 
 
 def test_load_command_puts_the_file_on_a_queue(tmp_path, make_qm, home, capsys):

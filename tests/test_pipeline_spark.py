@@ -144,7 +144,7 @@ def test_rebuild_matches_the_engine_at_several_points(make_qm, open_qm, home, tm
                for *_x, locked in msgs), "some snapshot has messages locked by a UOW"
     source = f"{archive},{log_dir}"
     rows = all_rows(source)
-    whole = LogInput(log=source).records(spark, include_body=True)
+    log_input = LogInput(log=source)
     for i, (lsn, engine) in enumerate(snaps):
         expected = {name: [(m[0], m[1], m[2], m[3], m[4]) for m in msgs]
                     for name, msgs in engine.items()}
@@ -154,10 +154,10 @@ def test_rebuild_matches_the_engine_at_several_points(make_qm, open_qm, home, tm
         assert {q: [(m["msg_id"], m["priority"], m["seq"], m["backout_count"],
                      m["locked_uow"]) for m in msgs] for q, msgs in ref.items()} == expected
         if i % 2 == 1:       # Spark at two of the points (the latest and an earlier one)
-            records = events(whole, lsn)
+            records = events(spark, log_input, lsn)
             got: dict = {q: [] for q in expected}
-            sp_targets = plan(spark, LogInput(log=source), records, lsn, None)
-            for r in spark_rebuild(spark, records, lsn, sp_targets).collect():
+            sp_targets = plan(spark, log_input, records, lsn, None)
+            for r in spark_rebuild(spark, log_input, records, lsn, sp_targets).collect():
                 got[r["queue"]].append((r["msg_id"], r["priority"], r["seq"],
                                         r["backout_count"], r["locked_uow"]))
             records.unpersist()

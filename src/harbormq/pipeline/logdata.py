@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..log.records import EXTENT_HEADER_SIZE
 from .extents import plan_extents
 from .source import FORMAT
 
@@ -20,16 +21,29 @@ class LogInput:
         if (self.log is None) == (self.lake is None):
             raise ConfigError("give exactly one of --log and --lake", msgid="HMQ7602E")
 
-    def records(self, spark, *, include_body: bool = False):
-        """All records as a DataFrame with the data source's schema."""
+    def records(self, spark, *, include_body: bool = False, columns: list[str] | None = None,
+                extents: list[int] | None = None):
+        """Records as a DataFrame with the data source's schema (or ``columns`` of
+        it), optionally only those of the extents starting at ``extents``."""
+        import json
         if self.log is not None:
             reader = spark.read.format(FORMAT).option("includeBody", str(include_body).lower())
             if self.qm_name:
                 reader = reader.option("qmName", self.qm_name)
+            if columns:
+                reader = reader.option("columns", ",".join(columns))
+            if extents is not None:
+                reader = reader.option("extents", json.dumps(sorted(extents)))
             return reader.load(self.log)
+        from pyspark.sql import functions as F
+
         from .ingest import Lake
         df = Lake(self.lake).records(spark, need_bodies=include_body)
-        return df if include_body else df.drop("body")
+        if extents is not None:
+            first = F.col("lsn") - F.col("offset") + F.lit(EXTENT_HEADER_SIZE)
+            df = df.filter(first.isin(list(extents)))
+        df = df if include_body else df.drop("body")
+        return df.select(*columns) if columns else df
 
     def extent_bounds(self, records) -> tuple[list[int], dict[int, int]]:
         """(first LSNs ascending, first LSN -> end LSN of closed extents), for

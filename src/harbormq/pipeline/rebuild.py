@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..log.records import EXTENT_HEADER_SIZE
 from .algebra import (
     CONTROL_TYPES,
     MESSAGE_FIELDS,
@@ -44,18 +45,23 @@ def resolve_point(spark, records, at_lsn: int | None, at_time_ns: int | None) ->
     return row[0]
 
 
-def events(records, at_lsn: int):
-    """The records a rebuild reads, up to the point, narrowed to the columns it
-    uses and cached: every later step reads this instead of decoding again
-    (each reference to a Python data source is a scan of its own)."""
+#: what the set algebra reads of each record: no bodies, no descriptors
+EVENT_COLUMNS = ["lsn", "offset", "length", "type", "auto_commit", "uow_id", "object_id",
+                 "object", "data", "image_id", "image_messages", "undone_type", "undone_lsn",
+                 "priority", "seq", "backout_count"]
+EVENT_TYPES = ("MSG_PUT", "MSG_GET", "MSG_EXPIRE", "COMPENSATION", "UOW_BEGIN", "UOW_COMMIT",
+               "UOW_BACKOUT", "MEDIA_IMAGE_CHUNK") + CONTROL_TYPES
+
+
+def events(spark, source: LogInput, at_lsn: int):
+    """The records a rebuild reads up to the point, narrow (EVENT_COLUMNS, no
+    bodies) and cached: every later step reads this instead of decoding again
+    (each reference to a Python data source is a scan of its own). Bodies and
+    descriptors are read later, only for the messages that survive."""
     from pyspark import StorageLevel
-    cols = ["lsn", "length", "type", "auto_commit", "uow_id", "object_id", "object", "data",
-            "image_id", "image_messages", "undone_type", "undone_lsn"]
-    cols += [c for c in MESSAGE_FIELDS if c not in cols]
-    types = ("MSG_PUT", "MSG_GET", "MSG_EXPIRE", "COMPENSATION", "UOW_BEGIN", "UOW_COMMIT",
-             "UOW_BACKOUT", "MEDIA_IMAGE_CHUNK") + CONTROL_TYPES
-    return (records.filter(f"lsn <= {at_lsn}").filter(records.type.isin(*types))
-            .select(*cols).persist(StorageLevel.MEMORY_AND_DISK))
+    records = source.records(spark, columns=EVENT_COLUMNS)
+    return (records.filter(f"lsn <= {at_lsn}").filter(records.type.isin(*EVENT_TYPES))
+            .persist(StorageLevel.MEMORY_AND_DISK))
 
 
 def plan(spark, source: LogInput, records, at_lsn: int, queues: list[str] | None
@@ -86,8 +92,12 @@ def _check_uows_begin_in_history(records, at_lsn: int, history_from: int,
                            lsn=orphan["lsn"], hint="add the archived extents to the path")
 
 
-def spark_rebuild(spark, records, at_lsn: int, targets: list[Target]):
-    """The rebuilt queues as one DataFrame (OUTPUT_COLUMNS), in delivery order."""
+def spark_rebuild(spark, source: LogInput, records, at_lsn: int, targets: list[Target]):
+    """The rebuilt queues as one DataFrame (OUTPUT_COLUMNS), in delivery order.
+
+    ``records``: ``events(...)`` at ``at_lsn``. Which messages survive is
+    decided on those narrow rows; then the extents holding the survivors' put
+    records (or image chunks) are read again with bodies, and only those."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -109,28 +119,23 @@ def spark_rebuild(spark, records, at_lsn: int, targets: list[Target]):
                              .otherwise(F.col("commit_lsn")))
 
     key = ["object_id", "priority", "seq"]
-    payload = [c for c in MESSAGE_FIELDS if c not in key]
-    # which puts survive is decided on narrow rows; bodies join only the survivors
-    put_rows = mine.filter("type = 'MSG_PUT'")
-    surviving = (with_effect(put_rows.select("lsn", "uow_id", "auto_commit", *key))
-                 .join(F.broadcast(tdf), "object_id")
-                 .filter(F.col("effect_lsn") > F.col("floor_lsn")))
-    removals = with_effect(mine.filter("type IN ('MSG_GET', 'MSG_EXPIRE')")
-                           .select("lsn", "uow_id", "auto_commit", *key))
+    first = (F.col("lsn") - F.col("offset") + F.lit(EXTENT_HEADER_SIZE)).alias("extent_first")
+    removals = with_effect(mine.filter("type IN ('MSG_GET', 'MSG_EXPIRE')"))
     removed = removals.filter("effect_lsn IS NOT NULL").select(*key)
-    surviving = surviving.join(removed, key, "left_anti")
-    puts = (surviving.select("queue", *key, F.col("lsn").alias("put_lsn"),
-                             F.col("effect_lsn").alias("commit_lsn"))
-            .join(put_rows.select(F.col("lsn").alias("put_lsn"), *payload), "put_lsn")
-            .select("queue", *key, *payload, "put_lsn", "commit_lsn"))
+    puts = (with_effect(mine.filter("type = 'MSG_PUT'"))
+            .join(F.broadcast(tdf), "object_id")
+            .filter(F.col("effect_lsn") > F.col("floor_lsn"))
+            .select("queue", *key, "backout_count", first, F.col("lsn").alias("record_lsn"),
+                    F.lit(None).cast("int").alias("pos"), F.col("lsn").alias("put_lsn"),
+                    F.col("effect_lsn").alias("commit_lsn")))
     image = (mine.filter("type = 'MEDIA_IMAGE_CHUNK'")
              .join(F.broadcast(tdf.filter("image_id IS NOT NULL")), ["object_id", "image_id"])
-             .select("queue", "object_id", F.explode("image_messages").alias("m"))
-             .select("queue", "object_id", "m.*")
-             .select("queue", *key, *payload,
+             .select("queue", "object_id", first, F.col("lsn").alias("record_lsn"),
+                     F.posexplode("image_messages").alias("pos", "m"))
+             .select("queue", "object_id", "m.priority", "m.seq", "m.backout_count",
+                     "extent_first", "record_lsn", "pos",
                      F.lit(None).cast("bigint").alias("put_lsn"),
-                     F.lit(None).cast("bigint").alias("commit_lsn"))
-             .join(removed, key, "left_anti"))
+                     F.lit(None).cast("bigint").alias("commit_lsn")))
     undone = mine.filter("type = 'COMPENSATION'").select(F.col("undone_lsn").alias("lsn"))
     locked = (removals.filter("effect_lsn IS NULL")
               .join(ended, "uow_id", "left_anti")
@@ -140,11 +145,29 @@ def spark_rebuild(spark, records, at_lsn: int, targets: list[Target]):
               .join(F.broadcast(tdf.select("object_id", "floor_lsn")), "object_id")
               .filter(F.col("lsn") > F.col("floor_lsn"))
               .groupBy(*key).agg(F.max_by("backout_count", "lsn").alias("undo_count")))
-    msgs = (puts.unionByName(image)
-            .join(locked, key, "left")
-            .join(counts, key, "left")
-            .withColumn("backout_count", F.coalesce("undo_count", "backout_count"))
-            .drop("undo_count"))
+    survivors = (puts.unionByName(image)
+                 .join(removed, key, "left_anti")
+                 .join(locked, key, "left")
+                 .join(counts, key, "left")
+                 .withColumn("backout_count", F.coalesce("undo_count", "backout_count"))
+                 .drop("undo_count"))
+    # computed once: both the extent list below and the final join read it
+    # (a local checkpoint is released with the DataFrame; a cache would stay)
+    survivors = survivors.localCheckpoint(eager=True)
+    needed = [r[0] for r in survivors.select("extent_first").distinct().collect()]
+    full = (source.records(spark, include_body=True, extents=needed)
+            .filter(F.col("lsn") <= at_lsn)
+            .filter("type IN ('MSG_PUT', 'MEDIA_IMAGE_CHUNK')"))
+    payload = [c for c in MESSAGE_FIELDS if c not in key and c != "backout_count"]
+    put_payload = (full.filter("type = 'MSG_PUT'")
+                   .select(F.col("lsn").alias("record_lsn"), *payload))
+    image_payload = (full.filter("type = 'MEDIA_IMAGE_CHUNK'")
+                     .select(F.col("lsn").alias("record_lsn"),
+                             F.posexplode("image_messages").alias("pos", "m"))
+                     .select("record_lsn", "pos", *[F.col(f"m.{c}").alias(c) for c in payload]))
+    msgs = (survivors.filter("pos IS NULL").drop("pos").join(put_payload, "record_lsn")
+            .unionByName(survivors.filter("pos IS NOT NULL")
+                         .join(image_payload, ["record_lsn", "pos"]).drop("pos")))
     order = Window.partitionBy("queue").orderBy(F.desc("priority"), F.asc("seq"))
     return (msgs.withColumn("position", F.row_number().over(order))
             .select(*OUTPUT_COLUMNS).orderBy("queue", "position"))
@@ -156,14 +179,15 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
     """Rebuild, write ``out/messages`` (Parquet, by queue) and one load file per
     queue (``out/QUEUE.hmqload``); returns the summary also written as JSON."""
     progress = progress or Progress("rebuild", 5)
-    point = resolve_point(spark, source.records(spark), at_lsn, at_time_ns)
-    records = events(source.records(spark, include_body=True), point)
-    progress.stage(f"point: LSN {point}; decoding {records.count()} record(s)")
+    point = resolve_point(spark, source.records(spark, columns=["lsn", "ts_ns"]), at_lsn,
+                          at_time_ns)
+    records = events(spark, source, point)
+    progress.stage(f"point: LSN {point}; decoded {records.count()} record(s) (no bodies)")
     targets = plan(spark, source, records, point, queues)
     progress.stage(f"planned {len(targets)} queue(s): " + ", ".join(
         f"{t.queue} (from LSN {t.floor_lsn}{', image %d' % t.image_id if t.image_id else ''})"
         for t in targets))
-    result = spark_rebuild(spark, records, point, targets).cache()
+    result = spark_rebuild(spark, source, records, point, targets).cache()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     result.write.mode("overwrite").partitionBy("queue").parquet(str(out / "messages"))

@@ -13,6 +13,9 @@ Options (all optional):
   extent at that LSN, which must be a record boundary (the ingest job passes
   the end LSN it reached last time). Records below it are not returned.
 * ``extents``: JSON list of first LSNs: read only these extents (ingest).
+* ``columns``: comma-separated column names: return only these (Python data
+  sources get no column pruning from Spark; a job that needs few columns
+  says so, and the JVM converts only those).
 
 Where each method runs: ``HarbormqLogDataSource.schema`` and ``reader`` and
 ``HarbormqLogReader.pushFilters`` and ``partitions`` run once per query on the
@@ -32,6 +35,7 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -46,7 +50,7 @@ from pyspark.sql.datasource import (
 
 from ..errors import ConfigError
 from .extents import ExtentPlan, ScanBounds, plan_extents
-from .rows import SPARK_DDL, read_extent
+from .rows import SCHEMA, SPARK_DDL, read_extent
 
 FORMAT = "harbormq-log"
 
@@ -63,8 +67,12 @@ class HarbormqLogDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> str:
-        return SPARK_DDL
+    def schema(self):
+        columns = _columns(self.options)
+        if columns is None:
+            return SPARK_DDL
+        from pyspark.sql.pandas.types import from_arrow_schema
+        return from_arrow_schema(pa.schema([SCHEMA.field(c) for c in columns]))
 
     def reader(self, schema) -> "HarbormqLogReader":
         return HarbormqLogReader(self.options)
@@ -76,6 +84,18 @@ def _flag(options, key: str) -> bool:
         raise ConfigError(f"option {key} must be true or false, not {value!r}",
                           msgid="HMQ7602E")
     return value == "true"
+
+
+def _columns(options) -> list[str] | None:
+    text = options.get("columns")
+    if not text:
+        return None
+    columns = [c.strip() for c in text.split(",") if c.strip()]
+    unknown = [c for c in columns if c not in SCHEMA.names]
+    if unknown:
+        raise ConfigError(f"option columns names unknown column(s) {', '.join(unknown)}; "
+                          f"the columns are {', '.join(SCHEMA.names)}", msgid="HMQ7602E")
+    return columns
 
 
 def _ns(value) -> int | None:
@@ -109,6 +129,7 @@ class HarbormqLogReader(DataSourceReader):
         except (ValueError, TypeError):
             raise ConfigError(f"option extents must be a JSON list of first LSNs, not "
                               f"{options.get('extents')!r}", msgid="HMQ7602E") from None
+        self.columns = _columns(options)
         self.bounds = ScanBounds()
         #: (lsn_min, lsn_stop, ts_min, ts_max) that only skip extents
         self.skip_bounds = ScanBounds()
@@ -161,8 +182,9 @@ class HarbormqLogReader(DataSourceReader):
     def read(self, partition: ExtentPartition):
         if partition.plan is None:
             return
-        yield from read_extent(partition.plan, self.bounds, include_body=self.include_body,
-                               resume_lsn=partition.resume_lsn)
+        for batch in read_extent(partition.plan, self.bounds, include_body=self.include_body,
+                                 resume_lsn=partition.resume_lsn):
+            yield batch if self.columns is None else batch.select(self.columns)
 
 
 def _narrow(acc: dict, col: str, f, value: int | None = None) -> bool:
