@@ -107,13 +107,11 @@ def _ns(value) -> int | None:
 
 class HarbormqLogReader(DataSourceReader):
     def __init__(self, options):
-        path = options.get("path") or options.get("paths")
+        path = options.get("path")
         if not path:
             raise ConfigError("the harbormq-log data source needs a path: "
-                              "spark.read.format('harbormq-log').load(LOG_DIR)",
-                              msgid="HMQ7602E")
-        if path.startswith("["):     # load([...]) hands the paths over as JSON
-            path = json.loads(path)
+                              "spark.read.format('harbormq-log').load(LOG_DIR) (several: "
+                              "comma separated)", msgid="HMQ7602E")
         self.path = path
         self.qm_name = options.get("qmName") or None
         self.include_body = _flag(options, "includeBody")
@@ -131,7 +129,7 @@ class HarbormqLogReader(DataSourceReader):
                               f"{options.get('extents')!r}", msgid="HMQ7602E") from None
         self.columns = _columns(options)
         self.bounds = ScanBounds()
-        #: (lsn_min, lsn_stop, ts_min, ts_max) that only skip extents
+        #: bounds from ``timestamp`` filters: they skip extents, Spark still evaluates them
         self.skip_bounds = ScanBounds()
 
     # -- driver, once per query ------------------------------------------------------
