@@ -71,3 +71,13 @@ def operator_log(home: Path, qm: str = "QM1") -> list[tuple[str, str]]:
         _stamp, msgid, text = line.split(" ", 2)
         out.append((msgid, text))
     return out
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the pipeline tests (workers run this interpreter)."""
+    from harbormq.pipeline.session import session
+    s = session("tests", "local[2]", {"spark.sql.shuffle.partitions": "4",
+                                      "spark.default.parallelism": "2"})
+    yield s
+    s.stop()

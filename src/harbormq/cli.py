@@ -404,8 +404,10 @@ def tour(workdir, seconds):
 def _attach_subcommands() -> None:
     """Commands that live beside the subsystem they drive."""
     from .admin.cli import sc, user
+    from .pipeline.cli import pipeline
     cli.add_command(sc)
     cli.add_command(user)
+    cli.add_command(pipeline)
 
 
 _attach_subcommands()

@@ -1,0 +1,165 @@
+"""``harbormq pipeline JOB ...`` and ``python -m harbormq.pipeline JOB ...``.
+
+Every Spark job takes ``--master`` (default: ``local[*]``, or what spark-submit
+chose); ``SPARK_*`` settings and ``--conf KEY=VALUE`` pass through."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import ConfigError, HarbormqError
+from ..logtools import parse_time
+
+_master = click.option("--master", default=None,
+                       help="Spark master URL (default local[*], or spark-submit's)")
+_conf = click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
+                     help="extra Spark configuration, repeatable")
+_log = click.option("--log", default=None,
+                    help="log or archive directory, extent file or glob (comma separated)")
+_lake = click.option("--lake", default=None, type=click.Path(file_okay=False),
+                     help="a log lake made by 'ingest'")
+_qm = click.option("--qm", "qm_name", default=None,
+                   help="queue manager name, when the extents hold several")
+
+
+def _session(job: str, master: str | None, confs: tuple[str, ...]):
+    from .session import session
+    conf = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--conf {item!r} is not KEY=VALUE", msgid="HMQ7602E")
+        conf[key] = value
+    return session(job, master, conf)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def pipeline():
+    """Spark jobs over the recovery log: ingest, rebuild, report, trace, load."""
+
+
+@pipeline.command()
+@_log
+@_lake
+@_qm
+@click.option("--with-bodies", is_flag=True, help="keep message bodies in the lake")
+@_master
+@_conf
+def ingest(log, lake, qm_name, with_bodies, master, confs):
+    """Append new log records to a Parquet lake (by day and record type)."""
+    from .ingest import run_ingest
+    if not log or not lake:
+        raise ConfigError("ingest needs --log and --lake", msgid="HMQ7602E")
+    spark = _session("ingest", master, confs)
+    result = run_ingest(spark, log, lake, qm_name=qm_name, with_bodies=with_bodies)
+    click.echo(json.dumps(result))
+
+
+@pipeline.command()
+@_log
+@_lake
+@_qm
+@click.option("--at-lsn", type=int, default=None, help="state after every record <= this LSN")
+@click.option("--at-time", default=None,
+              help="state after every record at or before this time (ISO 8601, UTC default)")
+@click.option("--queue", "queues", multiple=True, help="queue to rebuild (default: all)")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@_master
+@_conf
+def rebuild(log, lake, qm_name, at_lsn, at_time, queues, out, master, confs):
+    """The committed contents of queues at an LSN or a time."""
+    from .logdata import LogInput
+    from .rebuild import run_rebuild
+    source = LogInput(log, lake, qm_name)
+    if (at_lsn is None) == (at_time is None):     # before Spark starts: a usage error
+        raise ConfigError("give exactly one of --at-lsn and --at-time", msgid="HMQ7602E")
+    spark = _session("rebuild", master, confs)
+    summary = run_rebuild(spark, source, at_lsn=at_lsn, at_time_ns=parse_time(at_time),
+                          queues=list(queues) or None, out=out)
+    click.echo(json.dumps(summary))
+
+
+@pipeline.command()
+@_log
+@_lake
+@_qm
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@_master
+@_conf
+def report(log, lake, qm_name, out, master, confs):
+    """Log retention, units of work and queue activity as JSON and plots."""
+    from .logdata import LogInput
+    from .report import run_report
+    source = LogInput(log, lake, qm_name)
+    spark = _session("report", master, confs)
+    result = run_report(spark, source.records(spark), out)
+    click.echo(json.dumps({"out": str(out), "records": result["records"],
+                           "uows": result["uows"]["by_outcome"]}))
+
+
+@pipeline.command()
+@click.option("--msgid", required=True, help="message id in hex")
+@_log
+@_lake
+@_qm
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+@_master
+@_conf
+def trace(msgid, log, lake, qm_name, as_json, master, confs):
+    """The life of one message: put, gets, backouts, outcome."""
+    from .logdata import LogInput
+    from .trace import format_life, run_trace
+    source = LogInput(log, lake, qm_name)
+    spark = _session("trace", master, confs)
+    life = run_trace(spark, source.records(spark), msgid)
+    click.echo(json.dumps(life, indent=1) if as_json else format_life(life))
+
+
+@pipeline.command()
+@click.option("--qm", "qm_name", required=True, help="queue manager to load into")
+@click.option("--queue", required=True)
+@click.option("--file", "path", required=True,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("--home", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="HARBORMQ_HOME (default: the environment's)")
+def load(qm_name, queue, path, home):
+    """Put the messages of a load file (from 'rebuild') on a queue.
+
+    Opens the queue manager in this process (it must not be running elsewhere)."""
+    from .. import QueueManager
+    from .loadfile import load_file_into
+    with QueueManager.open(qm_name, home=home) as qm:
+        click.echo(json.dumps(load_file_into(qm, queue, path)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m harbormq.pipeline`` and of spark-submit."""
+    try:
+        pipeline.main(args=argv, prog_name="harbormq pipeline", standalone_mode=False)
+        return 0
+    except HarbormqError as exc:
+        print(f"{exc.msgid}: {exc.message}" + (f"\n  hint: {exc.hint}" if exc.hint else ""),
+              file=sys.stderr)
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except Exception as exc:
+        # an error raised on an executor or in planning reaches us wrapped by
+        # Spark; its operator message (HMQnnnnE: ...) is what the operator needs
+        found = _operator_message(str(exc))
+        if found is None:
+            raise
+        print(found, file=sys.stderr)
+        return 1
+
+
+def _operator_message(text: str) -> str | None:
+    match = re.search(r"harbormq\.errors\.\w+: (HMQ\d{4}[EW]: [^\n]*)", text) or \
+        re.search(r"\b\w+Error: (HMQ\d{4}[EW]: [^\n]*)", text)
+    return match.group(1) if match else None

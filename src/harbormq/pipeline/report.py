@@ -1,0 +1,204 @@
+"""The ``report`` job: log retention, units of work, queue activity.
+
+Written to OUT as ``report.json`` and PNG plots (``retention.png``,
+``uow_durations.png``, ``queue_<name>.png``), plus ``index.html`` that shows
+them together. Spark aggregates; only per-checkpoint, per-UOW-summary and
+per-bucket rows reach the driver.
+
+Queue series use time buckets: one minute, or wider so that a log spans at
+most MAX_BUCKETS of them. A message counts in the depth at the end of every
+bucket between the commit of its put and the commit of its removal; the
+oldest message age at a bucket end is that time minus the oldest put time
+among them. The log read may start after some messages were put: their
+depth is not known, so depth counts from the start of the log read.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from .session import Progress
+
+MAX_BUCKETS = 240
+TOP_UOWS = 10
+NS_MIN = 60 * 1_000_000_000
+
+
+def run_report(spark, records, out: Path, progress: Progress | None = None) -> dict:
+    from pyspark.sql import functions as F
+    progress = progress or Progress("report", 5)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = records.drop("body", "image_messages").cache()
+    span = records.agg(F.min("ts_ns"), F.max("ts_ns"), F.min("lsn"), F.count("*")).first()
+    t0, t1, first_lsn, total = span
+    report = {"records": total, "first_ts_ns": t0, "last_ts_ns": t1, "first_lsn": first_lsn}
+
+    # (a) log retention at each checkpoint
+    extents = sorted(r[0] for r in records.select(
+        (F.col("lsn") - F.col("offset") + 4096).alias("first")).distinct().collect())
+    cps = [r.asDict() for r in records.filter("type = 'CHECKPOINT_END'")
+           .select("lsn", "ts_ns", "restart_lsn").orderBy("lsn").collect()]
+    for c in cps:
+        c["log_bytes_needed"] = c["lsn"] - c["restart_lsn"]
+        c["restart_extent_first_lsn"] = max((f for f in extents if f <= c["restart_lsn"]),
+                                            default=None)
+    report["retention"] = cps
+    progress.stage(f"retention: {len(cps)} checkpoint(s)")
+
+    # (b) units of work
+    uow = (records.filter("uow_id > 0 AND NOT auto_commit")
+           .groupBy("uow_id")
+           .agg(F.min("ts_ns").alias("first_ns"), F.max("ts_ns").alias("last_ns"),
+                F.max(F.when(F.col("type") == "UOW_BEGIN", 1).otherwise(0)).alias("begun"),
+                F.max(F.when(F.col("type") == "UOW_COMMIT", 1).otherwise(0)).alias("committed"),
+                F.max(F.when(F.col("type") == "UOW_BACKOUT", 1).otherwise(0)).alias("backed_out"),
+                F.max(F.when(F.col("type") == "UOW_PREPARE", 1).otherwise(0)).alias("prepared"),
+                F.sum(F.when(F.col("type").isin("MSG_PUT", "MSG_GET"), 1).otherwise(0))
+                .alias("operations"))
+           .withColumn("duration_ms", (F.col("last_ns") - F.col("first_ns")) / 1e6)
+           .withColumn("outcome", F.when(F.col("committed") == 1, "committed")
+                       .when(F.col("backed_out") == 1, "backed out")
+                       .when(F.col("prepared") == 1, "in doubt").otherwise("in flight"))).cache()
+    ended = uow.filter("outcome IN ('committed', 'backed out') AND begun = 1")
+    quantiles = ended.approxQuantile("duration_ms", [0.5, 0.9, 0.99, 1.0], 0.001) \
+        if ended.first() is not None else []
+    hist_rows = (ended.withColumn("b", F.floor(F.log10(F.greatest(F.col("duration_ms"),
+                                                                     F.lit(0.001)))))
+                 .groupBy("b").count().orderBy("b").collect())
+    report["uows"] = {
+        "by_outcome": {r["outcome"]: r["count"] for r in uow.groupBy("outcome").count()
+                       .collect()},
+        "duration_ms_quantiles": dict(zip(["p50", "p90", "p99", "max"], quantiles,
+                                          strict=False)),
+        "duration_ms_histogram_log10": {int(r["b"]): r["count"] for r in hist_rows},
+        "longest": [r.asDict() for r in ended.orderBy(F.desc("duration_ms"))
+                    .select("uow_id", "duration_ms", "outcome", "operations")
+                    .limit(TOP_UOWS).collect()],
+        "in_doubt_at_end": [r[0] for r in uow.filter("outcome = 'in doubt'")
+                            .select("uow_id").orderBy("uow_id").collect()],
+        "in_flight_at_end": [r[0] for r in uow.filter("outcome = 'in flight'")
+                             .select("uow_id").orderBy("uow_id").collect()],
+    }
+    uow.unpersist()
+    progress.stage(f"units of work: {report['uows']['by_outcome']}")
+
+    # (c) queues
+    width = max(NS_MIN, -(-(t1 - t0 + 1) // MAX_BUCKETS // NS_MIN) * NS_MIN)
+    report["bucket_seconds"] = width / 1e9
+    report["queues"] = _queue_series(records, t0, width)
+    progress.stage(f"queues: {len(report['queues'])}")
+    records.unpersist()
+    _plots(report, out)
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    progress.stage(f"wrote {out / 'report.json'}, plots and index.html")
+    return report
+
+
+def _queue_series(records, t0: int, width: int) -> dict:
+    from pyspark.sql import functions as F
+    commits = records.filter("type = 'UOW_COMMIT'").select(
+        "uow_id", F.col("ts_ns").alias("commit_ns"))
+    ops = (records.filter("type IN ('MSG_PUT', 'MSG_GET', 'MSG_EXPIRE')")
+           .join(commits, "uow_id", "left")
+           .withColumn("effect_ns", F.when(F.col("auto_commit"), F.col("ts_ns"))
+                       .otherwise(F.col("commit_ns")))
+           .filter("effect_ns IS NOT NULL")
+           .withColumn("bucket", F.floor((F.col("effect_ns") - t0) / width)))
+    rates = (ops.groupBy("object", "bucket", "type").count().collect())
+    puts = ops.filter("type = 'MSG_PUT'").select(
+        "object", "object_id", "priority", "seq", "put_time_ns", F.col("bucket").alias("pb"))
+    gone = ops.filter("type != 'MSG_PUT'").select(
+        "object_id", "priority", "seq", F.col("bucket").alias("rb"))
+    last = F.lit((records.agg(F.max("ts_ns")).first()[0] - t0) // width + 1)
+    alive = (puts.join(gone, ["object_id", "priority", "seq"], "left")
+             .withColumn("rb", F.coalesce("rb", last))
+             .filter("rb > pb")
+             .withColumn("bucket", F.explode(F.sequence("pb", F.col("rb") - 1)))
+             .groupBy("object", "bucket")
+             .agg(F.count("*").alias("depth"), F.min("put_time_ns").alias("oldest_put_ns"))
+             .collect())
+    out: dict[str, dict] = {}
+
+    def series(q):
+        return out.setdefault(q, {"bucket_start_ns": {}, "puts": {}, "gets": {}, "depth": {},
+                                  "oldest_age_s": {}})
+    for r in rates:
+        s = series(r["object"])
+        key = "puts" if r["type"] == "MSG_PUT" else "gets"
+        s[key][int(r["bucket"])] = s[key].get(int(r["bucket"]), 0) + r["count"]
+    for r in alive:
+        s = series(r["object"])
+        b = int(r["bucket"])
+        s["depth"][b] = r["depth"]
+        s["oldest_age_s"][b] = (t0 + (b + 1) * width - r["oldest_put_ns"]) / 1e9
+    for s in out.values():
+        buckets = sorted(set(s["puts"]) | set(s["gets"]) | set(s["depth"]))
+        s["buckets"] = buckets
+        s["bucket_start_ns"] = [t0 + b * width for b in buckets]
+        per_min = width / NS_MIN
+        s["puts_per_minute"] = [s["puts"].get(b, 0) / per_min for b in buckets]
+        s["gets_per_minute"] = [s["gets"].get(b, 0) / per_min for b in buckets]
+        s["depth"] = [s["depth"].get(b, 0) for b in buckets]
+        s["oldest_age_s"] = [s["oldest_age_s"].get(b) for b in buckets]
+        del s["puts"], s["gets"]
+    return out
+
+
+def _plots(report: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    cps = report["retention"]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.plot([c["lsn"] for c in cps], [c["log_bytes_needed"] / 1e6 for c in cps], marker=".")
+    ax.set_xlabel("checkpoint LSN")
+    ax.set_ylabel("log needed for restart (MB)")
+    ax.set_title("Log retention at each checkpoint")
+    fig.tight_layout()
+    fig.savefig(out / "retention.png")
+    plt.close(fig)
+    files.append(("Log retention", "retention.png"))
+
+    hist = report["uows"]["duration_ms_histogram_log10"]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.bar([f"1e{b} ms" for b in hist], list(hist.values()))
+    ax.set_ylabel("units of work")
+    ax.set_title("Unit of work durations (ended ones, log10 buckets)")
+    fig.tight_layout()
+    fig.savefig(out / "uow_durations.png")
+    plt.close(fig)
+    files.append(("Unit of work durations", "uow_durations.png"))
+
+    for name, s in sorted(report["queues"].items()):
+        minutes = [(t - report["first_ts_ns"]) / 60e9 for t in s["bucket_start_ns"]]
+        fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+        axes[0].plot(minutes, s["puts_per_minute"], label="puts/min")
+        axes[0].plot(minutes, s["gets_per_minute"], label="gets/min")
+        axes[0].legend()
+        axes[1].plot(minutes, s["depth"])
+        axes[1].set_ylabel("depth")
+        axes[2].plot(minutes, [a if a is not None else float("nan") for a in s["oldest_age_s"]])
+        axes[2].set_ylabel("oldest age (s)")
+        axes[2].set_xlabel("minutes since the start of the log read")
+        axes[0].set_title(f"Queue {name}")
+        fig.tight_layout()
+        fname = f"queue_{_safe(name)}.png"
+        fig.savefig(out / fname)
+        plt.close(fig)
+        files.append((f"Queue {name}", fname))
+    u = report["uows"]
+    body = "".join(f"<h2>{html.escape(t)}</h2><img src='{f}'>" for t, f in files)
+    summary = html.escape(json.dumps({"records": report["records"], "uows": u["by_outcome"],
+                                      "in_doubt_at_end": u["in_doubt_at_end"]}, indent=1))
+    (out / "index.html").write_text(
+        f"<!doctype html><meta charset='utf-8'><title>harbormq log report</title>"
+        f"<h1>harbormq log report</h1><pre>{summary}</pre>{body}\n")
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)

@@ -1,0 +1,65 @@
+"""The SparkSession every pipeline job uses, and progress lines for long jobs."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+#: shuffle partitions for local masters (the default 200 is for clusters)
+LOCAL_SHUFFLE_PARTITIONS = 8
+
+
+def session(app: str, master: str | None = None, conf: dict | None = None):
+    """A SparkSession with the harbormq-log data source registered.
+
+    ``master``: None keeps what spark-submit or SPARK_* settings chose, else
+    ``local[*]``. Python workers run this interpreter (PYSPARK_PYTHON and
+    PYSPARK_DRIVER_PYTHON = sys.executable), so they import the same harbormq."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from .source import HarbormqLogDataSource
+
+    builder = SparkSession.builder.appName(f"harbormq-{app}")
+    # under spark-submit the JVM started us and chose the master already
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    chosen = master or (None if submitted else "local[*]")
+    if chosen:
+        builder = builder.master(chosen)
+    builder = (builder.config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")   # Progress lines instead
+               .config("spark.sql.python.filterPushdown.enabled", "true")
+               .config("spark.sql.session.timeZone", "UTC"))
+    if not submitted:
+        # executors started from here run this interpreter too; under spark-submit
+        # the cluster's own setting (--conf spark.pyspark.python) is kept
+        builder = (builder.config("spark.pyspark.python", sys.executable)
+                   .config("spark.pyspark.driver.python", sys.executable))
+    if (chosen or "").startswith("local"):
+        builder = builder.config("spark.sql.shuffle.partitions", str(LOCAL_SHUFFLE_PARTITIONS))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(HarbormqLogDataSource)
+    return spark
+
+
+class Progress:
+    """Per-stage progress lines on stderr: '[harbormq rebuild] 2/5 decode ... 3.1 s'."""
+
+    def __init__(self, job: str, stages: int, out=None):
+        self.job = job
+        self.stages = stages
+        self.done = 0
+        self.out = out or sys.stderr
+        self.t0 = self.t = time.monotonic()
+
+    def stage(self, what: str) -> None:
+        now = time.monotonic()
+        self.done += 1
+        print(f"[harbormq {self.job}] {self.done}/{self.stages} {what} "
+              f"(+{now - self.t:.1f} s, {now - self.t0:.1f} s total)", file=self.out, flush=True)
+        self.t = now
