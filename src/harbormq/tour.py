@@ -1,7 +1,7 @@
 """The end-to-end tour (the README's main job).
 
-1. Create queue manager TOUR (circular log of small extents, so the tour also
-   shows extents being switched and reused) under a temporary HARBORMQ_HOME.
+1. Create queue manager TOUR (a linear log of small extents, so the tour also
+   shows extents being switched) under a temporary HARBORMQ_HOME.
 2. Run a concurrent persistent workload in a child process: producers put in
    units of work and outside them, consumers get under syncpoint and commit;
    every acknowledged operation is journaled by the child *after* it returns.
@@ -10,11 +10,17 @@
 5. Verify against the journal: every acknowledged persistent message that was
    not consumed by an acknowledged get is there exactly once, nothing that was
    never committed is, and each producer's messages are still in order.
+6. Start the queue manager as a server: STOMP sends with receipts, deliveries
+   awaiting acknowledgement, MQSC status.
+7. The Spark pipeline rebuilds the queues from the log alone and must agree
+   with the queue manager; then the log report (JSON and plots).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import datetime
 import json
 import os
 import random
@@ -162,10 +168,11 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
     con.print(f"HARBORMQ_HOME={home}")
     if (home / "qmgrs" / name).exists():
         qmgr.delete(name, home=home)
-    qmgr.create(name, home=home, log_type="circular", log_file_pages=256, log_primary=3,
+    # a linear log keeps the whole history, which the Spark pipeline (step 7)
+    # rebuilds the queues from
+    qmgr.create(name, home=home, log_type="linear", log_file_pages=256, log_primary=3,
                 log_secondary=2, checkpoint_records=2000, port=0)
-    con.print(f"1. created queue manager {name}: circular log, 3 primary + 2 secondary extents "
-              "of 1 MiB")
+    con.print(f"1. created queue manager {name}: linear log in extents of 1 MiB")
 
     journal = home / "journal.jsonl"
     child = subprocess.Popen(
@@ -219,7 +226,54 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
               "once, nothing uncommitted is visible, order is kept.")
     if server_step(con, name, home) != 0:
         return 1
-    return 0
+    return pipeline_step(con, name, home, contents)
+
+
+def pipeline_step(con, name: str, home: Path, engine_contents: dict[str, list[str]]) -> int:
+    """7. The Spark pipeline: rebuild the tour's queues from the log alone and
+    compare with what the queue manager holds; then the log report."""
+    from .config import QMConfig
+    from .pipeline.loadfile import read_load_file
+
+    log_dir = QMConfig.load(name, home).log_dir
+    out = home / "pipeline"
+    harbormq = [sys.executable, "-m", "harbormq", "pipeline"]
+    env = dict(os.environ, HARBORMQ_HOME=str(home))
+    con.print(f"7. Spark pipeline (local[*]) over {log_dir}:")
+    queue_args = [arg for q in QUEUES for arg in ("--queue", q)]
+    t0 = time.monotonic()
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+    rebuilt = subprocess.run(harbormq + ["rebuild", "--log", str(log_dir), "--at-time", now,
+                                         "--out", str(out / "rebuild"), *queue_args],
+                             env=env, capture_output=True, text=True)
+    if rebuilt.returncode != 0:
+        con.print(f"   [bold red]FAIL[/] rebuild: {rebuilt.stderr[-2000:]}")
+        return 1
+    summary = json.loads((out / "rebuild" / "rebuild.json").read_text())
+    problems = []
+    for q in QUEUES:
+        _header, messages = read_load_file(out / "rebuild" / summary["queues"][q]["load_file"])
+        bodies = [base64.b64decode(m["body"]).decode() for m in messages]
+        same = bodies == engine_contents[q]
+        if not same:
+            problems.append(f"{q}: rebuilt {len(bodies)} messages, the queue manager holds "
+                            f"{len(engine_contents[q])}")
+        con.print(f"   rebuild of {q} at LSN {summary['at_lsn']}: {len(bodies)} messages, "
+                  + ("the same, in the same order, as the queue manager's" if same
+                     else "DIFFERENT from the queue manager's"))
+    con.print(f"   ({time.monotonic() - t0:.1f} s; Parquet and load files in {out / 'rebuild'})")
+    reported = subprocess.run(harbormq + ["report", "--log", str(log_dir), "--out",
+                                          str(out / "report")],
+                              env=env, capture_output=True, text=True)
+    if reported.returncode != 0:
+        problems.append(f"report failed: {reported.stderr[-2000:]}")
+    else:
+        files = sorted(p.name for p in (out / "report").iterdir())
+        con.print(f"   report (log retention, units of work, queues): {out / 'report'} "
+                  f"({', '.join(files)})")
+    for p in problems:
+        con.print(f"   [bold red]FAIL[/] {p}")
+    return 1 if problems else 0
 
 
 def server_step(con, name: str, home: Path) -> int:
