@@ -5,8 +5,9 @@ Written to OUT as ``report.json`` and PNG plots (``retention.png``,
 them together. Spark aggregates; only per-checkpoint, per-UOW-summary and
 per-bucket rows reach the driver.
 
-Queue series use time buckets: one minute, or wider so that a log spans at
-most MAX_BUCKETS of them. A message counts in the depth at the end of every
+Queue series use time buckets: the narrowest of 1 s, 5 s, 15 s, one minute
+or a multiple of minutes such that a log spans at most MAX_BUCKETS of them
+(rates are always given per minute). A message counts in the depth at the end of every
 bucket between the commit of its put and the commit of its removal; the
 oldest message age at a bucket end is that time minus the oldest put time
 among them. The log read may start after some messages were put: their
@@ -24,6 +25,14 @@ from .session import Progress
 MAX_BUCKETS = 240
 TOP_UOWS = 10
 NS_MIN = 60 * 1_000_000_000
+
+
+def bucket_width(span_ns: int) -> int:
+    """The narrowest bucket (ns) that cuts ``span_ns`` into at most MAX_BUCKETS."""
+    for seconds in (1, 5, 15, 60):
+        if span_ns <= MAX_BUCKETS * seconds * 1_000_000_000:
+            return seconds * 1_000_000_000
+    return -(-span_ns // MAX_BUCKETS // NS_MIN) * NS_MIN
 
 
 def run_report(spark, records, out: Path, progress: Progress | None = None) -> dict:
@@ -86,7 +95,7 @@ def run_report(spark, records, out: Path, progress: Progress | None = None) -> d
     progress.stage(f"units of work: {report['uows']['by_outcome']}")
 
     # (c) queues
-    width = max(NS_MIN, -(-(t1 - t0 + 1) // MAX_BUCKETS // NS_MIN) * NS_MIN)
+    width = bucket_width(t1 - t0 + 1)
     report["bucket_seconds"] = width / 1e9
     report["queues"] = _queue_series(records, t0, width)
     progress.stage(f"queues: {len(report['queues'])}")
@@ -177,12 +186,13 @@ def _plots(report: dict, out: Path) -> None:
     for name, s in sorted(report["queues"].items()):
         minutes = [(t - report["first_ts_ns"]) / 60e9 for t in s["bucket_start_ns"]]
         fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
-        axes[0].plot(minutes, s["puts_per_minute"], label="puts/min")
-        axes[0].plot(minutes, s["gets_per_minute"], label="gets/min")
+        axes[0].plot(minutes, s["puts_per_minute"], label="puts/min", marker=".")
+        axes[0].plot(minutes, s["gets_per_minute"], label="gets/min", marker=".")
         axes[0].legend()
-        axes[1].plot(minutes, s["depth"])
+        axes[1].plot(minutes, s["depth"], marker=".")
         axes[1].set_ylabel("depth")
-        axes[2].plot(minutes, [a if a is not None else float("nan") for a in s["oldest_age_s"]])
+        axes[2].plot(minutes, [a if a is not None else float("nan") for a in s["oldest_age_s"]],
+                     marker=".")
         axes[2].set_ylabel("oldest age (s)")
         axes[2].set_xlabel("minutes since the start of the log read")
         axes[0].set_title(f"Queue {name}")
