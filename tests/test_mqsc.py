@@ -671,3 +671,16 @@ def test_user_add_and_delete(make_qm, home):
 def test_command_objects_are_plain_data():
     cmd = Command("DISPLAY", "QLOCAL", "Q1", flags=["ALL", "CURDEPTH"])
     assert cmd.requested == ["CURDEPTH"]
+
+
+def test_authrec_for_an_unknown_principal_warns_and_suggests_the_quoted_name(qm):
+    security = Security.for_config(qm.config)
+    security.users.add("alice", "secret-1")
+    out = ok(qm, "SET AUTHREC PROFILE(Q1) OBJTYPE(QUEUE) PRINCIPAL(alice) AUTHADD(PUT)",
+             security=security)
+    assert "HMQ8866W" in out and "PRINCIPAL('alice')" in out
+    assert not security.authorities.check("alice", [], "QUEUE", "Q1", "PUT")
+    out = ok(qm, "SET AUTHREC PROFILE(Q1) OBJTYPE(QUEUE) PRINCIPAL('alice') AUTHADD(PUT)",
+             security=security)
+    assert "HMQ8866W" not in out
+    assert security.authorities.check("alice", [], "QUEUE", "Q1", "PUT")

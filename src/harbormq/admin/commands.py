@@ -409,7 +409,17 @@ class Executor:
             raise MqscError("SET AUTHREC needs AUTHADD(...) or AUTHRMV(...)")
         store.set(**target, add=cmd.attrs.get("AUTHADD", ()),
                   remove=cmd.attrs.get("AUTHRMV", ()))
-        return [mqsc.format_message("HMQ8862I", "harbormq authority record set.")]
+        out = [mqsc.format_message("HMQ8862I", "harbormq authority record set.")]
+        principal = target.get("principal")
+        if principal and not self.security.users.exists(principal):
+            # MQSC folds unquoted values to upper case; user names keep their case
+            hint = next((u for u in self.security.users.names()
+                         if u.upper() == principal.upper()), None)
+            out.append(mqsc.format_message(
+                "HMQ8866W", f"principal {principal} is not a harbormq user" +
+                (f"; did you mean PRINCIPAL('{hint}')? Unquoted names are folded to upper "
+                 "case" if hint else "; the record applies once a user of that name exists")))
+        return out
 
     def delete_authrec(self, cmd: Command) -> list[str]:
         store = self._authority_store()
