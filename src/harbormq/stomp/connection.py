@@ -875,9 +875,9 @@ class StompConnection(asyncio.Protocol):
         self._closing = True
         self._disconnecting = True
         self._release_everything()
-        if "receipt" in frame.headers:
-            self._held.append((None, self._frame("RECEIPT",
-                                                     {"receipt-id": frame.headers["receipt"]})))
+        # behind every frame still held; _release_held closes once they are gone
+        self._held.append((None, receipt_frame(frame.headers["receipt"], self.version)
+                           if "receipt" in frame.headers else None))
         self._release_held()
         return None
 
