@@ -70,3 +70,37 @@ def test_trace_of_a_message_never_committed_or_got():
     assert life["final"] == "never on a queue (put in doubt at the end of the log)"
     life = describe_life("01", [rec(10, "MSG_PUT"), rec(20, "MSG_EXPIRE")], {})
     assert life["final"] == "expired on Q at LSN 20"
+
+
+def test_load_into_a_running_queue_manager_while_it_serves(tmp_path):
+    """`harbormq pipeline load` hands the file to a running queue manager (its
+    admin socket); it keeps serving STOMP clients meanwhile, and the messages
+    come back in the file's order with their ids and descriptors."""
+    from stomp_helpers import QMServer, RawStomp
+
+    rows = [dict(ROW, msg_id=i.to_bytes(4, "big"), priority=i % 3, body=b"m%d" % i)
+            for i in range(1, 1201)]
+    rows.append(dict(ROW, msg_id=b"\xee" * 4, expiry_ns=1))     # expired long ago
+    path = tmp_path / "Q.hmqload"
+    write_load_file(path, "RESTORED.Q", 7, rows)
+    server = QMServer(tmp_path / "home").create().start()
+    try:
+        busy = RawStomp(server.port)
+        busy.connect()
+        busy.call("SEND", {"destination": "/queue/OTHER.Q", "persistent": "true"}, b"x")
+        server.sc("DEFINE QLOCAL(RESTORED.Q) DEFPSIST(YES) MAXDEPTH(10000)")
+        out = server.cli("pipeline", "load", "--qm", server.name, "--queue", "RESTORED.Q",
+                         "--file", str(path))
+        assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+            "queue": "RESTORED.Q", "loaded": 1200, "expired_skipped": 1}
+        busy.call("SEND", {"destination": "/queue/OTHER.Q", "persistent": "true"}, b"y")
+        busy.call("SUBSCRIBE", {"destination": "/queue/RESTORED.Q", "id": "1",
+                                "ack": "auto", "prefetch-count": "1000"})
+        got = busy.messages(1200)
+        expected = sorted(rows[:-1], key=lambda r: -r["priority"])      # stable: file order
+        assert [m["message-id"] for m in got] == [r["msg_id"].hex() for r in expected]
+        assert [m.body for m in got] == [r["body"] for r in expected]
+        assert got[0]["reply-to"] == "R" and got[0]["content-type"] == "F"
+        busy.close()
+    finally:
+        server.stop()

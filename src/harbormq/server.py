@@ -14,6 +14,8 @@ The admin protocol is one JSON object per line:
                                              -> {"progress": {...}} lines, then
                                                 {"ok": true, "results": [...]}
     {"cmd": "log_need"}                      -> {"ok": true, "log_need": {...}}
+    {"cmd": "load", "queue": "Q", "path": "/x/Q.hmqload"}
+                                             -> {"ok": true, "result": {"loaded": n, ...}}
 
 SIGTERM asks for a controlled stop, SIGINT for an immediate one. A stop first
 closes the STOMP listeners and connections (their unfinished units of work are
@@ -27,6 +29,7 @@ import json
 import os
 import signal
 import sys
+from pathlib import Path
 
 from . import media
 from .config import QMConfig
@@ -80,6 +83,17 @@ class QueueManagerServer:
                             self.running.core, req, self.security,
                             qm_info={"started_ns": self.running.core.started_ns,
                                      "connauth": self.config.stomp.connauth})
+                    elif cmd == "load":
+                        from .pipeline.loadfile import load_into_core
+                        if not req.get("queue") or not req.get("path"):
+                            raise ValueError("load needs 'queue' and 'path'")
+                        try:
+                            result = await load_into_core(self.running.core, str(req["queue"]),
+                                                          Path(req["path"]))
+                        except OSError as exc:
+                            raise ValueError(f"cannot read load file {req['path']}: "
+                                             f"{exc.strerror or exc}") from None
+                        reply = {"ok": True, "result": result}
                     elif cmd in media.ADMIN_COMMANDS:
                         reply = await media.admin_command(
                             self.running.core, req,

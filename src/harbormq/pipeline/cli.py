@@ -130,9 +130,19 @@ def trace(msgid, log, lake, qm_name, as_json, master, confs):
 def load(qm_name, queue, path, home):
     """Put the messages of a load file (from 'rebuild') on a queue.
 
-    Opens the queue manager in this process (it must not be running elsewhere)."""
+    A running queue manager loads it itself (its admin socket; it keeps serving
+    meanwhile); a stopped one is opened in this process for the load."""
     from .. import QueueManager
+    from ..cli import admin_request
+    from ..config import QMConfig
+    from ..qmgr import running_pid
     from .loadfile import load_file_into
+    config = QMConfig.load(qm_name, home)
+    if running_pid(config) is not None:
+        reply = admin_request(config, {"cmd": "load", "queue": queue,
+                                       "path": str(path.resolve())}, timeout=3600)
+        click.echo(json.dumps(reply["result"]))
+        return
     with QueueManager.open(qm_name, home=home) as qm:
         click.echo(json.dumps(load_file_into(qm, queue, path)))
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import HarbormqError
+from ..log.records import Message
 
 FORMAT = "harbormq-load"
 VERSION = 1
@@ -105,38 +106,48 @@ def read_load_file(path: Path):
     return header, messages()
 
 
-def load_file_into(qm, queue: str, path: Path, *, batch: int = LOAD_BATCH) -> dict:
-    """Put the messages of a load file on ``queue`` of the open QueueManager ``qm``
-    (harbormq.QueueManager), ``batch`` messages per unit of work.
+def _message(m: dict, now_ns: int) -> Message | None:
+    """The Message a load-file line puts back (None: it has expired since)."""
+    if m["expiry_ns"] and m["expiry_ns"] <= now_ns:
+        return None
+    return Message(body=base64.b64decode(m["body"]), msg_id=bytes.fromhex(m["msg_id"]),
+                   correl_id=bytes.fromhex(m["correl_id"]), priority=m["priority"],
+                   persistent=m["persistent"], expiry_ns=m["expiry_ns"],
+                   reply_to=m["reply_to"], format=m["format"], properties=m["properties"])
 
-    The queue manager keeps running meanwhile; each batch commits on its own, so
-    an interrupted load leaves a prefix of the file, in order, on the queue."""
+
+async def load_into_core(core, queue: str, path: Path, *, batch: int = LOAD_BATCH) -> dict:
+    """Put the messages of a load file on ``queue`` of a running core, ``batch``
+    messages per unit of work (run on its loop: the admin command ``load``).
+
+    The queue manager keeps serving meanwhile: each batch commits on its own and
+    yields to the loop, so an interrupted load leaves a prefix of the file, in
+    order, on the queue."""
     _header, messages = read_load_file(path)
     loaded = expired = 0
     uow = None
     try:
         for m in messages:
-            expiry = None
-            if m["expiry_ns"]:
-                left = (m["expiry_ns"] - time.time_ns()) / 1e9
-                if left <= 0:
-                    expired += 1
-                    continue
-                expiry = left
+            msg = _message(m, time.time_ns())
+            if msg is None:
+                expired += 1
+                continue
             if uow is None:
-                uow = qm.begin(owner="harbormq-load")
-            uow.put(queue, base64.b64decode(m["body"]), persistent=m["persistent"],
-                    priority=m["priority"], msg_id=bytes.fromhex(m["msg_id"]),
-                    correl_id=bytes.fromhex(m["correl_id"]), expiry=expiry,
-                    reply_to=m["reply_to"], format=m["format"], properties=m["properties"])
+                uow = core.begin(owner="harbormq-load")
+            core.put_nowait(queue, msg, uow)
             loaded += 1
             if loaded % batch == 0:
-                uow.commit()
+                await core.commit(uow)
                 uow = None
         if uow is not None:
-            uow.commit()
+            await core.commit(uow)
             uow = None
     finally:
         if uow is not None:
-            uow.backout()
+            await core.backout(uow)
     return {"queue": queue, "loaded": loaded, "expired_skipped": expired}
+
+
+def load_file_into(qm, queue: str, path: Path, *, batch: int = LOAD_BATCH) -> dict:
+    """The same for an open harbormq.QueueManager (a queue manager in this process)."""
+    return qm._call(load_into_core(qm.core, queue, path, batch=batch))
