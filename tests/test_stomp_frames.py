@@ -396,14 +396,7 @@ def assert_error_then_closed(conn: RawStomp, fragment: str = "") -> RawStomp:
     return errors[0]
 
 
-def _corpus_params():
-    for name in sorted(MANIFEST):
-        reason = MANIFEST[name].get("xfail")
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        yield pytest.param(name, marks=marks, id=name)
-
-
-@pytest.mark.parametrize("name", list(_corpus_params()))
+@pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_corpus_frame_against_server(fuzz_server, healthy, name):
     spec = MANIFEST[name]
     data = (CORPUS / f"{name}.frame").read_bytes()
