@@ -14,6 +14,8 @@ from harbormq import QueueManager, qmgr
 def pytest_addoption(parser):
     parser.addoption("--crash-runs", type=int, default=None,
                      help="random-SIGKILL crash runs (default: the CI count)")
+    parser.addoption("--power-cuts", type=int, default=None,
+                     help="power cuts per log type in tests/test_power_cut.py (default 100)")
 
 
 @pytest.fixture

@@ -55,8 +55,11 @@ class QMServer:
     """One queue manager, created with ``--port 0`` and run as
     ``python -m harbormq start QM --foreground`` (its pid is the server's)."""
 
-    def __init__(self, home: Path, name: str = "QS"):
+    def __init__(self, home: Path, name: str = "QS", console_dir: Path | None = None):
         self.home = Path(home)
+        #: where each start's console output goes (the power-cut harness keeps it
+        #: off the file system it cuts)
+        self.console_dir = Path(console_dir) if console_dir else self.home
         self.name = name
         self.env = child_env(self.home)
         self.proc: subprocess.Popen | None = None
@@ -74,7 +77,7 @@ class QMServer:
 
     @property
     def console_path(self) -> Path:
-        return self.home / f"{self.name}.console.{self.starts}.log"
+        return self.console_dir / f"{self.name}.console.{self.starts}.log"
 
     def cli(self, *args, input: str | None = None, check: bool = True,
             timeout: float = 120) -> subprocess.CompletedProcess:

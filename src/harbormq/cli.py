@@ -18,6 +18,7 @@ from rich.table import Table
 
 from .config import QMConfig, harbormq_home
 from .errors import HarbormqError, QueueManagerNotRunning, QueueManagerRunning
+from .fsutil import make_dirs
 
 console = Console(stderr=False, highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -153,7 +154,7 @@ def start(qm, foreground):
         server = QueueManagerServer(config, console=console,
                                     progress=make_progress_callback(console))
         sys.exit(run_event_loop(server.run()))
-    config.errors_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(config.errors_dir)
     out_path = config.errors_dir / "console.log"
     with open(out_path, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "harbormq.server", qm],

@@ -60,6 +60,7 @@ from pathlib import Path
 import tomli_w
 
 from .errors import ConfigError, QueueManagerNotFound
+from .fsutil import atomic_write, make_dirs
 from .log.manager import LogSettings
 
 
@@ -205,8 +206,8 @@ class QMConfig:
                 "stomp": dict(vars(self.stomp))}
 
     def save(self) -> None:
-        self.qm_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(tomli_w.dumps(self.to_toml()))
+        make_dirs(self.qm_dir)
+        atomic_write(self.config_path, tomli_w.dumps(self.to_toml()).encode())
 
     @classmethod
     def load(cls, name: str, home: Path | None = None) -> "QMConfig":

@@ -1,10 +1,25 @@
-"""Publishing files durably, litestream style: write ``*.tmp``, fsync, rename,
-fsync the directory. Stale ``*.tmp`` files are swept at start."""
+"""Making names and files durable. A power cut keeps file data only where it
+was fsynced, and keeps a directory entry (a name created, renamed or removed)
+only once that directory was fsynced. Every path harbormq creates, moves or
+removes goes through these helpers, so nothing depends on a name the disk may
+not have:
+
+* ``make_dirs``: ``mkdir -p`` that fsyncs the parent of every directory it made;
+* ``atomic_write``: litestream's publish: write ``*.tmp``, fsync, rename,
+  fsync the directory (stale ``*.tmp`` files are swept at start);
+* ``rename_durably``, ``remove_tree``: the move or removal, then the fsync of
+  the directories whose entries changed.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
+
+#: everything under a queue manager's directories is private to its owner
+DIR_MODE = 0o700
+FILE_MODE = 0o600
 
 
 def fsync_dir(path: Path) -> None:
@@ -15,11 +30,53 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new
-    file, never a mixture."""
+def make_dirs(path: Path, mode: int = DIR_MODE) -> list[Path]:
+    """Create ``path`` and any missing parents, each made durable in its parent
+    before the next is created beneath it. Returns the directories created."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    created = []
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=mode)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue
+        fsync_dir(d.parent)
+        created.append(d)
+    return created
+
+
+def rename_durably(src: Path, dst: Path) -> None:
+    """``src.rename(dst)``, durable in both directories once this returns."""
+    os.rename(src, dst)
+    fsync_dir(Path(dst).parent)
+    if Path(src).parent != Path(dst).parent:
+        fsync_dir(Path(src).parent)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a directory tree (if there) and make its removal durable."""
+    path = Path(path)
+    if not path.exists():
+        return
+    shutil.rmtree(path, ignore_errors=True)
+    if path.parent.is_dir():
+        fsync_dir(path.parent)
+
+
+def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` so that a crash or a power cut leaves the
+    old or the new file, never a mixture, and the new one once this returns."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)
         while view:

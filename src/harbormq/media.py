@@ -56,7 +56,7 @@ from .errors import (
     StoreDamaged,
     UnknownObject,
 )
-from .fsutil import fsync_dir
+from .fsutil import fsync_dir, rename_durably
 from .log.manager import RecoveryLog
 from .log.reader import ExtentReader
 from .log.records import (
@@ -630,7 +630,7 @@ def replace_dir(new: Path, final: Path, *, keep_old: bool) -> None:
         if keep_old:
             set_aside(final)
         else:
-            final.rename(aside)
+            rename_durably(final, aside)
     crash_point("media.mid_swap")
     new.rename(final)
     fsync_dir(final.parent)
@@ -778,8 +778,7 @@ def set_aside(path: Path) -> Path:
     n = 1
     while (aside := path.with_name(f"{path.name}{DAMAGED}{n}")).exists():
         n += 1
-    path.rename(aside)
-    fsync_dir(path.parent)
+    rename_durably(path, aside)
     return aside
 
 

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from .fsutil import fsync_dir, make_dirs
+
 FILES = ("HMQERR01.LOG", "HMQERR02.LOG", "HMQERR03.LOG")
 
 
@@ -24,7 +26,7 @@ class OperatorLog:
         self.listeners: list[Callable[[str, str], None]] = []
         self.entries: list[tuple[str, str]] = []   # this process's entries, newest last
         if self.dir:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.dir)
 
     def emit(self, msgid: str, text: str) -> None:
         self.entries.append((msgid, text))
@@ -34,10 +36,14 @@ class OperatorLog:
             line = f"{stamp} {msgid} {' '.join(text.split())}\n"
             path = self.dir / FILES[0]
             try:
-                if path.exists() and path.stat().st_size + len(line) > self.max_bytes:
+                rotated = path.exists() and path.stat().st_size + len(line) > self.max_bytes
+                if rotated:
                     self._rotate()
+                new = rotated or not path.exists()
                 with open(path, "a", encoding="utf-8") as f:
                     f.write(line)
+                if new:     # lines are written, not forced; the file's name is made durable
+                    fsync_dir(self.dir)
             except OSError:
                 pass  # the operator log must never stop the queue manager
         if self.console is not None:

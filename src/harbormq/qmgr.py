@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from .core.objects import (
     check_name,
 )
 from .errors import QueueManagerExists, QueueManagerNotFound, QueueManagerRunning
+from .fsutil import fsync_dir, make_dirs, remove_tree
 from .log.manager import LogSettings, RecoveryLog
 from .log.records import RecordType, encode_json
 from .oplog import OperatorLog
@@ -106,16 +106,26 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
     if config.log_dir.exists() and any(config.log_dir.iterdir()):
         raise QueueManagerExists(f"log directory {config.log_dir} is not empty")
     try:
-        config.qm_dir.mkdir(parents=True, exist_ok=True)
-        config.queues_dir.mkdir(exist_ok=True)
+        _make_home_durable(home)
+        make_dirs(config.queues_dir)
         RecoveryLog.create(config.log_dir, name, settings)
         asyncio.run(_first_start(config, console))
         config.save()   # last: a queue manager exists once its qm.toml does
     except BaseException:
-        shutil.rmtree(config.qm_dir, ignore_errors=True)
-        shutil.rmtree(config.log_dir, ignore_errors=True)
+        remove_tree(config.qm_dir)
+        remove_tree(config.log_dir)
         raise
     return config
+
+
+def _make_home_durable(home: Path) -> None:
+    """The home directory may have been made a moment ago (``mkdir`` does not
+    fsync): make its own name durable too, as far as we may."""
+    make_dirs(home)
+    try:
+        fsync_dir(home.parent)
+    except OSError:
+        pass     # a parent we cannot open is not ours to make durable
 
 
 async def _first_start(config: QMConfig, console) -> None:
@@ -141,8 +151,8 @@ def delete(name: str, *, home: Path | None = None) -> None:
     config = QMConfig.load(name, home)
     if running_pid(config) is not None:
         raise QueueManagerRunning(f"queue manager {name} is running; stop it before deleting")
-    shutil.rmtree(config.log_dir, ignore_errors=True)
-    shutil.rmtree(config.qm_dir, ignore_errors=True)
+    remove_tree(config.log_dir)
+    remove_tree(config.qm_dir)
 
 
 def list_queue_managers(home: Path | None = None) -> list[str]:

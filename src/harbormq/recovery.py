@@ -29,7 +29,7 @@ from .core.objects import QMGR_OBJECT
 from .core.queue import LocalQueue
 from .crashpoints import crash_point
 from .errors import HarbormqError, ObjectDamaged, StoreDamaged
-from .fsutil import sweep_tmp
+from .fsutil import rename_durably, sweep_tmp
 from .log.records import (
     AUTO_COMMIT,
     Compensation,
@@ -273,7 +273,7 @@ class Restart:
                 QueueStore.destroy(path)
             else:
                 aside = path.with_name(path.name + ".orphan")
-                path.rename(aside)
+                rename_durably(path, aside)
                 self.emit("HMQ7511W", f"store {path} holds {count} message(s) but no queue "
                           f"is defined for it; kept aside as {aside}")
 

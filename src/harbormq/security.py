@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError, HarbormqError
-from .fsutil import atomic_write
+from .fsutil import atomic_write, make_dirs
 
 # -- errors ---------------------------------------------------------------------------
 
@@ -120,7 +120,7 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True).encode() + b"\n")
     os.chmod(path, 0o600)
 

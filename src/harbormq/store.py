@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import struct
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from crc32c import crc32c
 
 from .crashpoints import crash_point
 from .errors import StoreDamaged
+from .fsutil import FILE_MODE, fsync_dir, make_dirs, remove_tree
 from .log.records import Message
 
 SEAL = struct.Struct("<I")
@@ -63,10 +63,13 @@ class Store:
         """``sync=False`` only for a store nobody relies on yet (one being rebuilt
         by media recovery), which must then be made durable with ``sync()``."""
         self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        # the store's directory and the names of its files are durable before
+        # anything is written into it: a synced store nobody can find is lost
+        make_dirs(self.path)
+        new = not (self.path / "data.mdb").exists()
         try:
             self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, sync=sync,
-                                 metasync=sync, readahead=False, meminit=False)
+                                 metasync=sync, readahead=False, meminit=False, mode=FILE_MODE)
         except lmdb.Error as exc:
             raise StoreDamaged(f"store {self.path} cannot be opened: {exc}",
                                path=str(self.path)) from None
@@ -78,6 +81,8 @@ class Store:
             self.env.close()
             raise StoreDamaged(f"store {self.path} is unreadable: {exc}",
                                path=str(self.path)) from None
+        if new and sync:
+            fsync_dir(self.path)
 
     def db(self, name: str):
         return self._dbs[name]
@@ -86,7 +91,10 @@ class Store:
         self.env.close()
 
     def sync(self) -> None:
+        """Force the store, and the names of its files (a store opened with
+        ``sync=False`` was never made durable)."""
         self.env.sync(True)
+        fsync_dir(self.path)
 
     def get_meta(self, key: bytes, default: str | None = None) -> str | None:
         try:
@@ -110,7 +118,7 @@ class Store:
 
     @staticmethod
     def destroy(path: Path) -> None:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
 
 
 class QueueStore(Store):

@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 
 from ..crashpoints import crash_point
 from ..errors import LogCorrupt, LogError, LogFull, LogMissing
-from ..fsutil import fsync_dir
+from ..fsutil import fsync_dir, make_dirs
 from .control import ControlFile, ControlState, ExtentInfo
 from .reader import ExtentEnd, ExtentReader, keep_torn_tail
 from .records import (
@@ -160,7 +160,7 @@ class RecoveryLog:
     @classmethod
     def create(cls, log_dir: Path, qm_name: str, settings: LogSettings) -> "RecoveryLog":
         settings.validate()
-        log_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(log_dir)
         log = cls(log_dir, qm_name)
         st = ControlState(qm_name=qm_name, log_type=settings.log_type, pages=settings.pages,
                           primary=settings.primary, secondary=settings.secondary)
