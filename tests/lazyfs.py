@@ -36,6 +36,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import socket
 import stat
 import subprocess
@@ -112,12 +113,14 @@ class Node:
     def sync_entries(self) -> None:
         self.durable_entries = dict(self.entries)
 
-    def survive(self, rng: random.Random | None) -> None:
+    def survive(self, rng: random.Random | None) -> int:
         """The power cut, for this inode: keep the durable state, and with ``rng``
-        some unsynced sectors and possibly the unsynced length."""
+        some unsynced sectors and possibly the unsynced length. Returns how many
+        unsynced sectors were lost."""
         if self.is_dir:
             self.entries = dict(self.durable_entries)
-            return
+            return 0
+        lost = len(self.dirty)
         kept = bytearray(self.durable)
         if rng is not None and (self.dirty or len(self.data) != len(kept)):
             length = rng.choice((len(self.durable), len(self.data)))
@@ -130,9 +133,11 @@ class Node:
                 a, b = s * SECTOR, min((s + 1) * SECTOR, length, len(self.data))
                 if a < b and rng.random() < p:
                     kept[a:b] = self.data[a:b]
+                    lost -= 1
         self.data = kept
         self.durable = bytearray(kept)
         self.dirty.clear()
+        return lost
 
 
 def _runs(sectors: set[int]):
@@ -157,6 +162,8 @@ class Model:
         self.next_ino = 2
         self.root = Node(1, stat.S_IFDIR | 0o755)
         self.fsyncs = self.fsyncdirs = self.cuts = 0
+        self.lost_sectors = self.lost_entries = 0    # over all cuts
+        self.forced_aborts: list[list[str]] = []     # who held the mount at a cut
 
     def new_node(self, mode: int) -> Node:
         node = Node(self.next_ino, mode)
@@ -168,7 +175,7 @@ class Model:
         leaves it; nothing else does."""
         seen: set[int] = set()
         stack = [self.root]
-        files = lost_entries = 0
+        files = lost_entries = lost_sectors = 0
         while stack:
             node = stack.pop()
             if node.ino in seen:
@@ -179,9 +186,12 @@ class Model:
                 stack.extend(node.durable_entries.values())
             else:
                 files += 1
-            node.survive(rng)
+            lost_sectors += node.survive(rng)
         self.cuts += 1
-        return {"inodes": len(seen), "files": files, "entries_changed": lost_entries}
+        self.lost_sectors += lost_sectors
+        self.lost_entries += lost_entries
+        return {"inodes": len(seen), "files": files, "lost_entries": lost_entries,
+                "lost_sectors": lost_sectors}
 
 
 # ----------------------------------------------------------------------------- FUSE side
@@ -195,7 +205,7 @@ def _fuse_operations():
 
         def __init__(self, model: Model, ignore_fsync: bool, ignore_fsyncdir: bool):
             self.model = model
-            self.lock = threading.Lock()
+            self.mutex = threading.Lock()   # (not "lock": fusepy would take it for the lock op)
             self.handles: dict[int, tuple[Node, int]] = {}
             self.next_fh = 1
             self.ignore_fsync = ignore_fsync
@@ -203,7 +213,7 @@ def _fuse_operations():
 
         # every call runs under one lock: the model is plain Python objects
         def __call__(self, op, *args):
-            with self.lock:
+            with self.mutex:
                 return super().__call__(op, *args)
 
         def _lookup(self, path: str) -> Node:
@@ -398,8 +408,7 @@ def serve(mountpoint: str, control: str, ignore_fsync: bool, ignore_fsyncdir: bo
     may_mount = threading.Event()     # the cut is applied: mount what it left
 
     def unmount() -> None:
-        subprocess.run(["fusermount", "-u", "-z", mountpoint], check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _unmount(mountpoint)
 
     def wait_mounted() -> None:
         end = time.monotonic() + 30
@@ -407,6 +416,7 @@ def serve(mountpoint: str, control: str, ignore_fsync: bool, ignore_fsyncdir: bo
             if time.monotonic() > end:
                 raise RuntimeError(f"{mountpoint} did not mount")
             time.sleep(0.005)
+        state["dev"] = os.stat(mountpoint).st_dev
 
     def control_loop() -> None:
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -428,21 +438,31 @@ def serve(mountpoint: str, control: str, ignore_fsync: bool, ignore_fsyncdir: bo
 
     def handle(words: list[str]) -> dict:
         if words[0] == "stats":
-            with ops.lock:
+            with ops.mutex:
                 return {"ok": True, "fsyncs": model.fsyncs, "fsyncdirs": model.fsyncdirs,
-                        "cuts": model.cuts, "open_handles": len(ops.handles)}
+                        "cuts": model.cuts, "lost_sectors": model.lost_sectors,
+                        "lost_entries": model.lost_entries, "open_handles": len(ops.handles),
+                        "forced_aborts": model.forced_aborts}
         if words[0] == "cut":
             seed, torn = int(words[1]), words[2] == "1"
             unmounted.clear()
             unmount()
-            if not unmounted.wait(60):
-                raise RuntimeError("the file system did not unmount")
-            with ops.lock:
+            holders = []
+            if not unmounted.wait(10):
+                # someone still holds a file of the detached mount: name them, then
+                # abort the connection (the cut is the same: the model is ours)
+                holders = _holders(state["dev"])
+                abort = Path(f"/sys/fs/fuse/connections/{os.minor(state['dev'])}/abort")
+                abort.write_text("1")
+                if not unmounted.wait(30):
+                    raise RuntimeError(f"the file system did not unmount (held by {holders})")
+                model.forced_aborts.append(holders)
+            with ops.mutex:
                 facts = model.cut(random.Random(seed) if torn else None)
                 ops.handles.clear()
             may_mount.set()
             wait_mounted()
-            return {"ok": True, **facts}
+            return {"ok": True, **facts, "held_by": holders}
         if words[0] == "quit":
             state["quit"] = True
             unmount()
@@ -451,44 +471,75 @@ def serve(mountpoint: str, control: str, ignore_fsync: bool, ignore_fsyncdir: bo
         return {"ok": False, "error": f"unknown request {words[0]!r}"}
 
     threading.Thread(target=control_loop, daemon=True).start()
+    threading.Thread(target=wait_mounted, daemon=True).start()
     while not state["quit"]:
         may_mount.clear()
-        FUSE(ops, mountpoint, foreground=True, nothreads=False, raw_fi=True,
-             use_ino=True, big_writes=True, max_write=131072, attr_timeout=0,
-             entry_timeout=0, negative_timeout=0, no_remote_lock=True)
+        try:
+            FUSE(ops, mountpoint, foreground=True, nothreads=False, raw_fi=True,
+                 use_ino=True, big_writes=True, max_write=131072, attr_timeout=0,
+                 entry_timeout=0, negative_timeout=0)
+        except RuntimeError:
+            pass    # libfuse reports the unmount that ended its loop as an error now and then
         unmounted.set()
         # a cut unmounted us: mount again once it has been applied
         may_mount.wait()
 
 
+def _holders(dev: int) -> list[str]:
+    """Processes with a cwd, root, open file or mapping on device ``dev``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        base = f"/proc/{pid}"
+        try:
+            links = [f"{base}/cwd", f"{base}/root"] + \
+                [f"{base}/fd/{n}" for n in os.listdir(f"{base}/fd")]
+            hit = [p for p in links if _dev_of(p) == dev]
+            with open(f"{base}/maps") as maps:
+                want = f" {os.major(dev):02x}:{os.minor(dev):02x} "
+                hit += [line.split()[-1] for line in maps if want in line]
+            if hit:
+                cmd = open(f"{base}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+                found.append(f"{pid} {cmd[:120]!r}: {hit[:3]}")
+        except OSError:
+            continue
+    return found
+
+
+def _dev_of(path: str) -> int | None:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
+
+
 # ----------------------------------------------------------------------------- the harness side
 
 
+def _unmount(mountpoint: str) -> None:
+    """Lazy unmount: fusermount where installed, else umount (we are root)."""
+    cmd = ["fusermount", "-u", "-z"] if shutil.which("fusermount") else ["umount", "-l"]
+    subprocess.run([*cmd, str(mountpoint)], check=False, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
 def ensure_fuse() -> None:
-    """fusepy needs libfuse2 and fusermount (Debian's libfuse2 and fuse): install
-    them once if missing, so a fresh machine runs the power-cut tests."""
-    try:
-        import fuse  # noqa: F401  (loads libfuse.so.2 at import)
-        have = True
-    except (ImportError, EnvironmentError, OSError):
-        have = False
-    if have and _which("fusermount"):
-        return
+    """fusepy needs libfuse2 (Debian's libfuse2): install it once if missing, so
+    a fresh machine runs the power-cut tests. Mounting needs root."""
     if os.geteuid() != 0:
-        raise RuntimeError("the power-cut tests need libfuse2 and fusermount (apt-get install "
-                           "libfuse2 fuse) and root for FUSE mounts")
+        raise RuntimeError("the power-cut tests mount a FUSE file system: they need root")
+    probe = [sys.executable, "-c", "import fuse"]     # loads libfuse.so.2 at import
+    if subprocess.run(probe, capture_output=True).returncode == 0:
+        return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    r = subprocess.run(["apt-get", "install", "-y", "-q", "libfuse2", "fuse"], env=env,
-                       capture_output=True, text=True)
-    if r.returncode != 0:
+    install = ["apt-get", "install", "-y", "-q", "libfuse2"]
+    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
         subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", "-q", "libfuse2", "fuse"], env=env,
-                       check=True, capture_output=True)
-
-
-def _which(cmd: str) -> str | None:
-    from shutil import which
-    return which(cmd)
+        r = subprocess.run(install, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"apt-get install libfuse2 failed:\n{r.stdout}{r.stderr}")
+    r = subprocess.run(probe, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"fusepy cannot load libfuse2: {r.stderr}")
 
 
 class LazyFS:
@@ -557,8 +608,7 @@ class LazyFS:
                 self.request("quit", timeout=30)
                 self.proc.wait(timeout=30)
         except Exception:
-            subprocess.run(["fusermount", "-u", "-z", str(self.mount)], check=False,
-                           capture_output=True)
+            _unmount(str(self.mount))
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()

@@ -25,12 +25,13 @@ import os
 import random
 import re
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from lazyfs import LazyFS
+from lazyfs import SECTOR, LazyFS, Model
 from stomp_crash_checks import drain, journal_size, read_journals, verify
 from stomp_helpers import PYTHON, QMServer
 
@@ -156,3 +157,80 @@ def test_harness_reports_loss_when_the_disk_ignores_fsync(tmp_path):
     fsync does nothing (a disk with a volatile write cache) must be caught."""
     violations, stats = run_power_cuts(tmp_path, "linear", 3, SEED, ignore_fsync=True)
     assert violations, f"three cuts on a disk that ignores fsync went unnoticed: {stats}"
+
+
+# ----------------------------------------------------------------------------- lazyfs itself
+
+
+def test_lazyfs_model_keeps_only_what_was_synced():
+    """The model's promises, without FUSE: unsynced data and unsynced directory
+    entries go; synced ones stay; a torn cut keeps whole sectors of what was
+    written and nothing else."""
+    m = Model()
+    d = m.new_node(stat.S_IFDIR | 0o700)
+    m.root.entries["d"] = d
+    m.root.sync_entries()
+    f = m.new_node(stat.S_IFREG | 0o600)
+    d.entries["f"] = f
+    f.write(0, b"a" * 1000)
+    f.sync_data()                      # data synced, but the name in d is not
+    m.cut(None)
+    assert d.entries == {}
+
+    d.entries["f"] = f
+    d.sync_entries()
+    f.write(1000, b"b" * 2000)         # past the synced length, never synced
+    m.cut(None)
+    assert bytes(f.data) == b"a" * 1000
+
+    g = m.new_node(stat.S_IFREG | 0o600)
+    d.entries["g"] = g
+    d.sync_entries()
+    d.entries["h"] = d.entries.pop("g")    # a rename, its directory not synced
+    m.cut(None)
+    assert set(d.entries) == {"f", "g"}
+
+    old = bytes(f.data)
+    f.write(0, b"c" * 4096)
+    m.cut(random.Random(7))
+    data = bytes(f.data)
+    assert len(data) in (1000, 4096)
+    for s in range(0, len(data), SECTOR):
+        sector = data[s:s + SECTOR]
+        assert sector in (b"c" * len(sector), (old + bytes(4096))[s:s + len(sector)]), s
+
+
+def test_lazyfs_mount_drops_unsynced_names_and_data(tmp_path):
+    """The same through real system calls on the mounted file system, O_DSYNC
+    writes included, and a remount after each cut."""
+    with LazyFS(tmp_path / "lazyfs") as fs:
+        m = fs.mount
+        (m / "a").mkdir()
+        write_file(m / "a" / "synced", b"x" * 5000, sync=True)
+        fs.cut(1, torn=False)
+        assert os.listdir(m) == []          # "a" was never named durably
+
+        (m / "a").mkdir()
+        fsync_dir(m)
+        write_file(m / "a" / "synced", b"x" * 5000, sync=True)
+        write_file(m / "a" / "unsynced", b"y" * 100, sync=False)
+        fd = os.open(m / "a" / "dsync", os.O_CREAT | os.O_WRONLY | os.O_DSYNC, 0o600)
+        os.write(fd, b"z" * 100)
+        os.close(fd)
+        fsync_dir(m / "a")
+        fs.cut(2, torn=False)
+        assert sorted(os.listdir(m / "a")) == ["dsync", "synced", "unsynced"]
+        assert (m / "a" / "synced").read_bytes() == b"x" * 5000
+        assert (m / "a" / "unsynced").read_bytes() == b""
+        assert (m / "a" / "dsync").read_bytes() == b"z" * 100
+        assert fs.stats()["cuts"] == 2
+
+
+def write_file(path: Path, data: bytes, *, sync: bool) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -185,7 +185,10 @@ class Restart:
         objects = media.rebuild_catalog(core.log, start, self.log_end)
         if path.exists():
             media.set_aside(path)
-        media.write_catalog(path, objects, self.log_end)
+        # built aside and moved in whole: a crash meanwhile leaves no half catalog
+        tmp = path.with_name(path.name + media.REBUILDING)
+        media.write_catalog(tmp, objects, self.log_end)
+        media.replace_dir(tmp, path, keep_old=False)
         core.catalog_store = CatalogStore(path)
         core.objects = core.catalog_store.load()
         self.emit("HMQ7474I", f"object {QMGR_OBJECT} (the catalog of {len(objects)} "

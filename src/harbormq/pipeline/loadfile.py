@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from pathlib import Path
 from typing import Iterable
 
 from ..errors import HarbormqError
+from ..fsutil import rename_durably
 from ..log.records import Message
 
 FORMAT = "harbormq-load"
@@ -53,7 +55,8 @@ def message_line(row) -> str:
 
 def write_load_file(path: Path, queue: str, at_lsn: int, rows: Iterable) -> int:
     """Write ``rows`` (rebuilt messages in delivery order) as a load file; publish
-    it by rename so a reader never sees half a file. Returns the message count."""
+    it by rename so a reader never sees half a file, durable once this returns
+    (it may be all that is left of a queue). Returns the message count."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     n = 0
@@ -64,7 +67,9 @@ def write_load_file(path: Path, queue: str, at_lsn: int, rows: Iterable) -> int:
             f.write(message_line(row) + "\n")
             n += 1
         f.write(json.dumps({"end": True, "messages": n}) + "\n")
-    tmp.replace(path)
+        f.flush()
+        os.fsync(f.fileno())
+    rename_durably(tmp, path)
     return n
 
 
