@@ -17,7 +17,7 @@ from pathlib import Path
 
 from _common import make_progress
 
-from harbormq import QueueManager, qmgr
+from harbormq import QueueManager
 from harbormq.config import QMConfig
 from harbormq.log.manager import RecoveryLog
 from harbormq.log.records import (
@@ -29,6 +29,7 @@ from harbormq.log.records import (
     RecordType,
     encode_json,
 )
+from harbormq.qmgr import lifecycle as qmgr
 
 QM_NAME = "PIPEBENCH"
 T = RecordType

@@ -41,9 +41,10 @@ from pathlib import Path
 # _common first: it puts src/ on the path when harbormq is not installed
 from _common import SyncCounter, make_progress  # noqa: I001
 
-from harbormq import QueueManager, qmgr
+from harbormq import QueueManager
 from harbormq.log.manager import LogSettings, RecoveryLog
 from harbormq.log.records import LogRecord, RecordFlag, RecordType, encoded_length
+from harbormq.qmgr import lifecycle as qmgr
 
 QM_NAME = "BENCHQM"
 progress = make_progress("bench_log_append")

@@ -6,9 +6,9 @@ the queue from it (``harbormq image`` / ``harbormq recreate``).
    default 65535 pages = 256 MiB) and fill one queue with --messages
    persistent messages of --body bytes (units of work of 1,000 puts, issued on
    the queue manager's loop), then checkpoint so that the store holds them all.
-2. Image: ``media.image_object`` on the queue, timed. Rate = image payload
+2. Image: ``images.image_object`` on the queue, timed. Rate = image payload
    bytes (the encoded messages in its CHUNK records) and messages per second.
-3. Recreate: ``media.recreate_queue``, timed: the store is rebuilt from the
+3. Recreate: ``recreate.recreate_queue``, timed: the store is rebuilt from the
    image (pass 1) and the log after it (pass 2), then put in place. Rate =
    image bytes and messages per second. The recreated queue's depth is checked
    against the number of messages put.
@@ -32,8 +32,10 @@ from pathlib import Path
 # _common first: it puts src/ on the path when harbormq is not installed
 from _common import dir_bytes, make_progress, peak_rss_mb  # noqa: I001
 
-from harbormq import QueueManager, media, qmgr
+from harbormq import QueueManager
 from harbormq.log.records import Message
+from harbormq.qmgr import lifecycle as qmgr
+from harbormq.recovery import images, recreate
 
 QM_NAME = "BENCHMEDIA"
 QUEUE = "BENCH.MEDIA"
@@ -86,7 +88,7 @@ def main() -> int:
                     progress(f"{obj}: {done}/{total}")
 
             t0 = time.perf_counter()
-            image = qm._call(media.image_object(core, QUEUE, report))
+            image = qm._call(images.image_object(core, QUEUE, report))
             secs = time.perf_counter() - t0
             out["image"] = {"seconds": round(secs, 2), "messages": image["messages"],
                             "bytes": image["bytes"],
@@ -95,7 +97,7 @@ def main() -> int:
             progress(f"image: {out['image']}")
 
             t0 = time.perf_counter()
-            result = qm._call(media.recreate_queue(core, QUEUE, report))
+            result = qm._call(recreate.recreate_queue(core, QUEUE, report))
             secs = time.perf_counter() - t0
             out["recreate"] = {"seconds": round(secs, 2), "messages": result["messages"],
                                "records_replayed": result["records"],

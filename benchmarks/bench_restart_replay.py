@@ -175,7 +175,7 @@ def child_restart_profiled(args) -> None:
     import pstats
 
     from harbormq.config import QMConfig
-    from harbormq.qmgr import RunningQueueManager
+    from harbormq.qmgr.lifecycle import RunningQueueManager
     cfg = QMConfig.load(QM_NAME, Path(args.home))
     out: dict = {}
 
@@ -224,8 +224,9 @@ def child_env(home: Path) -> dict:
 
 
 def parent(args) -> dict:
-    from harbormq import QueueManager, qmgr
+    from harbormq import QueueManager
     from harbormq.config import QMConfig
+    from harbormq.qmgr import lifecycle as qmgr
 
     home = Path(tempfile.mkdtemp(prefix="hmq-bench-replay-"))
     progress(f"HARBORMQ_HOME={home}")

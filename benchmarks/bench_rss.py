@@ -196,7 +196,8 @@ def run_child(mode: str, home: Path, args) -> dict:
 
 
 def parent(args) -> dict:
-    from harbormq import QueueManager, qmgr
+    from harbormq import QueueManager
+    from harbormq.qmgr import lifecycle as qmgr
     home = Path(tempfile.mkdtemp(prefix="hmq-bench-rss-"))
     progress(f"HARBORMQ_HOME={home}")
     try:

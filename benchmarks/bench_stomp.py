@@ -225,8 +225,8 @@ class Server:
         self.log_path = home / "server.out"
 
     def create(self) -> None:
-        from harbormq import qmgr
         from harbormq.config import QMConfig
+        from harbormq.qmgr import lifecycle as qmgr
         qmgr.create(QM_NAME, home=self.home, port=0, **self.create_options)
         cfg = QMConfig.load(QM_NAME, home=self.home)
         cfg.stomp.max_prefetch = max(cfg.stomp.max_prefetch, self.max_prefetch)
@@ -290,7 +290,7 @@ class Server:
             return "unknown"
 
     def admin(self, request: dict, timeout: float = 30.0) -> dict:
-        from harbormq.cli import admin_request
+        from harbormq.admin.client import call as admin_request
         from harbormq.config import QMConfig
         return admin_request(QMConfig.load(QM_NAME, self.home), request,
                              timeout=timeout)

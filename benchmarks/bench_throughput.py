@@ -32,7 +32,8 @@ from pathlib import Path
 # _common first: it puts src/ on the path when harbormq is not installed
 from _common import SyncCounter, make_progress  # noqa: I001
 
-from harbormq import QueueManager, qmgr
+from harbormq import QueueManager
+from harbormq.qmgr import lifecycle as qmgr
 
 QM_NAME = "BENCHQM"
 progress = make_progress("bench_throughput")

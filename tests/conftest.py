@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harbormq import QueueManager, qmgr
+from harbormq import QueueManager
+from harbormq.qmgr import lifecycle as qmgr
 
 
 def pytest_addoption(parser):

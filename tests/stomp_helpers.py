@@ -189,7 +189,7 @@ class QMServer:
             return r.stdout + r.stderr
         from types import SimpleNamespace
 
-        from harbormq.admin.cli import send_mqsc
+        from harbormq.admin.client import send_mqsc
         # only the socket and the name are needed: no qm.toml parsing here
         target = SimpleNamespace(name=self.name, admin_socket=self.qm_dir / "admin.sock")
         reply = send_mqsc(target, text)

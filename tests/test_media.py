@@ -125,7 +125,7 @@ def test_unreadable_store_is_kept_aside_and_recreated(make_qm, open_qm, home):
 
 
 def test_recovery_lsn_beyond_the_end_of_the_log_is_damage(make_qm, open_qm, home):
-    from harbormq.store import QueueStore
+    from harbormq.store.stores import QueueStore
     make_qm(log_type="linear")
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES")
@@ -334,7 +334,7 @@ def test_images_under_concurrent_load_equal_the_engine(make_qm, open_qm):
     assert not errors, errors
     assert all(img["messages"] > 1000 for img in images)
     # the load really ran during the images: its records lie among the chunks
-    from harbormq.logtools import DumpFilter, dump
+    from harbormq.log.inspect import DumpFilter, dump
     during = set()
     inside = False
     for d in dump(qm.config, DumpFilter(from_lsn=images[0]["image_lsn"], queue="Q1")):
@@ -397,8 +397,8 @@ def test_image_holds_exactly_the_committed_state_at_its_begin(make_qm, open_qm):
     gets, a unit of work and a flush run among its chunks."""
     import asyncio
 
-    from harbormq import media
     from harbormq.log.records import RecordType
+    from harbormq.recovery import images
     make_qm(log_type="linear")
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES", MAXDEPTH=100000)
@@ -411,7 +411,7 @@ def test_image_holds_exactly_the_committed_state_at_its_begin(make_qm, open_qm):
         holder = core.begin()
         await core.get("Q1", holder)                  # locked, still committed at B
         at_b = sorted(m.key for m in core.browse("Q1")) + [holder.ops[0].msg.key]
-        image = asyncio.ensure_future(media.image_object(core, "Q1"))
+        image = asyncio.ensure_future(images.image_object(core, "Q1"))
         await asyncio.sleep(0)                        # the image's synchronous step ran
 
         async def churn():

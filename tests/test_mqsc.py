@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 from harbormq.admin import commands
-from harbormq.admin.cli import sc, user
 from harbormq.admin.commands import Executor, handle_admin_mqsc, run_mqsc
 from harbormq.admin.mqsc import (
     Command,
@@ -26,6 +25,7 @@ from harbormq.admin.mqsc import (
     parse_script,
     where_matches,
 )
+from harbormq.cli.admin import sc, user
 from harbormq.core.connections import Connection, new_conn_id
 from harbormq.errors import QueueManagerNotRunning
 from harbormq.log.records import extent_file_name
@@ -613,7 +613,7 @@ def test_sc_says_clearly_when_the_queue_manager_is_not_running(make_qm, home):
 @pytest.fixture
 def admin_socket(qm):
     """The admin socket protocol of the server, served on the queue manager's loop
-    with handle_admin_mqsc (what server.py does for {"cmd": "mqsc"})."""
+    with handle_admin_mqsc (what admin/protocol.py does for {"cmd": "mqsc"})."""
     security = Security.for_config(qm.config)
     requests = []
 

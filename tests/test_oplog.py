@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harbormq.oplog import OperatorLog
+from harbormq.core.operator_log import OperatorLog
 
 
 def test_entries_have_time_and_id_and_rotate_through_three_files(tmp_path):

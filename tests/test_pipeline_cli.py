@@ -44,7 +44,7 @@ def test_corruption_found_on_an_executor_is_one_operator_message(tmp_path, pytho
 
 def test_load_command_puts_the_file_on_a_queue(tmp_path, make_qm, home, capsys):
     from harbormq import QueueManager
-    from harbormq.pipeline.loadfile import write_load_file
+    from harbormq.unload.loadfile import write_load_file
     row = {"msg_id": b"\x07" * 4, "correl_id": b"c", "priority": 6, "persistent": True,
            "expiry_ns": 0, "put_time_ns": 1, "backout_count": 0, "reply_to": "", "format": "",
            "properties_json": '{"n":1}', "body": b"payload"}

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harbormq.pipeline.loadfile import LoadFileError, read_load_file, write_load_file
 from harbormq.pipeline.trace import describe_life
+from harbormq.unload.loadfile import LoadFileError, read_load_file, write_load_file
 
 ROW = {"msg_id": b"\x01\x02", "correl_id": b"", "priority": 4, "persistent": True,
        "expiry_ns": 0, "put_time_ns": 5, "backout_count": 2, "reply_to": "R", "format": "F",

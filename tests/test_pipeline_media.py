@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from test_pipeline_spark import all_rows, engine_state
 
-from harbormq import media
 from harbormq.pipeline.algebra import CONTROL_TYPES, plan_targets, reference_rebuild
 from harbormq.pipeline.logdata import LogInput
 from harbormq.pipeline.rebuild import events, plan, spark_rebuild
+from harbormq.recovery import images as media_images
+from harbormq.recovery import recreate
 
 
 def _expected(state: dict, queues) -> dict:
@@ -43,7 +44,7 @@ def test_rebuild_from_engine_images_of_a_queue_imaged_and_recreated(make_qm, ope
     backed_out = qm.begin()
     backed_out.get("IMG.Q")
 
-    qm._call(media.image_object(qm.core, "IMG.Q"))
+    qm._call(media_images.image_object(qm.core, "IMG.Q"))
     snapshots = [engine_state(qm)]
     in_flight.commit()
     backed_out.backout()
@@ -53,7 +54,7 @@ def test_rebuild_from_engine_images_of_a_queue_imaged_and_recreated(make_qm, ope
         qm.get("IMG.Q")
     snapshots.append(engine_state(qm))
 
-    qm._call(media.recreate_queue(qm.core, "IMG.Q"))
+    qm._call(recreate.recreate_queue(qm.core, "IMG.Q"))
     for i in range(40):
         qm.put("IMG.Q", f"late-{i}".encode())
     qm.get("IMG.Q")
@@ -73,12 +74,11 @@ def test_rebuild_from_engine_images_of_a_queue_imaged_and_recreated(make_qm, ope
         qm.put("OTHER.Q", b"x" * 1024)
         qm.get("OTHER.Q")
     qm.checkpoint()
-    qm._call(media.image_objects(qm.core, "all", None))
+    qm._call(media_images.image_objects(qm.core, "all", None))
     qm.checkpoint()
     qm.put("IMG.Q", b"after the last images")
     final_lsn, final_state = engine_state(qm)
-    need = qm._call_sync(lambda: media.log_need_facts(qm.core.log,
-                                                     qm.core.last_checkpoint.get("media")))
+    need = qm.log_need()
     assert need["removable"], f"imaging every object frees the oldest extents: {need}"
     for name in need["removable"]:
         (log_dir / name).unlink()

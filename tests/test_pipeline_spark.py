@@ -207,7 +207,7 @@ def test_spark_rebuild_from_an_image_equals_the_reference(image_log, spark, tmp_
 
 
 def test_load_file_puts_a_queue_back_in_order(image_log, spark, tmp_path, make_qm, open_qm):
-    from harbormq.pipeline.loadfile import load_file_into
+    from harbormq.unload.loadfile import load_file_into
     log, _ = image_log
     rows = all_rows(str(log))
     run_rebuild(spark, LogInput(log=str(log)), at_lsn=rows[-1]["lsn"], queues=["Q"],

@@ -7,10 +7,11 @@ import shutil
 import pytest
 from conftest import operator_log
 
-from harbormq import QueueManager, qmgr
+from harbormq import QueueManager
 from harbormq.config import QMConfig
 from harbormq.errors import ObjectError, QueueManagerRunning, UnitOfWorkError
-from harbormq.logtools import log_map
+from harbormq.log.inspect import log_map
+from harbormq.qmgr import lifecycle as qmgr
 
 
 def contents(qm, queue):

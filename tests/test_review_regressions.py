@@ -9,7 +9,7 @@ import pytest
 
 from harbormq.errors import HarbormqError, LogFull
 from harbormq.log.records import Message
-from harbormq.store import QueueStore
+from harbormq.store.stores import QueueStore
 
 
 def bodies(msgs):
@@ -237,7 +237,7 @@ def test_failed_store_clear_is_completed_by_the_next_flush(make_qm, open_qm, mon
 
 def test_nonpersistent_messages_of_a_redefined_queue_are_discarded(make_qm, open_qm,
                                                                   monkeypatch):
-    from harbormq.store import CatalogStore
+    from harbormq.store.stores import CatalogStore
     make_qm()
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES")

@@ -27,8 +27,9 @@ from .core.connections import Connection, new_conn_id
 from .core.engine import MessageMatch, UnitOfWork
 from .errors import UnitOfWorkError
 from .log.records import Message
-from .qmgr import RunningQueueManager
-from .recovery import Progress, RestartReport
+from .qmgr.lifecycle import RunningQueueManager
+from .recovery import images, need, recreate
+from .recovery.restart import Progress, RestartReport
 from .security import os_owner
 
 
@@ -155,25 +156,27 @@ class QueueManager:
     def checkpoint(self) -> dict:
         return self._call(self.core.checkpoint("requested"))
 
-    # -- media recovery (harbormq.media) ------------------------------------------------
+    def flush(self) -> int:
+        """Write every store's committed changes now (they are flushed lazily
+        anyway, under the write-ahead rule); returns how many stores were written."""
+        return self._call(self.core.flush_all())
+
+    # -- media recovery (harbormq.recovery) ---------------------------------------------
 
     def image(self, obj_type: str = "all", name: str | None = None, progress=None) -> list[dict]:
         """Record media images (``harbormq image``); a linear log only."""
-        from . import media
-        return self._call(media.image_objects(self.core, obj_type, name,
-                                              progress or media._no_progress))
+        return self._call(images.image_objects(self.core, obj_type, name,
+                                              progress or images.no_progress))
 
     def recreate(self, obj_type: str = "all", name: str | None = None,
                  progress=None) -> list[dict]:
         """Recreate objects from their media images and the log (``harbormq recreate``)."""
-        from . import media
-        return self._call(media.recreate_objects(self.core, obj_type, name,
-                                                 progress or media._no_progress))
+        return self._call(recreate.recreate_objects(self.core, obj_type, name,
+                                                 progress or images.no_progress))
 
     def log_need(self) -> dict:
         """Which log extents are still needed (``harbormq log need``)."""
-        from . import media
-        return self._call_sync(lambda: media.log_need_facts(
+        return self._call_sync(lambda: need.log_need_facts(
             self.core.log, self.core.last_checkpoint.get("media")))
 
     def in_doubt(self) -> list[int]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS
 from ..errors import HarbormqError, ObjectExists, UnknownObject
 from ..log.records import PAGE_SIZE, extent_file_name, key_parts
-from ..media import log_need_facts
+from ..recovery.need import log_need_facts
 from . import mqsc
 from .mqsc import Command, MqscSyntaxError
 

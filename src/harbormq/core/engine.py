@@ -45,9 +45,10 @@ from ..log.records import (
     RecordType,
     encode_json,
 )
-from ..oplog import OperatorLog
-from ..store import CatalogStore, QueueStore
+from ..store.dirs import set_aside
+from ..store.stores import CatalogStore, QueueStore
 from .connections import ConnectionRegistry
+from .media_points import media_lsn, media_table
 from .objects import (
     DEAD_LETTER_QUEUE,
     DEFAULT_LOCAL_QUEUE,
@@ -57,6 +58,7 @@ from .objects import (
     check_name,
     validate,
 )
+from .operator_log import OperatorLog
 from .queue import LocalQueue
 
 _id_prefix = os.urandom(8)
@@ -150,7 +152,7 @@ class QueueManagerCore:
         #: them, and a store must not be closed under its own write transaction
         self._store_io: set[asyncio.Future] = set()
         self.last_checkpoint: dict = {}
-        #: media recovery (harbormq.media): object name -> media point, the
+        #: media recovery (harbormq.recovery): object name -> media point, the
         #: images being written, when this instance started
         self.media_points: dict[str, dict] = {}
         self.imaging: dict[str, asyncio.Future] = {}
@@ -251,7 +253,6 @@ class QueueManagerCore:
             if not at_restart:
                 raise
             # unreadable: keep its files aside, and a new store carries the mark
-            from ..media import set_aside
             aside = set_aside(path)
             store = QueueStore(path, definition["object_id"], map_size=map_size)
             store.mark_damaged(f"{exc.message} (its files are kept as {aside.name})")
@@ -867,8 +868,7 @@ class QueueManagerCore:
         return min(candidates)
 
     def media_point(self) -> int:
-        """Oldest LSN media recovery of the objects needs (harbormq.media)."""
-        from ..media import media_lsn
+        """Oldest LSN media recovery of the objects needs (core/media_points.py)."""
         return media_lsn(self)
 
     async def checkpoint(self, reason: str = "requested") -> dict:
@@ -892,7 +892,6 @@ class QueueManagerCore:
                 "reason": reason,
             }
             if self.config.log.log_type == "linear":
-                from ..media import media_table
                 table["media"] = media_table(self)
             restart_lsn = self.restart_point(begin, oldest_at_begin)
             table["restart_lsn"] = restart_lsn

@@ -18,7 +18,7 @@ import asyncio
 from sortedcontainers import SortedSet
 
 from ..log.records import Message
-from ..store import QueueStore
+from ..store.stores import QueueStore
 
 
 class LocalQueue:

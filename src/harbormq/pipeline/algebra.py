@@ -8,7 +8,7 @@ The contents of queue Q at LSN T (the state after every record with LSN <= T):
   ordered by priority (high first), then put order (the store key
   ``message_key(priority, seq)``).
 
-This follows what restart redo does with each record (recovery.py):
+This follows what restart redo does with each record (recovery/restart.py):
 * A MSG_PUT/MSG_GET/MSG_EXPIRE flagged AUTO_COMMIT takes effect at its own LSN;
   one in a unit of work takes effect at the UOW's COMMIT. Backed-out and
   in-flight or in-doubt units of work have no effect: their puts are not on

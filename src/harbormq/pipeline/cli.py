@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from ..errors import ConfigError, HarbormqError
-from ..logtools import parse_time
+from ..log.inspect import parse_time
 
 _master = click.option("--master", default=None,
                        help="Spark master URL (default local[*], or spark-submit's)")
@@ -28,6 +28,7 @@ _qm = click.option("--qm", "qm_name", default=None,
 
 
 def _session(job: str, master: str | None, confs: tuple[str, ...]):
+    require_spark()
     from .session import session
     conf = {}
     for item in confs:
@@ -36,6 +37,18 @@ def _session(job: str, master: str | None, confs: tuple[str, ...]):
             raise ConfigError(f"--conf {item!r} is not KEY=VALUE", msgid="HMQ7602E")
         conf[key] = value
     return session(job, master, conf)
+
+
+def require_spark() -> None:
+    """The pipeline is an optional install: say so instead of an ImportError."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        raise HarbormqError(f"the Spark pipeline is not installed ({exc.name} is missing)",
+                            msgid="HMQ8870E",
+                            hint="pip install 'harbormq[spark]' (Java 17 is needed too)") \
+            from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -133,14 +146,14 @@ def load(qm_name, queue, path, home):
     A running queue manager loads it itself (its admin socket; it keeps serving
     meanwhile); a stopped one is opened in this process for the load."""
     from .. import QueueManager
-    from ..cli import admin_request
+    from ..admin.client import call
     from ..config import QMConfig
-    from ..qmgr import running_pid
-    from .loadfile import load_file_into
+    from ..qmgr.lifecycle import running_pid
+    from ..unload.loadfile import load_file_into
     config = QMConfig.load(qm_name, home)
     if running_pid(config) is not None:
-        reply = admin_request(config, {"cmd": "load", "queue": queue,
-                                       "path": str(path.resolve())}, timeout=3600)
+        reply = call(config, {"cmd": "load", "queue": queue, "path": str(path.resolve())},
+                     timeout=3600)
         click.echo(json.dumps(reply["result"]))
         return
     with QueueManager.open(qm_name, home=home) as qm:

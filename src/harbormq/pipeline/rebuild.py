@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..log.records import EXTENT_HEADER_SIZE
+from ..unload.loadfile import write_load_file
 from .algebra import (
     CONTROL_TYPES,
     MESSAGE_FIELDS,
@@ -23,7 +24,6 @@ from .algebra import (
     coverage_start,
     plan_targets,
 )
-from .loadfile import write_load_file
 from .logdata import LogInput
 from .session import Progress
 

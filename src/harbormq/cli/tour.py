@@ -39,7 +39,7 @@ QUEUES = ("TOUR.ORDERS", "TOUR.PAYMENTS")
 # -- the child: workload -------------------------------------------------------------------
 
 def _child(qm_name: str, journal: Path, producers: int, consumers: int) -> None:
-    from .api import QueueManager
+    from ..api import QueueManager
     qm = QueueManager.open(qm_name)
     for q in QUEUES:
         if q not in qm.queue_names():
@@ -153,11 +153,11 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
     from rich.console import Console
     from rich.table import Table
 
-    from . import qmgr
-    from .api import QueueManager
-    from .cli import make_progress_callback
-    from .config import QMConfig
-    from .logtools import log_map
+    from ..api import QueueManager
+    from ..config import QMConfig
+    from ..log.inspect import log_map
+    from ..qmgr import lifecycle as qmgr
+    from .progress import make_progress_callback
 
     con = console or Console()
     home = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="harbormq-tour-"))
@@ -176,7 +176,7 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
 
     journal = home / "journal.jsonl"
     child = subprocess.Popen(
-        [sys.executable, "-m", "harbormq.tour", "--child", name, str(journal)],
+        [sys.executable, "-m", "harbormq.cli.tour", "--child", name, str(journal)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, HARBORMQ_HOME=str(home)))
     ready = child.stdout.readline().strip()
@@ -232,8 +232,8 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
 def pipeline_step(con, name: str, home: Path, engine_contents: dict[str, list[str]]) -> int:
     """7. The Spark pipeline: rebuild the tour's queues from the log alone and
     compare with what the queue manager holds; then the log report."""
-    from .config import QMConfig
-    from .pipeline.loadfile import read_load_file
+    from ..config import QMConfig
+    from ..unload.loadfile import read_load_file
 
     log_dir = QMConfig.load(name, home).log_dir
     out = home / "pipeline"
@@ -343,7 +343,7 @@ def server_step(con, name: str, home: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harbormq.tour")
+    p = argparse.ArgumentParser(prog="python -m harbormq.cli.tour")
     p.add_argument("--child", nargs=2, metavar=("QM", "JOURNAL"))
     p.add_argument("--seconds", type=float, default=4.0)
     args = p.parse_args(argv)

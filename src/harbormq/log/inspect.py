@@ -11,10 +11,10 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Iterator
 
-from .config import QMConfig
-from .errors import ConfigError
-from .log.manager import RecoveryLog
-from .log.records import LogRecord, describe, extent_file_name
+from ..config import QMConfig
+from ..errors import ConfigError
+from .manager import RecoveryLog
+from .records import LogRecord, describe, extent_file_name
 
 
 def open_log_readonly(config: QMConfig) -> RecoveryLog:
@@ -90,14 +90,6 @@ def _record_boundary_at_or_after(log: RecoveryLog, lsn: int) -> int:
         if rec.lsn >= lsn:
             return rec.lsn
     return lsn
-
-
-def log_need_report(config: QMConfig) -> dict:
-    """``harbormq log need`` with the queue manager stopped: the control file and
-    the media table of the last checkpoint (a running one answers itself)."""
-    from .media import log_need_facts, read_media_table
-    log = open_log_readonly(config)
-    return log_need_facts(log, read_media_table(log))
 
 
 def log_map(config: QMConfig) -> dict:

@@ -2,57 +2,18 @@
 
 Attach to the main command group with ``cli.add_command(sc)`` and
 ``cli.add_command(user)``. Errors are HarbormqError, turned into an operator
-message and exit status 1 by ``harbormq.cli.main``.
+message and exit status 1 by ``harbormq.cli.main.main``.
 """
 
 from __future__ import annotations
 
-import json
-import socket
 import sys
 
 import click
 
+from ..admin.client import send_mqsc
 from ..config import QMConfig
-from ..errors import HarbormqError, QueueManagerNotRunning
 from ..security import Security
-
-#: how long ``sc`` waits for the queue manager's reply (a CLEAR of a deep queue,
-#: a DEFINE waiting for its force on a busy log)
-SC_TIMEOUT = 300.0
-
-
-def send_mqsc(config: QMConfig, text: str, continue_on_error: bool = False,
-              timeout: float = SC_TIMEOUT) -> dict:
-    """Send one ``{"cmd": "mqsc"}`` request over the admin socket; the reply."""
-    request = {"cmd": "mqsc", "text": text, "continue": continue_on_error}
-    not_running = QueueManagerNotRunning(
-        f"queue manager {config.name} is not running: MQSC commands need a running queue "
-        "manager", hint=f"start it with 'harbormq start {config.name}'")
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(str(config.admin_socket))
-            s.sendall(json.dumps(request).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(1 << 16)
-                if not chunk:
-                    break
-                data += chunk
-    except (FileNotFoundError, ConnectionRefusedError):
-        raise not_running from None
-    except TimeoutError:
-        raise HarbormqError(f"queue manager {config.name} did not answer within {timeout:.0f} "
-                            "s", msgid="HMQ8146E") from None
-    if not data:
-        raise HarbormqError(f"queue manager {config.name} closed the admin connection without "
-                            "a reply", msgid="HMQ8146E")
-    reply = json.loads(data)
-    if "output" not in reply:
-        raise HarbormqError(reply.get("error", "the queue manager refused the MQSC request"),
-                            msgid="HMQ8400E")
-    return reply
 
 
 @click.command("sc")

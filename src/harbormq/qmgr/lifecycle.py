@@ -20,9 +20,9 @@ import os
 import time
 from pathlib import Path
 
-from .config import Listener, QMConfig, harbormq_home
-from .core.engine import QueueManagerCore
-from .core.objects import (
+from ..config import Listener, QMConfig, harbormq_home
+from ..core.engine import QueueManagerCore
+from ..core.objects import (
     DEAD_LETTER_QUEUE,
     DEFAULT_LOCAL_QUEUE,
     QLOCAL_DEFAULTS,
@@ -30,12 +30,12 @@ from .core.objects import (
     QMGR_OBJECT,
     check_name,
 )
-from .errors import QueueManagerExists, QueueManagerNotFound, QueueManagerRunning
-from .fsutil import fsync_dir, make_dirs, remove_tree
-from .log.manager import LogSettings, RecoveryLog
-from .log.records import RecordType, encode_json
-from .oplog import OperatorLog
-from .recovery import Progress, Restart, RestartReport
+from ..core.operator_log import OperatorLog
+from ..errors import QueueManagerExists, QueueManagerNotFound, QueueManagerRunning
+from ..fsutil import fsync_dir, make_dirs, remove_tree
+from ..log.manager import LogSettings, RecoveryLog
+from ..log.records import RecordType, encode_json
+from ..recovery.restart import Progress, Restart, RestartReport
 
 STOP_MODES = ("controlled", "immediate", "preemptive")
 
@@ -200,7 +200,7 @@ class RunningQueueManager:
         self._flusher = core._spawn(self._flush_loop())
         core.on_fatal = self._stop_preemptive
         if config.image.schedule == "auto" and config.log.log_type == "linear":
-            from .media import auto_image_loop
+            from ..recovery.images import auto_image_loop
             core._spawn(auto_image_loop(core))
         if not quiet:
             oplog.emit("HMQ8003I", f"Queue manager {config.name} started")
@@ -238,7 +238,7 @@ class RunningQueueManager:
         if self._flusher is not None:
             self._flusher.cancel()
         if mode == "controlled":
-            from .media import shutdown_images
+            from ..recovery.images import shutdown_images
             await shutdown_images(core)
         if mode != "preemptive":
             core._append(RecordType.QM_STOP, payload=encode_json({"mode": mode}))

@@ -23,14 +23,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from . import media
-from .core.engine import QueueManagerCore, UnitOfWork, UowOp
-from .core.objects import QMGR_OBJECT
-from .core.queue import LocalQueue
-from .crashpoints import crash_point
-from .errors import HarbormqError, ObjectDamaged, StoreDamaged
-from .fsutil import rename_durably, sweep_tmp
-from .log.records import (
+from ..core.engine import QueueManagerCore, UnitOfWork, UowOp
+from ..core.objects import QMGR_OBJECT
+from ..core.queue import LocalQueue
+from ..crashpoints import crash_point
+from ..errors import HarbormqError, ObjectDamaged, StoreDamaged
+from ..fsutil import rename_durably, sweep_tmp
+from ..log.records import (
     AUTO_COMMIT,
     Compensation,
     LogRecord,
@@ -40,7 +39,9 @@ from .log.records import (
     decode_json,
     extent_file_name,
 )
-from .store import CatalogStore, QueueStore
+from ..store import dirs
+from ..store.stores import CatalogStore, QueueStore
+from . import need, recreate
 
 #: flush stores during redo when this many effects wait, so memory stays bounded
 REDO_FLUSH_ENTRIES = 20_000
@@ -130,7 +131,7 @@ class Restart:
         r.extents = [extent_file_name(e.number) for e in chain
                      if log.extent_path(e.number).exists()]
         log.make_durable()     # the end of the log below is trusted by store checks
-        self.log_end_hint = media.log_end_estimate(log)
+        self.log_end_hint = recreate.log_end_estimate(log)
         self._open_catalog()
         self.redo_from[0] = core.catalog_store.recovery_lsn
         for definition in core.objects.values():
@@ -148,7 +149,7 @@ class Restart:
                   f"{len(chain)} extent(s) in use ({', '.join(r.extents)})")
 
 
-    # -- damaged objects at restart (harbormq.media) -----------------------------------
+    # -- damaged objects at restart (recreate.py) --------------------------------------
 
     def _open_catalog(self) -> None:
         """The catalog is the queue manager object's store. Damaged, it is rebuilt
@@ -181,14 +182,14 @@ class Restart:
                 hint="restore the queue manager from a backup, or delete it")
         st = core.log.state
         start = st.media_lsn or core.log.chain()[0].first_lsn
-        media.check_extents(core.log, start, "media recovery of the queue manager object")
-        objects = media.rebuild_catalog(core.log, start, self.log_end)
+        recreate.check_extents(core.log, start, "media recovery of the queue manager object")
+        objects = recreate.rebuild_catalog(core.log, start, self.log_end)
         if path.exists():
-            media.set_aside(path)
+            dirs.set_aside(path)
         # built aside and moved in whole: a crash meanwhile leaves no half catalog
-        tmp = path.with_name(path.name + media.REBUILDING)
-        media.write_catalog(tmp, objects, self.log_end)
-        media.replace_dir(tmp, path, keep_old=False)
+        tmp = path.with_name(path.name + dirs.REBUILDING)
+        recreate.write_catalog(tmp, objects, self.log_end)
+        dirs.replace_dir(tmp, path, keep_old=False)
         core.catalog_store = CatalogStore(path)
         core.objects = core.catalog_store.load()
         self.emit("HMQ7474I", f"object {QMGR_OBJECT} (the catalog of {len(objects)} "
@@ -199,7 +200,7 @@ class Restart:
         """The end of the log (the newest extent read in full, its torn tail not
         yet repaired): what a recreate at restart replays to."""
         if not self._log_end:
-            self._log_end = media.log_end(self.core.log)
+            self._log_end = recreate.log_end(self.core.log)
         return self._log_end
 
     def _check_queue_store(self, q: LocalQueue) -> LocalQueue:
@@ -208,7 +209,7 @@ class Restart:
         (its in-flight units of work included). Returns the queue as it is now."""
         core = self.core
         if not q.damaged:
-            why = media.check_store(q.store, self.log_end_hint,
+            why = dirs.check_store(q.store, self.log_end_hint,
                                     core.config.tuning.verify_store_mb)
             if why is None:
                 return q
@@ -224,16 +225,16 @@ class Restart:
         self.emit("HMQ7472E", f"queue {q.name} is damaged: {q.damage_reason}; recreating it "
                   "from the log")
         if self._media is None:
-            self._media = media.read_media_table(core.log) or {}
+            self._media = need.read_media_table(core.log) or {}
         mp = self._media.get(q.name)
         if mp is None or mp["object_id"] != q.object_id:
             lsn = q.definition.get("create_lsn", 0)
             mp = {"object_id": q.object_id, "image_lsn": lsn, "replay_from": lsn}
         final = q.store.path
-        tmp = final.with_name(final.name + media.REBUILDING)
+        tmp = final.with_name(final.name + dirs.REBUILDING)
         try:
-            media.check_extents(core.log, mp["replay_from"], f"media recovery of {q.name}")
-            result = media.QueueRebuild(core.log, q.definition, mp, self.log_end, tmp,
+            recreate.check_extents(core.log, mp["replay_from"], f"media recovery of {q.name}")
+            result = recreate.QueueRebuild(core.log, q.definition, mp, self.log_end, tmp,
                                         core.config.tuning.store_map_size_mb << 20,
                                         lambda o, d, t: self.progress(f"recreate {o}", d, t)
                                         ).run()
@@ -245,7 +246,7 @@ class Restart:
             return q
         q.store.close()
         del core.queues[q.name]
-        media.replace_dir(tmp, final, keep_old=True)
+        dirs.replace_dir(tmp, final, keep_old=True)
         fresh = core.open_queue_store(q.definition, report=False)
         fresh.next_seq = max(fresh.next_seq, q.next_seq)
         self.emit("HMQ7474I", f"queue {q.name} recreated from the log at restart: image at "
@@ -264,9 +265,9 @@ class Restart:
         known = {core.config.queue_dir(n) for n in core.queues}
         for path in qdir.iterdir():
             if path in known or not path.is_dir() or path.name.endswith(".orphan") or \
-                    media.DAMAGED in path.name:     # damaged stores kept as evidence
+                    dirs.DAMAGED in path.name:     # damaged stores kept as evidence
                 continue
-            if path.name.endswith((media.REBUILDING, media.REPLACED)):
+            if path.name.endswith((dirs.REBUILDING, dirs.REPLACED)):
                 QueueStore.destroy(path)      # an interrupted media recovery's work files
                 continue
             store = QueueStore(path)
@@ -289,7 +290,7 @@ class Restart:
         if st.checkpoint_lsn:
             rec = next(core.log.read_from(st.checkpoint_lsn), None)
             if rec is None or rec.type != RecordType.CHECKPOINT_END:
-                from .errors import LogCorrupt
+                from ..errors import LogCorrupt
                 raise LogCorrupt(f"the control file names LSN {st.checkpoint_lsn} as the last "
                                  "checkpoint, but no checkpoint record is there",
                                  lsn=st.checkpoint_lsn)
@@ -549,7 +550,7 @@ class Restart:
                     op.queue.uncommitted_puts -= 1
 
     def _redo_image_end(self, rec: LogRecord) -> None:
-        """A completed media image moves the object's media point (harbormq.media)."""
+        """A completed media image moves the object's media point (core/media_points.py)."""
         end = decode_json(rec.payload)
         d = self.core.objects.get(rec.object_name)
         if d is not None and d["object_id"] == rec.object_id:

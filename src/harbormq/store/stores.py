@@ -21,7 +21,7 @@ Catalog store (``qmgr/``):
 Sealed values: CRC32C (u32, little-endian) of key + value, then the value.
 LMDB keeps no checksums of its own; the seal is how a flipped byte in a
 store is detected (``StoreDamaged``, HMQ7472E), every time a value is read
-and, at restart, by ``verify`` (media recovery, ``harbormq.media``).
+and, at restart, by ``verify`` (media recovery, ``harbormq.recovery.recreate``).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from pathlib import Path
 import lmdb
 from crc32c import crc32c
 
-from .crashpoints import crash_point
-from .errors import StoreDamaged
-from .fsutil import FILE_MODE, fsync_dir, make_dirs, remove_tree
-from .log.records import Message
+from ..crashpoints import crash_point
+from ..errors import StoreDamaged
+from ..fsutil import FILE_MODE, fsync_dir, make_dirs, remove_tree
+from ..log.records import Message
 
 SEAL = struct.Struct("<I")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,64 +15,17 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .config import QMConfig, harbormq_home
-from .errors import HarbormqError, QueueManagerNotRunning, QueueManagerRunning
-from .fsutil import make_dirs
+from ..admin.client import call
+from ..config import QMConfig, harbormq_home
+from ..errors import HarbormqError, QueueManagerNotRunning, QueueManagerRunning
+from ..fsutil import make_dirs
+from .progress import make_progress_callback
+
+#: the hint when image or recreate finds the queue manager stopped
+MEDIA_NEEDS = "media images and recreate need a running queue manager"
 
 console = Console(stderr=False, highlight=False)
 err_console = Console(stderr=True, highlight=False)
-
-
-# -- admin socket client ----------------------------------------------------------------
-
-def admin_request(config: QMConfig, request: dict, timeout: float = 10.0) -> dict:
-    path = str(config.admin_socket)
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(path)
-            s.sendall(json.dumps(request).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-    except (FileNotFoundError, ConnectionRefusedError):
-        raise QueueManagerNotRunning(f"queue manager {config.name} is not running",
-                                     hint=f"start it with 'harbormq start {config.name}'") \
-            from None
-    reply = json.loads(data or b"{}")
-    if not reply.get("ok"):
-        raise HarbormqError(reply.get("error", "the queue manager refused the request"))
-    return reply
-
-
-def admin_stream(config: QMConfig, request: dict, on_progress) -> dict:
-    """An admin request whose reply is preceded by ``{"progress": ...}`` lines
-    (image, recreate): no time limit once connected, the work may be long."""
-    try:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(10)
-        s.connect(str(config.admin_socket))
-    except (FileNotFoundError, ConnectionRefusedError):
-        raise QueueManagerNotRunning(f"queue manager {config.name} is not running",
-                                     hint=f"start it with 'harbormq start {config.name}' (media "
-                                          "images and recreate need a running queue manager)") \
-            from None
-    with s, s.makefile("rb") as lines:
-        s.settimeout(None)
-        s.sendall(json.dumps(request).encode() + b"\n")
-        for line in lines:
-            reply = json.loads(line)
-            if "progress" in reply:
-                on_progress(reply["progress"])
-                continue
-            if not reply.get("ok"):
-                raise HarbormqError(reply.get("error", "the queue manager refused the request"))
-            return reply
-    raise HarbormqError(f"queue manager {config.name} closed the admin connection before "
-                        "replying")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -84,26 +36,6 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-
-
-def make_progress_callback(con: Console):
-    """A restart progress bar per phase on an interactive console, else nothing."""
-    if not con.is_terminal:
-        return None
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-    bars = Progress(TextColumn("{task.description:<20}"), BarColumn(), TaskProgressColumn(),
-                    console=con, transient=False)
-    tasks: dict[str, int] = {}
-
-    def progress(phase: str, done: int, total: int) -> None:
-        if phase not in tasks:
-            if not tasks:
-                bars.start()
-            tasks[phase] = bars.add_task(phase, total=max(total, 1))
-        bars.update(tasks[phase], completed=done, total=max(total, 1))
-        if phase == "backward recovery" and done >= total:
-            bars.stop()
-    return progress
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -130,7 +62,7 @@ def cli():
 def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
            checkpoint_records, port):
     """Create queue manager QM (crtmqm)."""
-    from . import qmgr
+    from ..qmgr import lifecycle as qmgr
     config = qmgr.create(qm, log_type=log_type, log_file_pages=log_file_pages,
                          log_primary=log_primary, log_secondary=log_secondary,
                          log_path=log_path, checkpoint_records=checkpoint_records, port=port)
@@ -143,14 +75,14 @@ def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
 @click.option("--foreground", is_flag=True, help="run in this terminal until stopped")
 def start(qm, foreground):
     """Start queue manager QM (strmqm): restart recovery, then serve."""
-    from .qmgr import running_pid
+    from ..qmgr.lifecycle import running_pid
     config = QMConfig.load(qm)
     pid = running_pid(config)
     if pid is not None:
         raise QueueManagerRunning(f"queue manager {qm} is already running (process {pid})")
     if foreground:
 
-        from .server import QueueManagerServer, run_event_loop
+        from ..server.process import QueueManagerServer, run_event_loop
         server = QueueManagerServer(config, console=console,
                                     progress=make_progress_callback(console))
         sys.exit(run_event_loop(server.run()))
@@ -169,7 +101,7 @@ def start(qm, foreground):
                                 (" | ".join(tail) or f"exit status {proc.returncode}"),
                                 msgid="HMQ8042E")
         try:
-            status = admin_request(config, {"cmd": "status"}, timeout=2)["status"]
+            status = call(config, {"cmd": "status"}, timeout=2)["status"]
             break
         except QueueManagerNotRunning:
             if time.monotonic() > deadline:
@@ -193,14 +125,14 @@ def start(qm, foreground):
 @click.option("--wait", is_flag=True, help="return only when the queue manager has ended")
 def stop(qm, mode, wait):
     """Stop queue manager QM (endmqm); controlled by default."""
-    from .qmgr import running_pid
+    from ..qmgr.lifecycle import running_pid
     mode = mode or "controlled"
     config = QMConfig.load(qm)
     pid = running_pid(config)
     if pid is None:
         raise QueueManagerNotRunning(f"queue manager {qm} is not running")
     try:
-        admin_request(config, {"cmd": "stop", "mode": mode})
+        call(config, {"cmd": "stop", "mode": mode})
     except QueueManagerNotRunning:
         if mode != "preemptive":
             raise
@@ -224,7 +156,7 @@ def stop(qm, mode, wait):
 @click.argument("qm")
 def delete(qm):
     """Delete queue manager QM and its log (dltmqm)."""
-    from . import qmgr
+    from ..qmgr import lifecycle as qmgr
     qmgr.delete(qm)
     console.print(f"HMQ8002I Queue manager {qm} deleted.")
 
@@ -234,8 +166,8 @@ def delete(qm):
 @click.option("--json", "as_json", is_flag=True)
 def status(qm, as_json):
     """Show whether queue managers run, their log type, current and restart extents."""
-    from .logtools import log_map
-    from .qmgr import list_queue_managers, running_pid
+    from ..log.inspect import log_map
+    from ..qmgr.lifecycle import list_queue_managers, running_pid
     names = [qm] if qm else list_queue_managers()
     rows = []
     for name in names:
@@ -274,7 +206,7 @@ def log():
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per record")
 def log_dump(qm, from_lsn, to_lsn, since, until, queue, uow, as_json):
     """Print log records (dmpmqlog)."""
-    from .logtools import DumpFilter, dump, parse_time
+    from ..log.inspect import DumpFilter, dump, parse_time
     flt = DumpFilter(from_lsn, to_lsn, parse_time(since), parse_time(until), queue, uow)
     out = sys.stdout
     for d in dump(QMConfig.load(qm), flt):
@@ -293,7 +225,7 @@ def log_dump(qm, from_lsn, to_lsn, since, until, queue, uow, as_json):
 @click.option("--json", "as_json", is_flag=True)
 def log_map_cmd(qm, as_json):
     """Print the log map: extents, LSN ranges, checkpoint, restart point (CSQJU004)."""
-    from .logtools import log_map
+    from ..log.inspect import log_map
     m = log_map(QMConfig.load(qm))
     if as_json:
         console.print_json(json.dumps(m))
@@ -331,8 +263,8 @@ def _print_progress(p: dict) -> None:
               help="which objects; NAME may be generic (APP.*, *)")
 def image(qm, name, obj_type):
     """Record media images of objects (rcdmqimg); the queue manager must run."""
-    reply = admin_stream(QMConfig.load(qm), {"cmd": "image", "type": obj_type, "name": name},
-                         _print_progress)
+    reply = call(QMConfig.load(qm), {"cmd": "image", "type": obj_type, "name": name},
+                 timeout=None, on_progress=_print_progress, needs=MEDIA_NEEDS)
     for r in reply["results"]:
         if "skipped" in r:
             err_console.print(f"HMQ7472E No media image of {r['object']}: {r['skipped']}.")
@@ -349,8 +281,8 @@ def image(qm, name, obj_type):
               help="which objects; NAME may be generic (APP.*, *)")
 def recreate(qm, name, obj_type):
     """Recreate objects from their media images and the log (rcrmqobj)."""
-    reply = admin_stream(QMConfig.load(qm), {"cmd": "recreate", "type": obj_type,
-                                             "name": name}, _print_progress)
+    reply = call(QMConfig.load(qm), {"cmd": "recreate", "type": obj_type, "name": name},
+                 timeout=None, on_progress=_print_progress, needs=MEDIA_NEEDS)
     for r in reply["results"]:
         if "definitions" in r:
             console.print(f"HMQ7474I Object {r['object']} recreated: {r['definitions']} "
@@ -366,10 +298,10 @@ def recreate(qm, name, obj_type):
 @click.option("--json", "as_json", is_flag=True, help="the facts for scripts (AMQJRNINF)")
 def log_need(qm, as_json):
     """Which log extents can be archived or deleted now, and what pins the rest."""
-    from .logtools import log_need_report
+    from ..recovery.need import log_need_report
     config = QMConfig.load(qm)
     try:
-        facts = admin_request(config, {"cmd": "log_need"})["log_need"]
+        facts = call(config, {"cmd": "log_need"})["log_need"]
     except QueueManagerNotRunning:
         facts = log_need_report(config)
     if as_json:
@@ -404,8 +336,8 @@ def tour(workdir, seconds):
 
 def _attach_subcommands() -> None:
     """Commands that live beside the subsystem they drive."""
-    from .admin.cli import sc, user
-    from .pipeline.cli import pipeline
+    from ..pipeline.cli import pipeline
+    from .admin import sc, user
     cli.add_command(sc)
     cli.add_command(user)
     cli.add_command(pipeline)

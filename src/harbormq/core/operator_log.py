@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from .fsutil import fsync_dir, make_dirs
+from ..fsutil import fsync_dir, make_dirs
 
 FILES = ("HMQERR01.LOG", "HMQERR02.LOG", "HMQERR03.LOG")
 

@@ -3,19 +3,7 @@
 It runs the core on the main asyncio loop, serves STOMP on the listeners of
 qm.toml (``stomp/``), and listens on the admin socket ``qmgrs/<QM>/admin.sock``
 (mode 0600: only the owning OS user administers the queue manager locally).
-The admin protocol is one JSON object per line:
-
-    {"cmd": "ping"}                          -> {"ok": true, "pid": ...}
-    {"cmd": "status"}                        -> {"ok": true, "status": {...}}
-    {"cmd": "mqsc", "text": "...", "continue": false}
-                                             -> {"ok": bool, "output": "...", "errors": n}
-    {"cmd": "stop", "mode": "controlled"}    -> {"ok": true}, then the stop begins
-    {"cmd": "image"|"recreate", "type": "all"|"qmgr"|"queue", "name": "APP.*"}
-                                             -> {"progress": {...}} lines, then
-                                                {"ok": true, "results": [...]}
-    {"cmd": "log_need"}                      -> {"ok": true, "log_need": {...}}
-    {"cmd": "load", "queue": "Q", "path": "/x/Q.hmqload"}
-                                             -> {"ok": true, "result": {"loaded": n, ...}}
+The admin protocol (``admin/protocol.py``) is served on that socket.
 
 SIGTERM asks for a controlled stop, SIGINT for an immediate one. A stop first
 closes the STOMP listeners and connections (their unfinished units of work are
@@ -25,18 +13,17 @@ backed out), then stops the queue manager.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
-from pathlib import Path
 
-from . import media
-from .config import QMConfig
-from .errors import HarbormqError
-from .qmgr import STOP_MODES, RunningQueueManager
-from .security import Security
-from .stomp.listener import StompService
+from ..admin.protocol import AdminProtocol
+from ..config import QMConfig
+from ..errors import HarbormqError
+from ..qmgr.lifecycle import RunningQueueManager
+from ..recovery.need import log_need_facts
+from ..security import Security
+from ..stomp.listener import StompService
 
 
 class QueueManagerServer:
@@ -64,54 +51,8 @@ class QueueManagerServer:
             "restart": self.running.report.as_dict() if self.running.report else None,
             "listeners": self.stomp.bound if self.stomp else [],
             "connections": len(core.connections),
-            "log_need": media.log_need_facts(core.log, core.last_checkpoint.get("media")),
+            "log_need": log_need_facts(core.log, core.last_checkpoint.get("media")),
         }
-
-    async def _admin(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while line := await reader.readline():
-                try:
-                    req = json.loads(line)
-                    cmd = req.get("cmd")
-                    if cmd == "ping":
-                        reply = {"ok": True, "pid": os.getpid()}
-                    elif cmd == "status":
-                        reply = {"ok": True, "status": self.status()}
-                    elif cmd == "mqsc":
-                        from .admin.commands import handle_admin_mqsc
-                        reply = await handle_admin_mqsc(
-                            self.running.core, req, self.security,
-                            qm_info={"started_ns": self.running.core.started_ns,
-                                     "connauth": self.config.stomp.connauth})
-                    elif cmd == "load":
-                        from .pipeline.loadfile import load_into_core
-                        if not req.get("queue") or not req.get("path"):
-                            raise ValueError("load needs 'queue' and 'path'")
-                        try:
-                            result = await load_into_core(self.running.core, str(req["queue"]),
-                                                          Path(req["path"]))
-                        except OSError as exc:
-                            raise ValueError(f"cannot read load file {req['path']}: "
-                                             f"{exc.strerror or exc}") from None
-                        reply = {"ok": True, "result": result}
-                    elif cmd in media.ADMIN_COMMANDS:
-                        reply = await media.admin_command(
-                            self.running.core, req,
-                            lambda line: writer.write(json.dumps(line).encode() + b"\n"))
-                    elif cmd == "stop":
-                        mode = req.get("mode", "controlled")
-                        if mode not in STOP_MODES:
-                            raise ValueError(f"unknown stop mode {mode!r}")
-                        reply = {"ok": True}
-                        self.request_stop(mode)
-                    else:
-                        raise ValueError(f"unknown admin command {cmd!r}")
-                except (ValueError, HarbormqError) as exc:
-                    reply = {"ok": False, "error": str(exc)}
-                writer.write(json.dumps(reply, default=str).encode() + b"\n")
-                await writer.drain()
-        finally:
-            writer.close()
 
     def request_stop(self, mode: str) -> None:
         if self.stop_mode is not None and not self.stop_mode.done():
@@ -136,7 +77,9 @@ class QueueManagerServer:
             sock.unlink()   # left by a process that died; we hold the instance lock
         old_umask = os.umask(0o177)
         try:
-            server = await asyncio.start_unix_server(self._admin, path=str(sock))
+            admin = AdminProtocol(self.running.core, self.config, self.security,
+                                  status=self.status, request_stop=self.request_stop)
+            server = await asyncio.start_unix_server(admin.serve, path=str(sock))
         finally:
             os.umask(old_umask)
         loop.add_signal_handler(signal.SIGTERM, self.request_stop, "controlled")
@@ -175,6 +118,3 @@ def main(argv: list[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

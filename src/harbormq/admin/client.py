@@ -1,0 +1,73 @@
+"""The admin protocol, client side: the one way every command-line tool (and
+test) talks to a running queue manager over ``qmgrs/<QM>/admin.sock``.
+
+One JSON object per line each way; long requests (image, recreate) send
+``{"progress": {...}}`` lines before their reply. ``admin/protocol.py`` is the
+server side and lists the requests.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Callable
+
+from ..errors import HarbormqError, QueueManagerNotRunning
+
+
+def request(target, req: dict, *, timeout: float | None = 10.0,
+            on_progress: Callable[[dict], None] | None = None, needs: str = "") -> dict:
+    """Send ``req`` to the queue manager ``target`` (anything with ``name`` and
+    ``admin_socket``) and return its reply, whatever it says. ``timeout`` bounds
+    each wait for a line (None: no limit once connected, for long work).
+    ``needs`` completes the "not running" hint (what needs a running queue
+    manager)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(10 if timeout is None else timeout)
+        try:
+            s.connect(str(target.admin_socket))
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise QueueManagerNotRunning(
+                f"queue manager {target.name} is not running" + (f": {needs}" if needs else ""),
+                hint=f"start it with 'harbormq start {target.name}'") from None
+        s.settimeout(timeout)
+        s.sendall(json.dumps(req).encode() + b"\n")
+        with s.makefile("rb") as lines:
+            for line in lines:
+                reply = json.loads(line)
+                if "progress" in reply and on_progress is not None:
+                    on_progress(reply["progress"])
+                    continue
+                return reply
+    except TimeoutError:
+        raise HarbormqError(f"queue manager {target.name} did not answer within {timeout:.0f} "
+                            "s", msgid="HMQ8146E") from None
+    finally:
+        s.close()
+    raise HarbormqError(f"queue manager {target.name} closed the admin connection without "
+                        "a reply", msgid="HMQ8146E")
+
+
+def call(target, req: dict, **kw) -> dict:
+    """``request``, raising the queue manager's refusal as an error."""
+    reply = request(target, req, **kw)
+    if not reply.get("ok"):
+        raise HarbormqError(reply.get("error", "the queue manager refused the request"))
+    return reply
+
+
+#: how long ``sc`` waits for the queue manager's reply (a CLEAR of a deep queue,
+#: a DEFINE waiting for its force on a busy log)
+SC_TIMEOUT = 300.0
+
+
+def send_mqsc(target, text: str, continue_on_error: bool = False,
+              timeout: float = SC_TIMEOUT) -> dict:
+    """One ``{"cmd": "mqsc"}`` request; the reply (``output``, ``errors``)."""
+    reply = request(target, {"cmd": "mqsc", "text": text, "continue": continue_on_error},
+                    timeout=timeout, needs="MQSC commands need a running queue manager")
+    if "output" not in reply:
+        raise HarbormqError(reply.get("error", "the queue manager refused the MQSC request"),
+                            msgid="HMQ8400E")
+    return reply

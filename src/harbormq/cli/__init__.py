@@ -1,0 +1,5 @@
+"""The ``harbormq`` command: one module per command group."""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,218 @@
+"""The commit rule, written once: which effect each log record has on the
+objects, replayed in LSN order. Restart redo (``recovery/restart.py``) and
+media recovery (``recovery/recreate.py``) both drive it. Roll-forward of
+restored stores, backup restore and standby replay will too. The pipeline's
+set algebra (``pipeline/algebra.py``) computes the same, and a test holds the
+two together.
+
+The rule:
+
+* A MSG_PUT, MSG_GET or MSG_EXPIRE flagged AUTO_COMMIT takes effect at its own
+  LSN. One in a unit of work becomes a *pending* operation of that unit.
+* A UOW_COMMIT takes effect at its LSN for every pending operation of its
+  unit. Its payload may name units of work **joined** to it
+  (``core.commit_nowait``). This record decides them too, whether or not
+  their own COMMIT record follows (a crash can come between).
+* A COMPENSATION undoes one pending operation. An undone put simply ends. An
+  undone get leaves the message on its queue with the backout count the
+  record carries; that count is an effect at the compensation's LSN.
+* A UOW_BACKOUT ends the unit: whatever is still pending ends with no effect.
+* Units of work still open at the end (in flight, in backout, prepared) are
+  left in ``open`` for the caller (restart backs them out or keeps them in
+  doubt).
+
+An effect applies to an object only when ``Effects.due`` says so. That is how
+a store whose recovery LSN is R takes only effects at or after R, and how an
+image taken at B takes only effects at or after B. Everything that depends on
+what the caller keeps (stores, locks, counts) is behind the ``Effects``
+interface. The rule itself is pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .records import (
+    AUTO_COMMIT,
+    Compensation,
+    LogRecord,
+    Message,
+    MessageRef,
+    RecordType,
+    decode_json,
+)
+
+
+@dataclass(eq=False)
+class PendingOp:
+    """A put or a get (or an expiry) waiting for its unit of work's outcome."""
+    kind: str                 # "put" or "get"
+    target: Any               # the object, as Effects.target gave it
+    key: bytes                # the message's store key
+    msg: Message | None       # put: the message; get: whatever Effects.opened found
+    lsn: int
+    prev_lsn: int
+
+
+@dataclass(eq=False)
+class OpenUow:
+    """A unit of work the records have begun and not yet ended."""
+    id: int
+    first_lsn: int
+    last_lsn: int
+    state: str = "active"     # active, prepared, backing_out
+    owner: str = ""
+    started_ns: int = 0
+    #: pending operations by LSN, in log order (a compensation finds its op at once)
+    ops: dict[int, PendingOp] = field(default_factory=dict)
+
+
+class Effects(Protocol):
+    """What the caller of the rule keeps, and how an effect reaches it."""
+
+    def target(self, rec: LogRecord) -> Any | None:
+        """The object a message record is about, or None to ignore the record
+        (another object, a deleted or damaged one, an older incarnation)."""
+
+    def due(self, target: Any, lsn: int) -> bool:
+        """Whether an effect at ``lsn`` applies to ``target``."""
+
+    def seen_put(self, target: Any, msg: Message) -> None:
+        """Every put of ``target`` read, whatever becomes of it (sequences)."""
+
+    def opened(self, op: PendingOp) -> bool:
+        """An operation became pending. A get may fill in ``op.msg``. Returning
+        False drops the operation (its message is not there)."""
+
+    def closed(self, op: PendingOp, applied: bool) -> None:
+        """A pending operation ended; ``applied`` when its effect was applied
+        (``put``/``delete``/``backed_out`` was called for it just before)."""
+
+    def put(self, target: Any, msg: Message, lsn: int) -> None:
+        """A committed put."""
+
+    def delete(self, target: Any, key: bytes, lsn: int) -> None:
+        """A committed get or expiry."""
+
+    def backed_out(self, op: PendingOp, backout_count: int, lsn: int) -> None:
+        """A get undone by a compensation: the message stays, with this count."""
+
+
+class CommitRule:
+    def __init__(self, effects: Effects):
+        self.effects = effects
+        #: units of work begun and not ended, by id
+        self.open: dict[int, OpenUow] = {}
+        #: units committed by another one's COMMIT whose own COMMIT record has
+        #: not been read (restart writes it)
+        self.joined_unrecorded: dict[int, OpenUow] = {}
+        T = RecordType
+        self._handlers = {
+            T.MSG_PUT: self._put, T.MSG_GET: self._get, T.MSG_EXPIRE: self._get,
+            T.UOW_BEGIN: self._begin, T.UOW_PREPARE: self._prepare,
+            T.UOW_COMMIT: self._commit, T.COMPENSATION: self._compensation,
+            T.UOW_BACKOUT: self._backout,
+        }
+
+    def feed(self, rec: LogRecord) -> bool:
+        """Apply one record; False when the rule has nothing to do with its type
+        (object definitions, images, checkpoints: the caller's business)."""
+        handler = self._handlers.get(rec.type)
+        if handler is None:
+            return False
+        handler(rec)
+        return True
+
+    def _uow(self, rec: LogRecord) -> OpenUow:
+        uow = self.open.get(rec.uow_id)
+        if uow is None:
+            uow = self.open[rec.uow_id] = OpenUow(rec.uow_id, rec.lsn, rec.lsn)
+        return uow
+
+    def _put(self, rec: LogRecord) -> None:
+        fx = self.effects
+        target = fx.target(rec)
+        if target is None:
+            return
+        msg = Message.decode(rec.payload)
+        fx.seen_put(target, msg)
+        if rec.flags & AUTO_COMMIT:
+            if fx.due(target, rec.lsn):
+                fx.put(target, msg, rec.lsn)
+            return
+        uow = self._uow(rec)
+        uow.last_lsn = rec.lsn
+        op = PendingOp("put", target, msg.key, msg, rec.lsn, rec.prev_lsn)
+        if fx.opened(op):
+            uow.ops[op.lsn] = op
+
+    def _get(self, rec: LogRecord) -> None:
+        fx = self.effects
+        target = fx.target(rec)
+        if target is None:
+            return
+        ref = MessageRef.decode(rec.payload)
+        if rec.flags & AUTO_COMMIT:
+            if fx.due(target, rec.lsn):
+                fx.delete(target, ref.key, rec.lsn)
+            return
+        uow = self._uow(rec)
+        uow.last_lsn = rec.lsn
+        op = PendingOp("get", target, ref.key, None, rec.lsn, rec.prev_lsn)
+        if fx.opened(op):
+            uow.ops[op.lsn] = op
+
+    def _begin(self, rec: LogRecord) -> None:
+        uow = self._uow(rec)
+        uow.owner = decode_json(rec.payload).get("owner", "")
+        uow.started_ns = rec.timestamp_ns
+
+    def _prepare(self, rec: LogRecord) -> None:
+        uow = self._uow(rec)
+        uow.state = "prepared"
+        uow.last_lsn = rec.lsn
+
+    def _commit(self, rec: LogRecord) -> None:
+        self.joined_unrecorded.pop(rec.uow_id, None)
+        if rec.payload:
+            for joined_id in decode_json(rec.payload).get("joined", ()):
+                joined = self.open.get(joined_id)
+                if joined is not None:
+                    self.joined_unrecorded[joined_id] = joined
+                    self._decide(joined_id, rec.lsn)
+        self._decide(rec.uow_id, rec.lsn)
+
+    def _decide(self, uow_id: int, commit_lsn: int) -> None:
+        uow = self.open.pop(uow_id, None)
+        if uow is None:
+            return
+        fx = self.effects
+        for op in uow.ops.values():
+            applied = bool(op.lsn) and fx.due(op.target, commit_lsn)
+            if applied:
+                if op.kind == "put":
+                    fx.put(op.target, op.msg, commit_lsn)
+                else:
+                    fx.delete(op.target, op.key, commit_lsn)
+            fx.closed(op, applied)
+
+    def _compensation(self, rec: LogRecord) -> None:
+        uow = self._uow(rec)
+        uow.state = "backing_out"
+        uow.last_lsn = rec.lsn
+        comp = Compensation.decode(rec.payload)
+        op = uow.ops.pop(comp.undone_lsn, None)
+        if op is None:
+            return
+        fx = self.effects
+        applied = op.kind == "get" and fx.due(op.target, rec.lsn)
+        if applied:
+            fx.backed_out(op, comp.backout_count, rec.lsn)
+        fx.closed(op, applied)
+
+    def _backout(self, rec: LogRecord) -> None:
+        uow = self.open.pop(rec.uow_id, None)
+        if uow is not None:      # its operations were compensated already: release the rest
+            for op in uow.ops.values():
+                self.effects.closed(op, False)

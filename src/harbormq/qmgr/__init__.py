@@ -1,0 +1,1 @@
+"""A queue manager's life: create, start (restart recovery), stop, delete."""
