@@ -48,6 +48,7 @@ from .records import (
 class PendingOp:
     """A put or a get (or an expiry) waiting for its unit of work's outcome."""
     kind: str                 # "put" or "get"
+    uow_id: int
     target: Any               # the object, as Effects.target gave it
     key: bytes                # the message's store key
     msg: Message | None       # put: the message; get: whatever Effects.opened found
@@ -81,9 +82,9 @@ class Effects(Protocol):
     def seen_put(self, target: Any, msg: Message) -> None:
         """Every put of ``target`` read, whatever becomes of it (sequences)."""
 
-    def opened(self, op: PendingOp) -> bool:
-        """An operation became pending. A get may fill in ``op.msg``. Returning
-        False drops the operation (its message is not there)."""
+    def opened(self, op: PendingOp, rec: LogRecord) -> bool:
+        """An operation became pending (``rec`` is its record). A get may fill in
+        ``op.msg``. Returning False drops the operation (its message is not there)."""
 
     def closed(self, op: PendingOp, applied: bool) -> None:
         """A pending operation ended; ``applied`` when its effect was applied
@@ -92,8 +93,9 @@ class Effects(Protocol):
     def put(self, target: Any, msg: Message, lsn: int) -> None:
         """A committed put."""
 
-    def delete(self, target: Any, key: bytes, lsn: int) -> None:
-        """A committed get or expiry."""
+    def delete(self, target: Any, key: bytes, lsn: int, op: PendingOp | None) -> None:
+        """A committed get or expiry: ``op`` is its pending operation, None for an
+        auto-committed one (whose message may be gone already)."""
 
     def backed_out(self, op: PendingOp, backout_count: int, lsn: int) -> None:
         """A get undone by a compensation: the message stays, with this count."""
@@ -143,8 +145,8 @@ class CommitRule:
             return
         uow = self._uow(rec)
         uow.last_lsn = rec.lsn
-        op = PendingOp("put", target, msg.key, msg, rec.lsn, rec.prev_lsn)
-        if fx.opened(op):
+        op = PendingOp("put", rec.uow_id, target, msg.key, msg, rec.lsn, rec.prev_lsn)
+        if fx.opened(op, rec):
             uow.ops[op.lsn] = op
 
     def _get(self, rec: LogRecord) -> None:
@@ -155,12 +157,12 @@ class CommitRule:
         ref = MessageRef.decode(rec.payload)
         if rec.flags & AUTO_COMMIT:
             if fx.due(target, rec.lsn):
-                fx.delete(target, ref.key, rec.lsn)
+                fx.delete(target, ref.key, rec.lsn, None)
             return
         uow = self._uow(rec)
         uow.last_lsn = rec.lsn
-        op = PendingOp("get", target, ref.key, None, rec.lsn, rec.prev_lsn)
-        if fx.opened(op):
+        op = PendingOp("get", rec.uow_id, target, ref.key, None, rec.lsn, rec.prev_lsn)
+        if fx.opened(op, rec):
             uow.ops[op.lsn] = op
 
     def _begin(self, rec: LogRecord) -> None:
@@ -194,7 +196,7 @@ class CommitRule:
                 if op.kind == "put":
                     fx.put(op.target, op.msg, commit_lsn)
                 else:
-                    fx.delete(op.target, op.key, commit_lsn)
+                    fx.delete(op.target, op.key, commit_lsn, op)
             fx.closed(op, applied)
 
     def _compensation(self, rec: LogRecord) -> None:

@@ -32,18 +32,17 @@ from ..errors import (
 from ..log.manager import RecoveryLog
 from ..log.reader import ExtentReader
 from ..log.records import (
-    AUTO_COMMIT,
     EXTENT_HEADER_SIZE,
     MIN_RECORD,
     TRAILER,
-    Compensation,
+    LogRecord,
     Message,
-    MessageRef,
     RecordType,
     decode_json,
     image_chunk_entries,
     message_key_of,
 )
+from ..log.replay import CommitRule, PendingOp
 from ..store.dirs import REBUILDING, replace_dir
 from ..store.stores import CatalogStore, QueueStore
 from .images import Progress, no_progress, require_linear, select_objects
@@ -184,69 +183,75 @@ class QueueRebuild:
                            "the log there does not hold it", lsn=self.image_lsn)
 
     def _pass2_replay(self, store: QueueStore) -> None:
-        B = self.image_lsn
-        pending: dict[bytes, Message | None] = {}
-        uows: dict[int, list] = {}
+        """The log from ``replay_from`` over the image: the commit rule with
+        effects due at or after the image's BEGIN (B), written in batches."""
+        effects = _RebuildEffects(self, store)
+        rule = CommitRule(effects)
         total = max(1, self.to_lsn - self.replay_from)
-
-        def lookup(key: bytes) -> Message | None:
-            return pending[key] if key in pending else store.get(key)
-
-        def effect(key: bytes, msg: Message | None) -> None:
-            pending[key] = msg
-            self.effects += 1
-            if len(pending) >= REBUILD_BATCH:
-                store.apply(pending, 0)
-                pending.clear()
-
         T = RecordType
         for rec in self.log.read_from(self.replay_from, self.to_lsn):
             self.records += 1
             if self.records % 20_000 == 0:
                 self.progress(self.name, total + rec.lsn - self.replay_from, 2 * total)
-            t = rec.type
-            if t in (T.UOW_COMMIT, T.UOW_BACKOUT):
-                ops = uows.pop(rec.uow_id, None)
-                if ops and t == T.UOW_COMMIT and rec.lsn >= B:
-                    for kind, key, msg, _lsn in ops:
-                        effect(key, msg if kind == "put" else None)
+            if rule.feed(rec) or rec.object_id != self.oid:
                 continue
-            if rec.object_id != self.oid:
-                continue
-            if t == T.MSG_PUT:
-                msg = Message.decode(rec.payload)
-                self.next_seq = max(self.next_seq, msg.seq + 1)
-                if rec.flags & AUTO_COMMIT:
-                    if rec.lsn >= B:
-                        effect(msg.key, msg)
-                else:
-                    uows.setdefault(rec.uow_id, []).append(("put", msg.key, msg, rec.lsn))
-            elif t in (T.MSG_GET, T.MSG_EXPIRE):
-                ref = MessageRef.decode(rec.payload)
-                if rec.flags & AUTO_COMMIT:
-                    if rec.lsn >= B:
-                        effect(ref.key, None)
-                else:
-                    uows.setdefault(rec.uow_id, []).append(("get", ref.key, None, rec.lsn))
-            elif t == T.COMPENSATION:
-                comp = Compensation.decode(rec.payload)
-                ops = uows.get(rec.uow_id, [])
-                op = next((o for o in ops if o[3] == comp.undone_lsn), None)
-                if op is not None:
-                    ops.remove(op)
-                if comp.undone_type == T.MSG_GET and rec.lsn >= B:
-                    msg = lookup(comp.ref.key)
-                    if msg is not None:
-                        effect(msg.key, replace(msg, backout_count=comp.backout_count))
-            elif t == T.OBJECT_ALTER and decode_json(rec.payload).get("clear") and rec.lsn >= B:
-                pending.clear()
+            if rec.type == T.OBJECT_ALTER and decode_json(rec.payload).get("clear") and \
+                    rec.lsn >= self.image_lsn:
+                effects.pending.clear()
                 store.clear(0)
-            elif t == T.OBJECT_DELETE:
+            elif rec.type == T.OBJECT_DELETE:
                 raise StoreDamaged(f"the log deletes {self.name} (object id {self.oid}) at LSN "
                                    f"{rec.lsn}: there is nothing to recreate", lsn=rec.lsn)
-        if pending:
-            store.apply(pending, 0)
+        effects.write()
         self.progress(self.name, 2 * total, 2 * total)
+
+
+class _RebuildEffects:
+    """The commit rule's effects on a store being rebuilt: only this object's
+    records, only effects at or after the image (B); pending changes are
+    written every REBUILD_BATCH."""
+
+    def __init__(self, rebuild: QueueRebuild, store: QueueStore):
+        self.rebuild = rebuild
+        self.store = store
+        self.pending: dict[bytes, Message | None] = {}
+
+    def target(self, rec: LogRecord) -> bool | None:
+        return True if rec.object_id == self.rebuild.oid else None
+
+    def due(self, target, lsn: int) -> bool:
+        return lsn >= self.rebuild.image_lsn
+
+    def seen_put(self, target, msg: Message) -> None:
+        self.rebuild.next_seq = max(self.rebuild.next_seq, msg.seq + 1)
+
+    def opened(self, op: PendingOp, rec: LogRecord) -> bool:
+        return True
+
+    def closed(self, op: PendingOp, applied: bool) -> None:
+        pass
+
+    def put(self, target, msg: Message, lsn: int) -> None:
+        self._effect(msg.key, msg)
+
+    def delete(self, target, key: bytes, lsn: int, op: PendingOp | None) -> None:
+        self._effect(key, None)
+
+    def backed_out(self, op: PendingOp, backout_count: int, lsn: int) -> None:
+        msg = self.pending[op.key] if op.key in self.pending else self.store.get(op.key)
+        if msg is not None:
+            self._effect(op.key, replace(msg, backout_count=backout_count))
+
+    def _effect(self, key: bytes, msg: Message | None) -> None:
+        self.pending[key] = msg
+        self.rebuild.effects += 1
+        if len(self.pending) >= REBUILD_BATCH:
+            self.write()
+
+    def write(self) -> None:
+        if self.pending:
+            self.store.apply(self.pending, 0)
+            self.pending.clear()
 
 
 def rebuild_catalog(log: RecoveryLog, from_lsn: int, to_lsn: int) -> dict[str, dict]:

@@ -30,8 +30,6 @@ from ..crashpoints import crash_point
 from ..errors import HarbormqError, ObjectDamaged, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
 from ..log.records import (
-    AUTO_COMMIT,
-    Compensation,
     LogRecord,
     Message,
     MessageRef,
@@ -39,6 +37,7 @@ from ..log.records import (
     decode_json,
     extent_file_name,
 )
+from ..log.replay import CommitRule, OpenUow, PendingOp
 from ..store import dirs
 from ..store.stores import CatalogStore, QueueStore
 from . import need, recreate
@@ -80,10 +79,8 @@ class Restart:
         self.progress = progress or (lambda phase, done, total: None)
         self.report = RestartReport()
         self.redo_from: dict[int, int] = {}     # object id -> store recovery LSN at open
-        self.rebuilt: dict[int, UnitOfWork] = {}
-        #: units of work committed by another one's COMMIT record whose own COMMIT
-        #: record is not in the log (a crash came between): written in phase 4
-        self.joined_unrecorded: dict[int, UnitOfWork] = {}
+        #: the commit rule (log/replay.py), applied to the queues' committed state
+        self.rule = CommitRule(RedoEffects(self))
         self.log_end_hint = 0       # phase 1: where the records seem to end (store checks)
         self._log_end = 0           # the end of the log, read only if something is recreated
         self._media: dict | None = None          # the last checkpoint's media table
@@ -379,7 +376,8 @@ class Restart:
                       + ("recreated ('harbormq recreate') or deleted"
                          if core.config.log.log_type == "linear" else
                          "deleted (a circular log cannot recreate them)"))
-        for uow in self.rebuilt.values():
+        for open_uow in self.rule.open.values():
+            uow = _unit_of_work(open_uow)
             core.uows[uow.id] = uow
             core.next_uow_id = max(core.next_uow_id, uow.id + 1)
         if r.nonpersistent_discarded:
@@ -413,141 +411,16 @@ class Restart:
             core.catalog_store.apply(core.catalog_dirty, max(lsn, core.catalog_store.recovery_lsn))
             core.catalog_dirty, core.catalog_dirty_lsn = {}, None
 
-    def _uow(self, rec: LogRecord) -> UnitOfWork:
-        uow = self.rebuilt.get(rec.uow_id)
-        if uow is None:
-            uow = UnitOfWork(rec.uow_id, first_lsn=rec.lsn, last_lsn=rec.lsn)
-            self.rebuilt[rec.uow_id] = uow
-        return uow
-
     def _redo(self, rec: LogRecord) -> None:
         if rec.uow_id and rec.uow_id >= self.core.next_uow_id:
             self.core.next_uow_id = rec.uow_id + 1
-        handler = self._handlers.get(rec.type)
-        if handler is not None:
-            handler(rec)
-
-    @property
-    def _handlers(self):
-        h = self.__dict__.get("_handler_table")
-        if h is None:
-            T = RecordType
-            h = self.__dict__["_handler_table"] = {
-                T.OBJECT_CREATE: self._redo_object, T.OBJECT_ALTER: self._redo_object,
-                T.OBJECT_DELETE: self._redo_object,
-                T.MSG_PUT: self._redo_put, T.MSG_GET: self._redo_get,
-                T.MSG_EXPIRE: self._redo_get, T.UOW_BEGIN: self._redo_begin,
-                T.UOW_PREPARE: self._redo_prepare, T.UOW_COMMIT: self._redo_commit,
-                T.COMPENSATION: self._redo_compensation, T.UOW_BACKOUT: self._redo_backout,
-                T.MEDIA_IMAGE_END: self._redo_image_end,
-            }
-        return h
-
-    def _redo_put(self, rec: LogRecord) -> None:
-        q = self._queue_for(rec)
-        if q is None:
+        if self.rule.feed(rec):
             return
-        msg = Message.decode(rec.payload)
-        if msg.seq >= q.next_seq:
-            q.next_seq = msg.seq + 1
-        if rec.flags & AUTO_COMMIT:
-            if self._due(q, rec.lsn):
-                q.commit_put(msg, rec.lsn)
-                self.report.effects_redone += 1
-            return
-        uow = self._uow(rec)
-        uow.ops.append(UowOp("put", q, msg, rec.lsn, rec.prev_lsn))
-        uow.last_lsn = rec.lsn
-        q.uncommitted_puts += 1
-
-    def _redo_get(self, rec: LogRecord) -> None:
-        q = self._queue_for(rec)
-        if q is None:
-            return
-        ref = MessageRef.decode(rec.payload)
-        if rec.flags & AUTO_COMMIT:
-            if self._due(q, rec.lsn) and q.lookup(ref.key) is not None:
-                q.commit_delete(ref.key, rec.lsn)
-                self.report.effects_redone += 1
-            return
-        uow = self._uow(rec)
-        uow.last_lsn = rec.lsn
-        msg = q.lookup(ref.key)
-        if msg is None:
-            # expected when the store already holds a later state (the get's
-            # commit is below the store's LSN); anything else is a mismatch
-            if self._due(q, rec.lsn):
-                self._inconsistent(rec, f"got message {ref.msg_id.hex()} is not on {q.name}")
-            return
-        q.locked[ref.key] = uow.id
-        uow.ops.append(UowOp("get", q, msg, rec.lsn, rec.prev_lsn))
-
-    def _redo_begin(self, rec: LogRecord) -> None:
-        uow = self._uow(rec)
-        uow.owner = decode_json(rec.payload).get("owner", "")
-        uow.started_ns = uow.first_log_ns = rec.timestamp_ns
-
-    def _redo_prepare(self, rec: LogRecord) -> None:
-        uow = self._uow(rec)
-        uow.state = "prepared"
-        uow.last_lsn = rec.lsn
-
-    def _redo_commit(self, rec: LogRecord) -> None:
-        self.joined_unrecorded.pop(rec.uow_id, None)
-        if rec.payload:
-            # units of work that commit with this one (core.commit_nowait): this
-            # record decides them, whether or not their own COMMIT follows
-            for joined_id in decode_json(rec.payload).get("joined", ()):
-                joined = self.rebuilt.get(joined_id)
-                if joined is not None:
-                    self.joined_unrecorded[joined_id] = joined
-                    self._commit_rebuilt(joined_id, rec.lsn)
-        self._commit_rebuilt(rec.uow_id, rec.lsn)
-
-    def _commit_rebuilt(self, uow_id: int, rec_lsn: int) -> None:
-        uow = self.rebuilt.pop(uow_id, None)
-        if uow is None:
-            return
-        for op in uow.ops:
-            q = op.queue
-            due = self._due(q, rec_lsn) and bool(op.lsn)
-            if op.kind == "put":
-                q.uncommitted_puts -= 1
-                if due:
-                    q.commit_put(op.msg, rec_lsn)
-                    self.report.effects_redone += 1
-            elif due:
-                q.commit_delete(op.msg.key, rec_lsn)
-                self.report.effects_redone += 1
-            else:
-                q.unlocked(op.msg.key)
-
-    def _redo_compensation(self, rec: LogRecord) -> None:
-        uow = self._uow(rec)
-        uow.state = "backing_out"
-        uow.last_lsn = rec.lsn
-        comp = Compensation.decode(rec.payload)
-        op = next((o for o in uow.ops if o.lsn == comp.undone_lsn), None)
-        if op is None:
-            return
-        uow.ops.remove(op)
-        q = op.queue
-        if op.kind == "put":
-            q.uncommitted_puts -= 1
-        elif self._due(q, rec.lsn):
-            q.commit_update(replace(op.msg, backout_count=comp.backout_count), rec.lsn)
-            self.report.effects_redone += 1
-        else:
-            q.unlocked(op.msg.key)
-
-    def _redo_backout(self, rec: LogRecord) -> None:
-        uow = self.rebuilt.pop(rec.uow_id, None)
-        if uow is not None:   # ops compensated already; release anything left
-            for op in uow.ops:
-                if op.kind == "get":
-                    op.queue.unlocked(op.msg.key)
-                else:
-                    op.queue.uncommitted_puts -= 1
+        T = RecordType
+        if rec.type in (T.OBJECT_CREATE, T.OBJECT_ALTER, T.OBJECT_DELETE):
+            self._redo_object(rec)
+        elif rec.type == T.MEDIA_IMAGE_END:
+            self._redo_image_end(rec)
 
     def _redo_image_end(self, rec: LogRecord) -> None:
         """A completed media image moves the object's media point (core/media_points.py)."""
@@ -628,7 +501,7 @@ class Restart:
         r.uows_in_flight = len(in_flight)
         r.uows_in_doubt = len(in_doubt)
         self.progress("backward recovery", 0, max(1, len(in_flight)))
-        for uow in self.joined_unrecorded.values():
+        for uow in self.rule.joined_unrecorded.values():
             core._append(RecordType.UOW_COMMIT, uow_id=uow.id, prev_lsn=uow.last_lsn)
         requeue = []
         for i, uow in enumerate(sorted(in_flight, key=lambda u: u.first_lsn), 1):
@@ -685,3 +558,74 @@ class Restart:
         self.emit("HMQ7236I", f"queue indexes: {r.indexes_rebuilt} rebuilt"
                   f"{' in the background' if core.config.tuning.qindxbld == 'nowait' else ''}, "
                   f"{r.indexes_verified} verified")
+
+
+class RedoEffects:
+    """The commit rule's effects at restart: on the queues' committed layers,
+    with the locks and uncommitted-put counts the core keeps for units of work
+    still open. An effect applies to a store only at or above the recovery LSN
+    it had when it was opened (``Restart.redo_from``)."""
+
+    def __init__(self, restart: Restart):
+        self.restart = restart
+        self.report = restart.report
+
+    def target(self, rec: LogRecord) -> LocalQueue | None:
+        return self.restart._queue_for(rec)
+
+    def due(self, q: LocalQueue, lsn: int) -> bool:
+        return self.restart._due(q, lsn)
+
+    def seen_put(self, q: LocalQueue, msg: Message) -> None:
+        if msg.seq >= q.next_seq:
+            q.next_seq = msg.seq + 1
+
+    def opened(self, op: PendingOp, rec: LogRecord) -> bool:
+        q = op.target
+        if op.kind == "put":
+            q.uncommitted_puts += 1
+            return True
+        msg = q.lookup(op.key)
+        if msg is None:
+            # expected when the store already holds a later state (the get's
+            # commit is below the store's LSN); anything else is a mismatch
+            if self.due(q, rec.lsn):
+                ref = MessageRef.decode(rec.payload)
+                self.restart._inconsistent(rec, f"got message {ref.msg_id.hex()} is not on "
+                                                f"{q.name}")
+            return False
+        q.locked[op.key] = op.uow_id
+        op.msg = msg
+        return True
+
+    def closed(self, op: PendingOp, applied: bool) -> None:
+        if op.kind == "put":
+            op.target.uncommitted_puts -= 1
+        elif not applied:
+            op.target.unlocked(op.key)
+
+    def put(self, q: LocalQueue, msg: Message, lsn: int) -> None:
+        q.commit_put(msg, lsn)
+        self.report.effects_redone += 1
+
+    def delete(self, q: LocalQueue, key: bytes, lsn: int, op: PendingOp | None) -> None:
+        if op is None and q.lookup(key) is None:
+            return      # an auto-committed get the store already has
+        q.commit_delete(key, lsn)
+        self.report.effects_redone += 1
+
+    def backed_out(self, op: PendingOp, backout_count: int, lsn: int) -> None:
+        op.target.commit_update(replace(op.msg, backout_count=backout_count), lsn)
+        self.report.effects_redone += 1
+
+
+def _unit_of_work(o: OpenUow) -> UnitOfWork:
+    """A unit of work the log leaves open, as the core keeps it (phase 4 backs it
+    out, or keeps it in doubt)."""
+    uow = UnitOfWork(o.id, owner=o.owner, state=o.state, first_lsn=o.first_lsn,
+                     last_lsn=o.last_lsn, first_log_ns=o.started_ns,
+                     ops=[UowOp(op.kind, op.target, op.msg, op.lsn, op.prev_lsn)
+                          for op in o.ops.values()])
+    if o.started_ns:
+        uow.started_ns = o.started_ns
+    return uow
