@@ -51,11 +51,13 @@ def read_journals(d: Path) -> list[dict]:
     return events
 
 
-def drain(name: str, home: Path) -> list[tuple[str, str, int]]:
+def drain(name: str, home: Path, oplog: list | None = None) -> list[tuple[str, str, int]]:
     """(wid, queue, backout count) of every message left on the workload's
     queues that exist, the queue manager opened in this process after the
-    server is gone."""
+    server is gone. ``oplog`` gets the operator messages of that start."""
     qm = QueueManager.open(name, home=home)
+    if oplog is not None:
+        oplog.extend(qm.core.oplog.entries)
     try:
         out = []
         for q in (*QUEUES, BOQ):

@@ -63,11 +63,13 @@ def rename_durably(src: Path, dst: Path) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a directory tree (if there) and make its removal durable."""
+    """Remove a directory tree (if there) and make its removal durable; a tree
+    that cannot be removed whole raises (OSError) rather than half-disappear
+    silently. Gone already, its parent is still synced: the removal that made
+    it go may not have been durable yet."""
     path = Path(path)
-    if not path.exists():
-        return
-    shutil.rmtree(path, ignore_errors=True)
+    if path.exists():
+        shutil.rmtree(path)
     if path.parent.is_dir():
         fsync_dir(path.parent)
 

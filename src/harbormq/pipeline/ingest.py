@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import ConfigError, HarbormqError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, make_dirs
 from ..log.records import EXTENT_HEADER_SIZE
 from .extents import plan_extents
 from .session import Progress
@@ -89,7 +89,7 @@ def run_ingest(spark, log: str, lake_dir: str, *, qm_name: str | None = None,
 
     progress = progress or Progress("ingest", 4)
     lake = Lake(lake_dir)
-    lake.root.mkdir(parents=True, exist_ok=True)
+    make_dirs(lake.root, mode=0o755)
     m = lake.manifest()
     plans = plan_extents(log)
     names = {p.qm_name for p in plans}

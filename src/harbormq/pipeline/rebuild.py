@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..fsutil import atomic_write, make_dirs
 from ..log.records import EXTENT_HEADER_SIZE
 from ..unload.loadfile import write_load_file
 from .algebra import (
@@ -189,7 +190,7 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
         for t in targets))
     result = spark_rebuild(spark, source, records, point, targets).cache()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out, mode=0o755)     # its load files are durable: so is their directory
     result.write.mode("overwrite").partitionBy("queue").parquet(str(out / "messages"))
     progress.stage("wrote Parquet (by queue)")
     # one ordered pass over the result: rows come by queue, then position
@@ -206,6 +207,7 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
     progress.stage("wrote load files")
     result.unpersist()
     records.unpersist()
-    (out / "rebuild.json").write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write(out / "rebuild.json", (json.dumps(summary, indent=2) + "\n").encode(),
+                 mode=0o644)
     progress.stage(f"done: {sum(q['messages'] for q in summary['queues'].values())} message(s)")
     return summary

@@ -151,6 +151,9 @@ def delete(name: str, *, home: Path | None = None) -> None:
     config = QMConfig.load(name, home)
     if running_pid(config) is not None:
         raise QueueManagerRunning(f"queue manager {name} is running; stop it before deleting")
+    # qm.toml first: a cut partway leaves no half queue manager that seems to exist
+    config.config_path.unlink()
+    fsync_dir(config.qm_dir)
     remove_tree(config.log_dir)
     remove_tree(config.qm_dir)
 
