@@ -65,8 +65,8 @@ def test_restart_commits_joined_units_whose_own_commit_is_missing(make_qm, open_
         # what commit_nowait writes first; the crash comes before the joined
         # unit's own COMMIT record
         core = qm.core
-        core._append(RecordType.UOW_COMMIT, uow_id=txn.id, prev_lsn=txn.uow.last_lsn,
-                     payload=encode_json({"joined": [delivery.id]}))
+        core.append_record(RecordType.UOW_COMMIT, uow_id=txn.id, prev_lsn=txn.uow.last_lsn,
+                           payload=encode_json({"joined": [delivery.id]}))
         return core.log.force()
     qm._call(_on_loop(crash_after_decision))
     qm.close("preemptive")

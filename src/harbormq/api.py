@@ -31,6 +31,7 @@ from .qmgr.lifecycle import RunningQueueManager
 from .recovery import images, need, recreate
 from .recovery.restart import Progress, RestartReport
 from .security import os_owner
+from .unload.loadfile import LOAD_BATCH, load_into_core
 
 
 class QueueManager:
@@ -155,6 +156,11 @@ class QueueManager:
 
     def checkpoint(self) -> dict:
         return self._call(self.core.checkpoint("requested"))
+
+    def load_file(self, queue: str, path: Path | str, *, batch: int = LOAD_BATCH) -> dict:
+        """Put the messages of a load file (``*.hmqload``) on ``queue``, in batches
+        of ``batch`` per unit of work; returns what was loaded."""
+        return self._call(load_into_core(self.core, queue, Path(path), batch=batch))
 
     def flush(self) -> int:
         """Write every store's committed changes now (they are flushed lazily

@@ -17,6 +17,7 @@ import inspect
 import time
 from collections.abc import Callable
 
+from ..core.engine import QueueManagerCore
 from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS
 from ..errors import HarbormqError, ObjectExists, UnknownObject
 from ..log.records import PAGE_SIZE, extent_file_name, key_parts
@@ -73,7 +74,7 @@ def _select(cmd: Command, order: tuple, always: tuple, default: tuple | None = N
 # -- the executor ------------------------------------------------------------------------
 
 class Executor:
-    def __init__(self, core, security, qm_info: dict | None = None):
+    def __init__(self, core: QueueManagerCore, security, qm_info: dict | None = None):
         self.core = core
         self.security = security
         self.qm_info = qm_info or {}
@@ -377,7 +378,7 @@ class Executor:
         return [mqsc.format_message("HMQ8005I", "harbormq queue manager changed.")]
 
     def ping_qmgr(self, cmd: Command) -> list[str]:
-        self.core._check_running()
+        self.core.check_running()
         return [mqsc.format_message("HMQ8415I", "Ping harbormq queue manager command "
                                     "complete.")]
 
@@ -457,7 +458,7 @@ def _error_text(exc: BaseException) -> str:
     return f"HMQ8400E: the command failed: {exc!r}"
 
 
-async def run_mqsc(core, text: str, *, security, continue_on_error: bool = False,
+async def run_mqsc(core: QueueManagerCore, text: str, *, security, continue_on_error: bool = False,
                    qm_info: dict | None = None) -> dict:
     """Run an MQSC script on the queue manager's loop.
 
@@ -497,8 +498,8 @@ async def run_mqsc(core, text: str, *, security, continue_on_error: bool = False
             "stopped_early": bool(not_run)}
 
 
-async def handle_admin_mqsc(core, request: dict, security, *, qm_info: dict | None = None
-                            ) -> dict:
+async def handle_admin_mqsc(core: QueueManagerCore, request: dict, security, *,
+                            qm_info: dict | None = None) -> dict:
     """The admin socket's ``{"cmd": "mqsc", "text": ..., "continue": bool}``."""
     text = request.get("text")
     if not isinstance(text, str):

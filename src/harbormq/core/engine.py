@@ -142,8 +142,9 @@ class QueueManagerCore:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: str | None = None
         self.started = False
-        self._flush_lock: asyncio.Lock | None = None
-        self._checkpoint_lock: asyncio.Lock | None = None
+        #: one flush at a time (and no store closed under one); one checkpoint at a time
+        self.flush_lock = asyncio.Lock()
+        self.checkpoint_lock = asyncio.Lock()
         self._checkpoint_pending = False
         self._flush_pending = False
         self._relieving = False
@@ -163,7 +164,12 @@ class QueueManagerCore:
 
     # ------------------------------------------------------------------ helpers
 
-    def _spawn(self, coro) -> asyncio.Task:
+    def cancel_background(self) -> None:
+        """Cancel every task ``spawn`` started (at stop)."""
+        for task in list(self._background):
+            task.cancel()
+
+    def spawn(self, coro) -> asyncio.Task:
         task = self.loop.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -174,7 +180,7 @@ class QueueManagerCore:
         if not task.cancelled() and task.exception() is not None:
             self.oplog.emit("HMQ5008E", f"background task failed: {task.exception()!r}")
 
-    def _check_running(self) -> None:
+    def check_running(self) -> None:
         if self.stopping:
             raise QueueManagerStopping(f"queue manager {self.name} is stopping "
                                        f"({self.stopping}); no new work is accepted")
@@ -197,9 +203,9 @@ class QueueManagerCore:
     def qmgr_attrs(self) -> dict:
         return self.objects[QMGR_OBJECT]["attrs"]
 
-    def _append(self, rtype: RecordType, *, uow_id: int = 0, prev_lsn: int = 0,
-                obj: LocalQueue | None = None, object_id: int = 0, name: str = "",
-                payload: bytes = b"", flags: int = 0) -> int:
+    def append_record(self, rtype: RecordType, *, uow_id: int = 0, prev_lsn: int = 0,
+                      obj: LocalQueue | None = None, object_id: int = 0, name: str = "",
+                      payload: bytes = b"", flags: int = 0) -> int:
         rec = LogRecord(rtype, uow_id=uow_id, prev_lsn=prev_lsn,
                         object_id=obj.object_id if obj else object_id,
                         object_name=obj.name if obj else name, payload=payload, flags=flags)
@@ -207,23 +213,24 @@ class QueueManagerCore:
         if self.started and not self._checkpoint_pending and \
                 self.log.records_since_checkpoint >= self.config.log.checkpoint_records:
             self._checkpoint_pending = True
-            self._spawn(self.checkpoint("log records"))
+            self.spawn(self.checkpoint("log records"))
         return lsn
 
     def _log_uow(self, uow: UnitOfWork, rtype: RecordType, q: LocalQueue | None,
                  payload: bytes) -> tuple[int, int]:
         """Append a record of ``uow`` (writing its BEGIN first); returns (lsn, prev)."""
         if not uow.first_lsn:
-            uow.first_lsn = uow.last_lsn = self._append(
+            uow.first_lsn = uow.last_lsn = self.append_record(
                 RecordType.UOW_BEGIN, uow_id=uow.id, payload=_begin_payload(uow.owner))
             uow.first_log_ns = time.time_ns()
         prev = uow.last_lsn
-        uow.last_lsn = self._append(rtype, uow_id=uow.id, prev_lsn=prev, obj=q, payload=payload)
+        uow.last_lsn = self.append_record(rtype, uow_id=uow.id, prev_lsn=prev, obj=q,
+                                          payload=payload)
         return uow.last_lsn, prev
 
     # ------------------------------------------------------------------ objects
 
-    def _catalog_set(self, name: str, definition: dict | None, lsn: int) -> None:
+    def set_definition(self, name: str, definition: dict | None, lsn: int) -> None:
         if definition is None:
             self.objects.pop(name, None)
         else:
@@ -290,7 +297,7 @@ class QueueManagerCore:
 
     async def define_queue(self, name: str, attrs: dict | None = None, *, like: str | None = None,
                            replace: bool = False) -> dict:
-        self._check_running()
+        self.check_running()
         check_name(name)
         if name in self.objects:
             if not replace:
@@ -308,10 +315,10 @@ class QueueManagerCore:
         oid = self.next_object_id
         self.next_object_id += 1
         definition = {"type": "QLOCAL", "name": name, "object_id": oid, "attrs": merged}
-        lsn = self._append(RecordType.OBJECT_CREATE, object_id=oid, name=name,
-                           payload=encode_json(definition))
+        lsn = self.append_record(RecordType.OBJECT_CREATE, object_id=oid, name=name,
+                                 payload=encode_json(definition))
         definition["create_lsn"] = lsn
-        self._catalog_set(name, definition, lsn)
+        self.set_definition(name, definition, lsn)
         q = self.open_queue_store(definition)
         if merged["INDXTYPE"] != "NONE":
             q.store.rebuild_index(merged["INDXTYPE"])
@@ -319,12 +326,12 @@ class QueueManagerCore:
         return definition
 
     async def alter_queue(self, name: str, attrs: dict) -> dict:
-        self._check_running()
+        self.check_running()
         q = self.queue(name)
         changes = validate(attrs, QLOCAL_DEFAULTS, f"queue {name}")
         definition = dict(q.definition, attrs=dict(q.attrs, **changes))
-        lsn = self._append(RecordType.OBJECT_ALTER, obj=q, payload=encode_json(definition))
-        self._catalog_set(name, definition, lsn)
+        lsn = self.append_record(RecordType.OBJECT_ALTER, obj=q, payload=encode_json(definition))
+        self.set_definition(name, definition, lsn)
         old_index = q.index_type
         q.definition = definition
         if definition["attrs"]["INDXTYPE"] != old_index:
@@ -334,13 +341,13 @@ class QueueManagerCore:
         return definition
 
     async def alter_qmgr(self, attrs: dict) -> dict:
-        self._check_running()
+        self.check_running()
         changes = validate(attrs, QMGR_DEFAULTS, f"queue manager {self.name}")
         qm = self.objects[QMGR_OBJECT]
         definition = dict(qm, attrs=dict(qm["attrs"], **changes))
-        lsn = self._append(RecordType.OBJECT_ALTER, object_id=qm["object_id"], name=QMGR_OBJECT,
-                           payload=encode_json(definition))
-        self._catalog_set(QMGR_OBJECT, definition, lsn)
+        lsn = self.append_record(RecordType.OBJECT_ALTER, object_id=qm["object_id"],
+                                 name=QMGR_OBJECT, payload=encode_json(definition))
+        self.set_definition(QMGR_OBJECT, definition, lsn)
         await self.log.force()
         return definition
 
@@ -355,7 +362,7 @@ class QueueManagerCore:
         return None
 
     async def delete_queue(self, name: str, *, purge: bool = False) -> None:
-        self._check_running()
+        self.check_running()
         q = self.queues.get(name)      # a damaged queue may be deleted
         if q is None:
             raise UnknownObject(f"queue {name} is not defined", queue=name)
@@ -366,12 +373,13 @@ class QueueManagerCore:
         if q.depth and not purge and not q.damaged:
             raise ObjectInUse(f"queue {name} holds {q.depth} messages; delete it with PURGE "
                               "to discard them (MQRC 2055 Q_NOT_EMPTY)", queue=name)
-        lsn = self._append(RecordType.OBJECT_DELETE, obj=q, payload=encode_json({"name": name}))
-        self._catalog_set(name, None, lsn)
+        lsn = self.append_record(RecordType.OBJECT_DELETE, obj=q,
+                                 payload=encode_json({"name": name}))
+        self.set_definition(name, None, lsn)
         del self.queues[name]
         self.media_points.pop(name, None)
         await self.log.force()
-        async with self._flush_lock:    # not under a flush that is writing it
+        async with self.flush_lock:    # not under a flush that is writing it
             q.store.close()
             q.store.destroy(q.store.path)
 
@@ -384,18 +392,18 @@ class QueueManagerCore:
         held from the record to the store clear: a flush in that window would
         write later puts into the store the clear then drops, and a checkpoint
         would move the restart point past a clear not yet in the store."""
-        self._check_running()
+        self.check_running()
         q = self.queue(name)
         if (why := self._busy(q)) is not None:
             raise ObjectInUse(f"queue {name} cannot be cleared: {why}", queue=name)
-        async with self._flush_lock:
+        async with self.flush_lock:
             await self.quiesce_store_io()
             q = self.queue(name)
             if (why := self._busy(q)) is not None:
                 raise ObjectInUse(f"queue {name} cannot be cleared: {why}", queue=name)
             count = q.curdepth
-            clear_lsn = self._append(RecordType.OBJECT_ALTER, obj=q,
-                                     payload=encode_json(dict(q.definition, clear=True)))
+            clear_lsn = self.append_record(RecordType.OBJECT_ALTER, obj=q,
+                                           payload=encode_json(dict(q.definition, clear=True)))
             cleared_at = self.log.end_lsn
             q.clear_memory()
             q.clear_pending = (clear_lsn, cleared_at)   # until the store has it (flush_all)
@@ -444,7 +452,7 @@ class QueueManagerCore:
         it durable (the caller must not acknowledge it before that completes).
         Protocol servers use this so that frames are applied in arrival order
         while their forces are shared."""
-        self._check_running()
+        self.check_running()
         q = self.queue(queue)
         if q.attrs["PUT"] != "ENABLED":
             raise PutInhibited(f"puts are inhibited on queue {queue} (MQRC 2051)", queue=queue)
@@ -453,8 +461,8 @@ class QueueManagerCore:
         if uow is None:
             forced = None
             if msg.persistent:
-                lsn = self._append(RecordType.MSG_PUT, obj=q, payload=msg.encode(),
-                                   flags=RecordFlag.AUTO_COMMIT)
+                lsn = self.append_record(RecordType.MSG_PUT, obj=q, payload=msg.encode(),
+                                         flags=RecordFlag.AUTO_COMMIT)
                 q.commit_put(msg, lsn)
                 forced = self.log.force()
             else:
@@ -472,7 +480,7 @@ class QueueManagerCore:
     def _after_commit_put(self, q: LocalQueue) -> None:
         if q.dirty_entries() >= self.config.tuning.flush_max_entries and not self._flush_pending:
             self._flush_pending = True
-            self._spawn(self.flush_all())
+            self.spawn(self.flush_all())
 
     async def get(self, queue: str, uow: UnitOfWork | None = None, *, wait: float = 0,
                   match: MessageMatch | None = None) -> Message | None:
@@ -504,7 +512,7 @@ class QueueManagerCore:
                    ) -> tuple[Message | None, asyncio.Future | None]:
         """Take the first available message in one synchronous step: (message or
         None, the force future of a persistent get outside a unit of work)."""
-        self._check_running()
+        self.check_running()
         q = self.queue(queue)
         if q.attrs["GET"] != "ENABLED":
             raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
@@ -522,8 +530,8 @@ class QueueManagerCore:
         if uow is None:
             forced = None
             if msg.persistent:
-                lsn = self._append(RecordType.MSG_GET, obj=q, payload=ref.encode(),
-                                   flags=RecordFlag.AUTO_COMMIT)
+                lsn = self.append_record(RecordType.MSG_GET, obj=q, payload=ref.encode(),
+                                         flags=RecordFlag.AUTO_COMMIT)
                 q.commit_delete(key, lsn)
                 forced = self.log.force()
             else:
@@ -559,14 +567,14 @@ class QueueManagerCore:
         """Expired messages are removed when met (MQ does the same at get time)."""
         lsn = 0
         if msg.persistent:
-            lsn = self._append(RecordType.MSG_EXPIRE, obj=q, flags=RecordFlag.AUTO_COMMIT,
-                               payload=MessageRef(msg.seq, msg.priority, msg.msg_id).encode())
+            lsn = self.append_record(RecordType.MSG_EXPIRE, obj=q, flags=RecordFlag.AUTO_COMMIT,
+                                     payload=MessageRef(msg.seq, msg.priority, msg.msg_id).encode())
         q.commit_delete(key, lsn)
 
     # ------------------------------------------------------------------ units of work
 
     def begin(self, owner: str = "") -> UnitOfWork:
-        self._check_running()
+        self.check_running()
         uow = UnitOfWork(self.next_uow_id, owner=owner)
         self.next_uow_id += 1
         self.uows[uow.id] = uow
@@ -632,12 +640,12 @@ class QueueManagerCore:
         logged_joined = [j.id for j in joined if j.first_lsn]
         if logged_joined and not uow.first_lsn:
             # the decision must be a record of its own unit of work
-            uow.first_lsn = uow.last_lsn = self._append(
+            uow.first_lsn = uow.last_lsn = self.append_record(
                 RecordType.UOW_BEGIN, uow_id=uow.id, payload=_begin_payload(uow.owner))
             uow.first_log_ns = time.time_ns()
         effect_lsn = 0
         if uow.first_lsn:
-            effect_lsn = self._append(
+            effect_lsn = self.append_record(
                 RecordType.UOW_COMMIT, uow_id=uow.id, prev_lsn=uow.last_lsn,
                 payload=encode_json({"joined": logged_joined}) if logged_joined else b"")
             uow.last_lsn = effect_lsn
@@ -645,8 +653,8 @@ class QueueManagerCore:
         for j in joined:
             j_lsn = 0
             if j.first_lsn:
-                j_lsn = j.last_lsn = self._append(RecordType.UOW_COMMIT, uow_id=j.id,
-                                                  prev_lsn=j.last_lsn)
+                j_lsn = j.last_lsn = self.append_record(RecordType.UOW_COMMIT, uow_id=j.id,
+                                                        prev_lsn=j.last_lsn)
             self._apply_commit(j, j_lsn)
         return self.log.force() if effect_lsn else None
 
@@ -669,7 +677,7 @@ class QueueManagerCore:
         if uow.state not in ("active", "prepared", "backing_out"):
             raise UnitOfWorkError(f"unit of work {uow.id} is {uow.state} and cannot be backed "
                                   "out", uow=uow.id)
-        requeue = self._undo(uow)
+        requeue = self.undo(uow)
         if reason:
             uow.rolled_back = reason
         # in the same step as the undo: once the loop runs again, a consumer
@@ -679,7 +687,7 @@ class QueueManagerCore:
         if uow.first_lsn or requeue:
             await self.log.force()
 
-    def _undo(self, uow: UnitOfWork) -> list[tuple[LocalQueue, Message]]:
+    def undo(self, uow: UnitOfWork) -> list[tuple[LocalQueue, Message]]:
         """Back out ``uow`` in one synchronous step: a COMPENSATION record per undone
         logged record (so a crash mid-backout resumes where it was), then BACKOUT.
         Returns got messages that reached their queue's backout threshold."""
@@ -704,8 +712,8 @@ class QueueManagerCore:
             if threshold and msg.backout_count >= threshold:
                 requeue.append((q, msg))
         if uow.first_lsn:
-            uow.last_lsn = self._append(RecordType.UOW_BACKOUT, uow_id=uow.id,
-                                        prev_lsn=uow.last_lsn)
+            uow.last_lsn = self.append_record(RecordType.UOW_BACKOUT, uow_id=uow.id,
+                                              prev_lsn=uow.last_lsn)
         uow.state = "backed_out"
         self.uows.pop(uow.id, None)
         return requeue
@@ -714,8 +722,9 @@ class QueueManagerCore:
         undone = RecordType.MSG_PUT if op.kind == "put" else RecordType.MSG_GET
         comp = Compensation(undone, op.lsn, op.prev_lsn,
                             MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id), backout_count)
-        uow.last_lsn = self._append(RecordType.COMPENSATION, uow_id=uow.id,
-                                    prev_lsn=uow.last_lsn, obj=op.queue, payload=comp.encode())
+        uow.last_lsn = self.append_record(RecordType.COMPENSATION, uow_id=uow.id,
+                                          prev_lsn=uow.last_lsn, obj=op.queue,
+                                          payload=comp.encode())
         return uow.last_lsn
 
     def requeue_backout(self, q: LocalQueue, msg: Message) -> None:
@@ -759,7 +768,7 @@ class QueueManagerCore:
                 op.queue.uncommitted_puts -= 1
         uow.ops.clear()
         if uow.first_lsn:
-            self._append(RecordType.UOW_BACKOUT, uow_id=uow.id, prev_lsn=uow.last_lsn)
+            self.append_record(RecordType.UOW_BACKOUT, uow_id=uow.id, prev_lsn=uow.last_lsn)
         uow.state = "backed_out"
         self.uows.pop(uow.id, None)
 
@@ -782,7 +791,7 @@ class QueueManagerCore:
         stays in memory until its store has it, so a flush that is cancelled or
         fails is taken up by the next one."""
         self._flush_pending = False
-        async with self._flush_lock:
+        async with self.flush_lock:
             # a cancelled flush's write may still run on its thread: let it finish
             # first, or it could land after (and undo) the newer one
             await self.quiesce_store_io()
@@ -872,10 +881,10 @@ class QueueManagerCore:
         return media_lsn(self)
 
     async def checkpoint(self, reason: str = "requested") -> dict:
-        async with self._checkpoint_lock:
+        async with self.checkpoint_lock:
             self._checkpoint_pending = False
-            begin = self._append(RecordType.CHECKPOINT_BEGIN,
-                                 payload=encode_json({"reason": reason}))
+            begin = self.append_record(RecordType.CHECKPOINT_BEGIN,
+                                       payload=encode_json({"reason": reason}))
             oldest_at_begin = min((u.first_lsn for u in self.uows.values() if u.first_lsn),
                                   default=0)
             await self.flush_all()
@@ -895,7 +904,7 @@ class QueueManagerCore:
                 table["media"] = media_table(self)
             restart_lsn = self.restart_point(begin, oldest_at_begin)
             table["restart_lsn"] = restart_lsn
-            end = self._append(RecordType.CHECKPOINT_END, payload=encode_json(table))
+            end = self.append_record(RecordType.CHECKPOINT_END, payload=encode_json(table))
             await self.log.force()
             media_lsn = self.media_point() if self.config.log.log_type == "linear" else 0
             await self.log.set_checkpoint(end, restart_lsn, media_lsn)
@@ -928,10 +937,10 @@ class QueueManagerCore:
         if self.log.available_extents() == 0:
             if not self._relieving:
                 self._relieving = True
-                self._spawn(self._relieve_log_pressure())
+                self.spawn(self._relieve_log_pressure())
         elif not self._checkpoint_pending:
             self._checkpoint_pending = True
-            self._spawn(self.checkpoint("extent switch"))
+            self.spawn(self.checkpoint("extent switch"))
 
     async def _relieve_log_pressure(self) -> None:
         try:

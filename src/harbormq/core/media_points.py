@@ -12,8 +12,13 @@ checkpoint records the table; the control file's media LSN is the oldest
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def media_point_of(core, name: str) -> dict:
+if TYPE_CHECKING:
+    from .engine import QueueManagerCore
+
+
+def media_point_of(core: QueueManagerCore, name: str) -> dict:
     """The media point of one object (its create record until it has an image)."""
     mp = core.media_points.get(name)
     if mp is not None:
@@ -23,19 +28,19 @@ def media_point_of(core, name: str) -> dict:
     return {"object_id": d["object_id"], "image_lsn": lsn, "replay_from": lsn, "image_ns": 0}
 
 
-def media_lsn(core) -> int:
+def media_lsn(core: QueueManagerCore) -> int:
     """Oldest LSN media recovery of any object needs (the control file's media LSN)."""
     lsns = [media_point_of(core, n)["replay_from"] for n in core.objects]
     return min(lsns) if lsns else 0
 
 
-def catalog_media_lsn(core) -> int:
+def catalog_media_lsn(core: QueueManagerCore) -> int:
     """Where rebuilding the catalog (the queue manager object) starts: every
     object's definition is in its latest image or create record."""
     lsns = [media_point_of(core, n)["image_lsn"] for n in core.objects]
     return min(lsns) if lsns else 0
 
 
-def media_table(core) -> dict:
+def media_table(core: QueueManagerCore) -> dict:
     """What a checkpoint records: the media point of every object."""
     return {n: media_point_of(core, n) for n in core.objects}

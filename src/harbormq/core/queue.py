@@ -111,6 +111,13 @@ class LocalQueue:
 
     # -- reading -----------------------------------------------------------------------
 
+    def end_redo(self) -> None:
+        """Restart's redo is over and every store is flushed: keep delivery order
+        in memory again, from empty layers."""
+        assert not self.dirty and not self.flushing, "redo ends with every store flushed"
+        self.ordered = True
+        self._mem_keys.clear()
+
     def lookup(self, key: bytes) -> Message | None:
         for layer in (self.dirty, self.flushing):
             if key in layer:

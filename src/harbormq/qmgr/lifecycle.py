@@ -134,10 +134,10 @@ async def _first_start(config: QMConfig, console) -> None:
     oid = core.next_object_id
     core.next_object_id += 1
     qmgr = {"type": "QMGR", "name": QMGR_OBJECT, "object_id": oid, "attrs": dict(QMGR_DEFAULTS)}
-    lsn = core._append(RecordType.OBJECT_CREATE, object_id=oid, name=QMGR_OBJECT,
-                       payload=encode_json(qmgr))
+    lsn = core.append_record(RecordType.OBJECT_CREATE, object_id=oid, name=QMGR_OBJECT,
+                             payload=encode_json(qmgr))
     qmgr["create_lsn"] = lsn
-    core._catalog_set(QMGR_OBJECT, qmgr, lsn)
+    core.set_definition(QMGR_OBJECT, qmgr, lsn)
     await core.define_queue(DEFAULT_LOCAL_QUEUE, dict(QLOCAL_DEFAULTS))
     await core.define_queue(DEAD_LETTER_QUEUE, {"DESCR": "dead-letter queue",
                                                 "DEFPSIST": "YES", "MAXDEPTH": 999_999_999})
@@ -185,13 +185,11 @@ class RunningQueueManager:
         oplog = OperatorLog(config.errors_dir, console=None if quiet else console)
         core = QueueManagerCore(config, oplog)
         core.loop = asyncio.get_running_loop()
-        core._flush_lock = asyncio.Lock()
-        core._checkpoint_lock = asyncio.Lock()
         core.log.on_switch = core.on_extent_switch
         self = cls(core, lock)
         try:
             self.report = await Restart(core, progress).run()
-            core._append(RecordType.QM_START, payload=encode_json(
+            core.append_record(RecordType.QM_START, payload=encode_json(
                 {"pid": os.getpid(), "restart": {k: v for k, v in self.report.as_dict().items()
                                                  if isinstance(v, (int, str))}}))
             await core.log.force()
@@ -200,11 +198,11 @@ class RunningQueueManager:
             core.close_stores()
             lock.release()
             raise
-        self._flusher = core._spawn(self._flush_loop())
+        self._flusher = core.spawn(self._flush_loop())
         core.on_fatal = self._stop_preemptive
         if config.image.schedule == "auto" and config.log.log_type == "linear":
             from ..recovery.images import auto_image_loop
-            core._spawn(auto_image_loop(core))
+            core.spawn(auto_image_loop(core))
         if not quiet:
             oplog.emit("HMQ8003I", f"Queue manager {config.name} started")
         return self
@@ -244,10 +242,9 @@ class RunningQueueManager:
             from ..recovery.images import shutdown_images
             await shutdown_images(core)
         if mode != "preemptive":
-            core._append(RecordType.QM_STOP, payload=encode_json({"mode": mode}))
+            core.append_record(RecordType.QM_STOP, payload=encode_json({"mode": mode}))
             await core.checkpoint(f"shutdown ({mode})")
-        for task in list(core._background):
-            task.cancel()
+        core.cancel_background()
         await core.quiesce_store_io()
         core.log.close()
         core.close_stores()

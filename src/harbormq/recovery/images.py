@@ -23,6 +23,7 @@ import itertools
 import time
 from typing import Callable
 
+from ..core.engine import QueueManagerCore
 from ..core.media_points import media_point_of
 from ..core.objects import QMGR_OBJECT
 from ..crashpoints import crash_point
@@ -52,7 +53,7 @@ def no_progress(obj: str, done: int, total: int) -> None:
     pass
 
 
-def require_linear(core, what: str) -> None:
+def require_linear(core: QueueManagerCore, what: str) -> None:
     if core.config.log.log_type != "linear":
         raise MediaRecoveryNotAllowed(
             f"{what} is not possible on queue manager {core.name}: it has a circular log, "
@@ -61,7 +62,7 @@ def require_linear(core, what: str) -> None:
                  "linear'), define the objects there and move the messages across")
 
 
-def select_objects(core, obj_type: str, pattern: str | None) -> list[str]:
+def select_objects(core: QueueManagerCore, obj_type: str, pattern: str | None) -> list[str]:
     """Object names for ``--type all|qmgr|queue`` and a generic name (``APP.*``)."""
     if obj_type not in ("all", "qmgr", "queue"):
         raise HarbormqError(f"--type must be all, qmgr or queue, not {obj_type!r}",
@@ -82,15 +83,15 @@ def select_objects(core, obj_type: str, pattern: str | None) -> list[str]:
     return names
 
 
-def _chunk_limit(core) -> int:
+def _chunk_limit(core: QueueManagerCore) -> int:
     return min(CHUNK_BYTES, core.log.extent_size // 4)
 
 
-async def image_objects(core, obj_type: str, pattern: str | None,
+async def image_objects(core: QueueManagerCore, obj_type: str, pattern: str | None,
                         progress: Progress = no_progress) -> list[dict]:
     """``harbormq image``: record a media image of each selected object."""
     require_linear(core, "recording a media image")
-    core._check_running()
+    core.check_running()
     names = select_objects(core, obj_type, pattern)
     out = []
     for name in names:
@@ -104,7 +105,7 @@ async def image_objects(core, obj_type: str, pattern: str | None,
     return out
 
 
-async def image_object(core, name: str, progress: Progress = no_progress, *,
+async def image_object(core: QueueManagerCore, name: str, progress: Progress = no_progress, *,
                        force: bool = True) -> dict:
     """Write one media image (BEGIN, CHUNKs, END); the object's media point moves
     to it once its END is on disk. ``force=False``: the caller forces the log
@@ -125,18 +126,18 @@ async def image_object(core, name: str, progress: Progress = no_progress, *,
         done.set_result(None)
 
 
-async def _image_definition(core, name: str, force: bool) -> dict:
+async def _image_definition(core: QueueManagerCore, name: str, force: bool) -> dict:
     definition = core.objects[name]
     image_id = next(_image_ids)
-    begin = core._append(RecordType.MEDIA_IMAGE_BEGIN, object_id=definition["object_id"],
-                         name=name, payload=encode_json({
-                             "image_id": image_id, "object_type": definition["type"],
+    begin = core.append_record(
+        RecordType.MEDIA_IMAGE_BEGIN, object_id=definition["object_id"], name=name,
+        payload=encode_json({"image_id": image_id, "object_type": definition["type"],
                              "attributes": definition, "messages": 0, "next_seq": 0,
                              "replay_from": 0}))
     return await _end_image(core, definition, image_id, begin, begin, 0, 0, force)
 
 
-async def _image_queue(core, name: str, progress: Progress, force: bool) -> dict:
+async def _image_queue(core: QueueManagerCore, name: str, progress: Progress, force: bool) -> dict:
     q = core.queue(name)              # a damaged queue cannot be imaged (MQRC 2101)
     definition = q.definition
     image_id = next(_image_ids)
@@ -148,7 +149,7 @@ async def _image_queue(core, name: str, progress: Progress, force: bool) -> dict
         overlay = dict(q.flushing)
         overlay.update(q.dirty)
         count = _persistent_count(q, txn, overlay)
-        begin = core._append(RecordType.MEDIA_IMAGE_BEGIN, obj=q, payload=encode_json({
+        begin = core.append_record(RecordType.MEDIA_IMAGE_BEGIN, obj=q, payload=encode_json({
             "image_id": image_id, "object_type": definition["type"],
             "attributes": definition, "messages": count, "next_seq": q.next_seq,
             "replay_from": min([*in_flight, core.log.end_lsn])}))
@@ -180,19 +181,19 @@ async def _image_queue(core, name: str, progress: Progress, force: bool) -> dict
                             force)
 
 
-async def _write_chunk(core, q, image_id: int, batch: list[bytes]) -> int:
+async def _write_chunk(core: QueueManagerCore, q, image_id: int, batch: list[bytes]) -> int:
     if core.queues.get(q.name) is not q or q.damaged or q.recreating or \
             core.stopping == "preemptive":
         raise ObjectInUse(f"the image of queue {q.name} was abandoned: the queue was deleted, "
                           "damaged or the queue manager is stopping", queue=q.name)
     payload = encode_image_chunk(image_id, batch)
-    core._append(RecordType.MEDIA_IMAGE_CHUNK, obj=q, payload=payload)
+    core.append_record(RecordType.MEDIA_IMAGE_CHUNK, obj=q, payload=payload)
     crash_point("media.mid_image")
     await asyncio.sleep(0)            # let puts and gets run between chunks
     return len(payload)
 
 
-def _checked(core, q, messages):
+def _checked(core: QueueManagerCore, q, messages):
     """Damage met while reading the snapshot marks the queue damaged (HMQ7472E)."""
     try:
         yield from messages
@@ -241,11 +242,11 @@ def _snapshot_messages(q, txn, overlay: dict):
             yield msg.encode()
 
 
-async def _end_image(core, definition: dict, image_id: int, begin: int, replay_from: int,
-                     messages: int, nbytes: int, force: bool) -> dict:
+async def _end_image(core: QueueManagerCore, definition: dict, image_id: int, begin: int,
+                     replay_from: int, messages: int, nbytes: int, force: bool) -> dict:
     name = definition["name"]
-    core._append(RecordType.MEDIA_IMAGE_END, object_id=definition["object_id"], name=name,
-                 payload=encode_json({"image_id": image_id, "begin_lsn": begin,
+    core.append_record(RecordType.MEDIA_IMAGE_END, object_id=definition["object_id"], name=name,
+                       payload=encode_json({"image_id": image_id, "begin_lsn": begin,
                                       "messages": messages, "bytes": nbytes,
                                       "replay_from": replay_from}))
     if force:
@@ -258,7 +259,7 @@ async def _end_image(core, definition: dict, image_id: int, begin: int, replay_f
             "messages": messages, "bytes": nbytes}
 
 
-async def shutdown_images(core) -> int:
+async def shutdown_images(core: QueueManagerCore) -> int:
     """At a controlled shutdown: the queue manager object and every empty local
     queue (cheap, and it lets the media point move past queues that drained)."""
     if core.config.log.log_type != "linear":
@@ -275,7 +276,7 @@ async def shutdown_images(core) -> int:
     return n
 
 
-async def auto_image_loop(core, tick: float = 1.0) -> None:
+async def auto_image_loop(core: QueueManagerCore, tick: float = 1.0) -> None:
     """``image.schedule = "auto"`` (MQ's IMGSCHED/IMGINTVL/IMGLOGLN): an object is
     due once ``interval_minutes`` passed since its image, or ``log_length_mb`` of
     log was written since it. One object per tick, the most overdue first, so

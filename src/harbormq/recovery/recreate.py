@@ -20,6 +20,7 @@ import struct
 from dataclasses import replace
 from pathlib import Path
 
+from ..core.engine import QueueManagerCore
 from ..core.media_points import catalog_media_lsn, media_point_of
 from ..core.objects import QMGR_OBJECT
 from ..errors import (
@@ -53,7 +54,7 @@ REBUILD_BATCH = 20_000
 RECORD_PREFIX = struct.Struct("<IIQ")
 
 
-def log_view(core) -> RecoveryLog:
+def log_view(core: QueueManagerCore) -> RecoveryLog:
     """A read-only view of the log as it is now (the running log keeps appending)."""
     view = RecoveryLog(core.log.dir, core.name)
     view.state = copy.deepcopy(core.log.state)
@@ -296,11 +297,11 @@ def write_catalog(path: Path, objects: dict[str, dict], recovery_lsn: int) -> No
 
 # --- recreate (the queue manager running) ---------------------------------------------------
 
-async def recreate_objects(core, obj_type: str, pattern: str | None,
+async def recreate_objects(core: QueueManagerCore, obj_type: str, pattern: str | None,
                            progress: Progress = no_progress) -> list[dict]:
     """``harbormq recreate``: the queue manager object first, then the queues."""
     require_linear(core, "recreating an object")
-    core._check_running()
+    core.check_running()
     names = select_objects(core, obj_type, pattern)
     view = log_view(core)
     # check every extent any of them needs before changing anything
@@ -318,7 +319,7 @@ async def recreate_objects(core, obj_type: str, pattern: str | None,
     return out
 
 
-async def _recreate_catalog(core, progress: Progress) -> dict:
+async def _recreate_catalog(core: QueueManagerCore, progress: Progress) -> dict:
     to_lsn = core.log.end_lsn
     expected = {n: _without_create_lsn(d) for n, d in core.objects.items()}   # as of to_lsn
     await core.log.force(to_lsn)
@@ -331,7 +332,7 @@ async def _recreate_catalog(core, progress: Progress) -> dict:
                             "manager's: the catalog store was not replaced", msgid="HMQ7475E")
     tmp = core.config.catalog_dir.with_name("qmgr" + REBUILDING)
     await core.loop.run_in_executor(None, write_catalog, tmp, objects, to_lsn)
-    async with core._flush_lock:
+    async with core.flush_lock:
         await core.quiesce_store_io()
         core.catalog_store.close()
         replace_dir(tmp, core.config.catalog_dir, keep_old=False)
@@ -352,7 +353,8 @@ def _without_create_lsn(d: dict) -> dict:
     return {k: v for k, v in d.items() if k != "create_lsn"}
 
 
-async def recreate_queue(core, name: str, progress: Progress = no_progress) -> dict:
+async def recreate_queue(core: QueueManagerCore, name: str,
+                         progress: Progress = no_progress) -> dict:
     q = core.queues.get(name)
     if q is None:
         raise UnknownObject(f"queue {name} is not defined on queue manager {core.name}",
@@ -385,7 +387,7 @@ async def recreate_queue(core, name: str, progress: Progress = no_progress) -> d
                                core.config.tuning.store_map_size_mb << 20,
                                _threadsafe(core, progress))
         result = await core.loop.run_in_executor(None, rebuild.run)
-        async with core._flush_lock:
+        async with core.flush_lock:
             await core.quiesce_store_io()
             if core.queues.get(name) is not q:       # deleted meanwhile
                 QueueStore.destroy(tmp)
@@ -406,7 +408,7 @@ async def recreate_queue(core, name: str, progress: Progress = no_progress) -> d
     return result
 
 
-def _threadsafe(core, progress: Progress) -> Progress:
+def _threadsafe(core: QueueManagerCore, progress: Progress) -> Progress:
     def call(obj: str, done: int, total: int) -> None:
         core.loop.call_soon_threadsafe(progress, obj, done, total)
     return call

@@ -366,9 +366,7 @@ class Restart:
         for q in core.queues.values():
             if q.damaged:
                 core.report_damage(q)
-            assert not q.dirty and not q.flushing, "redo ends with every store flushed"
-            q.ordered = True
-            q._mem_keys.clear()
+            q.end_redo()
         if damaged:
             self.emit("HMQ7473W", f"queue manager {core.name} starts with {len(damaged)} "
                       f"damaged object(s): {', '.join(damaged)}; their uncommitted work is "
@@ -444,7 +442,7 @@ class Restart:
             data["create_lsn"] = rec.lsn
             existing = core.objects.get(rec.object_name)
             if catalog_due or existing is None or existing["object_id"] != rec.object_id:
-                core._catalog_set(rec.object_name, data, rec.lsn)
+                core.set_definition(rec.object_name, data, rec.lsn)
             if data["type"] == "QLOCAL":
                 q = core.queues.get(rec.object_name)
                 if q is not None and q.object_id != rec.object_id:
@@ -464,7 +462,7 @@ class Restart:
             if existing is not None and existing["object_id"] == rec.object_id:
                 data["create_lsn"] = existing.get("create_lsn", 0)
                 if catalog_due:
-                    core._catalog_set(rec.object_name, data, rec.lsn)
+                    core.set_definition(rec.object_name, data, rec.lsn)
                 else:
                     core.objects[rec.object_name] = data
                 q = self._queue_for(rec)
@@ -478,7 +476,7 @@ class Restart:
         elif rec.type == RecordType.OBJECT_DELETE:
             existing = core.objects.get(rec.object_name)
             if existing is not None and existing["object_id"] == rec.object_id:
-                core._catalog_set(rec.object_name, None, rec.lsn)
+                core.set_definition(rec.object_name, None, rec.lsn)
             q = core.queues.get(rec.object_name)
             if q is not None and q.object_id == rec.object_id:   # damaged or not
                 del core.queues[q.name]
@@ -502,11 +500,11 @@ class Restart:
         r.uows_in_doubt = len(in_doubt)
         self.progress("backward recovery", 0, max(1, len(in_flight)))
         for uow in self.rule.joined_unrecorded.values():
-            core._append(RecordType.UOW_COMMIT, uow_id=uow.id, prev_lsn=uow.last_lsn)
+            core.append_record(RecordType.UOW_COMMIT, uow_id=uow.id, prev_lsn=uow.last_lsn)
         requeue = []
         for i, uow in enumerate(sorted(in_flight, key=lambda u: u.first_lsn), 1):
             before = core.log.records_since_checkpoint
-            requeue += core._undo(uow)
+            requeue += core.undo(uow)
             r.compensations_written += core.log.records_since_checkpoint - before - 1
             r.uows_backed_out += 1
             crash_point("restart.mid_undo")

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from ..core.engine import QueueManagerCore
 from ..errors import HarbormqError
 from ..fsutil import rename_durably
 from ..log.records import Message
@@ -121,7 +122,8 @@ def _message(m: dict, now_ns: int) -> Message | None:
                    reply_to=m["reply_to"], format=m["format"], properties=m["properties"])
 
 
-async def load_into_core(core, queue: str, path: Path, *, batch: int = LOAD_BATCH) -> dict:
+async def load_into_core(core: QueueManagerCore, queue: str, path: Path, *,
+                         batch: int = LOAD_BATCH) -> dict:
     """Put the messages of a load file on ``queue`` of a running core, ``batch``
     messages per unit of work (run on its loop: the admin command ``load``).
 
@@ -155,4 +157,4 @@ async def load_into_core(core, queue: str, path: Path, *, batch: int = LOAD_BATC
 
 def load_file_into(qm, queue: str, path: Path, *, batch: int = LOAD_BATCH) -> dict:
     """The same for an open harbormq.QueueManager (a queue manager in this process)."""
-    return qm._call(load_into_core(qm.core, queue, path, batch=batch))
+    return qm.load_file(queue, path, batch=batch)
