@@ -1,0 +1,336 @@
+"""Subscriptions and deliveries of a STOMP connection.
+
+A subscription with ``ack:auto`` gets messages outside any unit of work: the
+message is gone when it is sent. With ``ack:client`` or
+``ack:client-individual`` each delivery is a get under a unit of work of its
+own, owned by the connection; ACK commits it (inside a transaction, at the
+transaction's COMMIT, in the same COMMIT record), NACK, UNSUBSCRIBE, a lost
+connection or a crash backs it out, which counts the backout and redelivers
+the message or moves it at BOTHRESH. At most ``prefetch-count`` deliveries of a
+subscription await acknowledgement; with ``ack:auto`` the transport's write
+buffer is the window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from ..core.engine import MessageMatch, UnitOfWork
+from ..errors import HarbormqError
+from ..log.records import Message
+from .frames import Frame, escape
+from .transport import MAX_HELD, ProtocolError
+
+_SELECTOR = re.compile(r"^\s*(JMSCorrelationID|JMSMessageID)\s*=\s*'((?:[^']|'')*)'\s*$",
+                       re.IGNORECASE)
+#: headers a MESSAGE sets itself; user properties of the same name are not sent
+_MESSAGE_HEADERS = frozenset({
+    "subscription", "destination", "message-id", "ack", "redelivered", "backout-count",
+    "persistent", "priority", "timestamp", "expires", "correlation-id", "reply-to",
+    "content-type", "content-length",
+})
+#: deliveries sent in one go before other connections get a turn
+_PUMP_BATCH = 64
+
+
+@dataclass(slots=True)
+class Delivery:
+    ack_id: str
+    msg_hex: str
+    sub: "Subscription"
+    uow: UnitOfWork
+    #: the transaction whose COMMIT will acknowledge (or NACK) it, if any
+    txn: str | None = None
+
+
+@dataclass
+class Subscription:
+    id: str
+    queue: str
+    ack: str                              # auto | client | client-individual
+    prefetch: int
+    match: MessageMatch | None
+    outstanding: "OrderedDict[str, Delivery]" = field(default_factory=OrderedDict)
+    listener: object = None
+    #: "MESSAGE", then its subscription and destination headers
+    frame_prefix: str = ""
+
+
+class DeliveryMixin:
+    """SUBSCRIBE, UNSUBSCRIBE, ACK, NACK and the deliveries they govern (part of
+    StompConnection: the session supplies the core, the queue lookups, the
+    transactions and the transport)."""
+
+    def _init_deliveries(self) -> None:
+        self.subscriptions: dict[str, Subscription] = {}
+        self.deliveries: dict[str, Delivery] = {}     # ack id -> delivery (1.2)
+        self.by_msg_id: dict[str, Delivery] = {}      # message-id -> delivery (1.0/1.1)
+        self._ack_seq = 0
+
+    def _writable(self) -> None:
+        for sub in list(self.subscriptions.values()):
+            self._pump(sub)
+
+    def on_subscribe(self, frame: Frame):
+        name = self._queue_name(frame)
+        sub_id = frame.headers.get("id")
+        if sub_id is None:
+            if self.version != "1.0":
+                self._required(frame, "id")
+            sub_id = frame.headers["destination"]
+        if sub_id in self.subscriptions:
+            raise ProtocolError(f"subscription id {sub_id!r} is already in use on this "
+                                "connection")
+        if len(self.subscriptions) >= self.settings.max_subscriptions:
+            raise ProtocolError(f"this connection has {len(self.subscriptions)} "
+                                "subscriptions, the limit (stomp.max_subscriptions)")
+        ack = frame.headers.get("ack", "auto")
+        if ack not in ("auto", "client", "client-individual"):
+            raise ProtocolError(f"ack mode {ack!r} is not one of auto, client, "
+                                "client-individual")
+        self._authorize(name, "get")
+        define = self._needs_define(name)
+        if define is not None:
+            return define
+        prefetch = self._prefetch(frame)
+        match = self._selector(frame.headers.get("selector"))
+        q = self.core.queue(name)
+        sub = Subscription(sub_id, name, ack, prefetch, match)
+        sub.frame_prefix = (f"MESSAGE\nsubscription:{escape(sub_id, self.version)}\n"
+                            f"destination:{escape('/queue/' + name, self.version)}\n")
+        sub.listener = lambda s=sub: self._pump(s)
+        q.listeners.append(sub.listener)
+        self.subscriptions[sub_id] = sub
+        self.info.open(name, "input")
+        self._receipt(frame, None)
+        self._pump(sub)
+        return None
+
+    def _prefetch(self, frame: Frame) -> int:
+        raw = frame.headers.get("prefetch-count", frame.headers.get("activemq.prefetchSize"))
+        if raw is None:
+            return self.settings.default_prefetch
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ProtocolError(f"prefetch-count {raw!r} is not a number") from None
+        if not 1 <= value <= self.settings.max_prefetch:
+            raise ProtocolError(f"prefetch-count {value} is out of range "
+                                f"1-{self.settings.max_prefetch} (stomp.max_prefetch)")
+        return value
+
+    @staticmethod
+    def _selector(text: str | None) -> MessageMatch | None:
+        if text is None:
+            return None
+        m = _SELECTOR.match(text)
+        if m is None:
+            raise ProtocolError(f"selector {text!r} is not supported: use "
+                                "JMSCorrelationID = '...' or JMSMessageID = '...'")
+        field_name, value = m.group(1).lower(), m.group(2).replace("''", "'")
+        if field_name == "jmsmessageid":
+            hex_id = value[3:] if value.upper().startswith("ID:") else value
+            try:
+                return MessageMatch(msg_id=bytes.fromhex(hex_id))
+            except ValueError:
+                raise ProtocolError(f"JMSMessageID {value!r} is not a message id "
+                                    "(hex, as sent in message-id)") from None
+        return MessageMatch(correl_id=value.encode())
+
+    def on_unsubscribe(self, frame: Frame):
+        sub_id = frame.headers.get("id")
+        if sub_id is None:
+            if self.version != "1.0":
+                self._required(frame, "id")
+            sub_id = frame.headers.get("destination", "")
+        sub = self.subscriptions.get(sub_id)
+        if sub is None:
+            raise ProtocolError(f"UNSUBSCRIBE: no subscription {sub_id!r} on this connection")
+        self._end_subscription(sub)
+        self._receipt(frame, None)
+        return None
+
+    def _end_subscription(self, sub: Subscription) -> None:
+        self.subscriptions.pop(sub.id, None)
+        q = self.core.queues.get(sub.queue)
+        if q is not None and sub.listener in q.listeners:
+            q.listeners.remove(sub.listener)
+        self.info.close(sub.queue, "input")
+        for d in list(sub.outstanding.values()):
+            if d.txn is not None and d.txn in self.transactions:
+                continue    # its transaction decides it at COMMIT or ABORT
+            self._forget(d)
+            self._back_out(d.uow)
+
+    def _pump(self, sub: Subscription) -> None:
+        """Deliver what the subscription's window allows."""
+        if self._closing or self._write_paused or self.subscriptions.get(sub.id) is not sub:
+            return
+        core = self.core
+        q = core.queues.get(sub.queue)
+        auto = sub.ack == "auto"
+        sent = 0
+        while sent < _PUMP_BATCH:
+            if len(self._held) >= MAX_HELD:
+                self._held_full = True    # _release_held pumps again
+                return
+            if not auto and len(sub.outstanding) >= sub.prefetch:
+                return
+            if q is not None and q.depth - len(q.locked) <= 0:
+                return          # nothing committed and unlocked: no get can succeed
+            uow = None
+            try:
+                if auto:
+                    msg, _forced = core.get_nowait(sub.queue, None, match=sub.match)
+                else:
+                    uow = core.begin(owner=self._owner)
+                    msg, _forced = core.get_nowait(sub.queue, uow, match=sub.match)
+                    if msg is None:
+                        core.discard_empty(uow)
+            except HarbormqError as exc:
+                if uow is not None and not uow.ops:
+                    core.discard_empty(uow)
+                self.fail(f"subscription {sub.id} on {sub.queue}: {exc}")
+                return
+            if msg is None:
+                return
+            self._deliver(sub, msg, uow)
+            sent += 1
+            if self.transport.get_write_buffer_size() > 256 * 1024:
+                self._flush()
+                if self._write_paused:
+                    return
+        # more may be waiting: give other connections a turn first
+        self.loop.call_soon(self._pump, sub)
+
+    def _deliver(self, sub: Subscription, msg: Message, uow: UnitOfWork | None) -> None:
+        """Send one MESSAGE. The hottest frame is built here directly: the
+        subscription's constant headers once, the rest formatted per message
+        (ids and numbers never need escaping)."""
+        msg_hex = msg.msg_id.hex()
+        parts = [sub.frame_prefix, "message-id:", msg_hex, "\n"]
+        if uow is not None:
+            self._ack_seq += 1
+            ack_id = f"{self.info.conn_id}-{self._ack_seq}"
+            d = Delivery(ack_id, msg_hex, sub, uow)
+            sub.outstanding[ack_id] = d
+            self.deliveries[ack_id] = d
+            self.by_msg_id[msg_hex] = d
+            if self.version == "1.2":
+                parts += ("ack:", ack_id, "\n")
+        if msg.backout_count:
+            parts.append(f"redelivered:true\nbackout-count:{msg.backout_count}\n")
+        else:
+            parts.append("redelivered:false\n")
+        parts.append(f"persistent:{'true' if msg.persistent else 'false'}\n"
+                     f"priority:{msg.priority}\ntimestamp:{msg.put_time_ns // 1_000_000}\n"
+                     f"expires:{msg.expiry_ns // 1_000_000}\n")
+        version = self.version
+        taken = _MESSAGE_HEADERS
+        if msg.correl_id:
+            value = msg.correl_id.decode("utf-8", "backslashreplace")
+            parts += ("correlation-id:", escape(value, version), "\n")
+        if msg.reply_to:
+            parts += ("reply-to:", escape(msg.reply_to, version), "\n")
+        if msg.format:
+            parts += ("content-type:", escape(msg.format, version), "\n")
+        for k, v in msg.properties.items():
+            if k not in taken:
+                parts += (escape(k, version, name=True), ":", escape(str(v), version), "\n")
+        body = msg.body
+        parts.append(f"content-length:{len(body)}\n\n")
+        frame = "".join(parts).encode() + body + b"\0"
+        # never show a message that a crash could still take back: a persistent
+        # message leaves once its put, and its get, are on disk
+        log = self.core.log
+        forced = log.force() if msg.persistent and log.synced_lsn < log.end_lsn else None
+        self._send_after(forced, frame)
+
+    def _forget(self, d: Delivery) -> None:
+        d.sub.outstanding.pop(d.ack_id, None)
+        self.deliveries.pop(d.ack_id, None)
+        self.by_msg_id.pop(d.msg_hex, None)
+
+    def _acked(self, frame: Frame) -> list[Delivery]:
+        """The deliveries an ACK or NACK covers: one, or with ack:client every
+        earlier delivery of the subscription too (cumulative)."""
+        if self.version == "1.2":
+            ack_id = self._required(frame, "id")
+            d = self.deliveries.get(ack_id)
+            what = f"id {ack_id!r}"
+        else:
+            msg_id = self._required(frame, "message-id")
+            d = self.by_msg_id.get(msg_id)
+            what = f"message-id {msg_id!r}"
+        if d is None:
+            raise ProtocolError(f"{frame.command}: {what} is not a delivery awaiting "
+                                "acknowledgement on this connection")
+        if d.sub.ack != "client":
+            return [d]
+        covered = []
+        for other in d.sub.outstanding.values():
+            covered.append(other)
+            if other is d:
+                break
+        return covered
+
+    def _defer_to_transaction(self, frame: Frame, covered: list[Delivery], verdicts: str) -> bool:
+        """An ACK or NACK inside a transaction is carried out at its COMMIT:
+        record it there (``verdicts``: "acks" or "nacks"); False outside one."""
+        if "transaction" not in frame.headers:
+            return False
+        txn = self._transaction(frame)
+        for d in covered:
+            if d.txn is None:
+                d.txn = txn.name
+                getattr(txn, verdicts).append(d)
+        self._receipt(frame, None)
+        return True
+
+    def on_ack(self, frame: Frame):
+        covered = self._acked(frame)
+        if self._defer_to_transaction(frame, covered, "acks"):
+            return None
+        covered = [d for d in covered if d.txn is None]
+        forced = None
+        for d in covered:
+            self._forget(d)
+            f = self.core.commit_nowait(d.uow)
+            forced = f or forced
+        self._receipt(frame, forced)
+        self._refill(covered)
+        return None
+
+    def on_nack(self, frame: Frame):
+        if self.version == "1.0":
+            raise ProtocolError("NACK is not part of STOMP 1.0 (connect with "
+                                "accept-version 1.1 or 1.2)")
+        covered = self._acked(frame)
+        if self._defer_to_transaction(frame, covered, "nacks"):
+            return None
+        covered = [d for d in covered if d.txn is None]
+        for d in covered:
+            self._forget(d)
+            self._back_out(d.uow)
+        self._receipt(frame, None)
+        self._refill(covered)
+        return None
+
+    def _refill(self, done: list[Delivery]) -> None:
+        for sub in {id(d.sub): d.sub for d in done}.values():
+            self._pump(sub)
+
+    def _back_out(self, uow: UnitOfWork) -> None:
+        if uow.state in ("active", "prepared"):
+            task = self.loop.create_task(self.core.backout(uow))
+            self.service.backouts.add(task)
+            task.add_done_callback(self._backout_done)
+
+    def _backout_done(self, task: asyncio.Task) -> None:
+        self.service.backouts.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.core.oplog.emit("HMQ9503E", f"STOMP connection {self.info.conn_id}: "
+                                 f"backout failed: {task.exception()!r}")

@@ -1,0 +1,247 @@
+"""The transport half of a STOMP connection: bytes in, frames out.
+
+An asyncio protocol on the queue manager's event loop. It parses what the
+client sends and applies the frames strictly in arrival order, one at a time;
+a frame whose handler must wait (returns an awaitable) holds back the ones
+behind it and pauses reading. Frames out are batched per loop turn, and a
+frame that must wait for a log force (a RECEIPT, a delivery) is held, in
+order, until the force is done. A client that is not reading makes the server
+stop reading from it (backpressure both ways), and heart-beats are sent and
+checked here. An error is one ERROR frame, then the connection is closed.
+
+What a frame does is the subclass's business (``_dispatch``); so is what to
+send once the client can take more (``_writable``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+from ..errors import HarbormqError
+from .frames import Frame, FrameError, FrameParser, Limits, encode_frame, receipt_frame
+
+#: frames waiting for a force, at most, before deliveries pause (memory bound)
+MAX_HELD = 512
+
+
+class ProtocolError(HarbormqError):
+    msgid = "HMQ9501E"
+
+
+class FrameTransport(asyncio.Protocol):
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits):
+        self.loop = loop
+        self.parser = FrameParser(limits)
+        self.transport: asyncio.Transport | None = None
+        self.version: str | None = None      # set by CONNECT
+        #: frames waiting for a log force: (future | None, frame bytes), in order
+        self._held: deque = deque()
+        self._held_full = False
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._pending_frames: deque[Frame] = deque()
+        self._blocked = False                # a frame is waiting for async work
+        self._write_paused = False
+        self._reading_paused = False
+        self.closed = False
+        self._closing = False
+        self._disconnecting = False
+        self.last_recv = time.monotonic()
+        self.last_send = time.monotonic()
+        self._timers: list[asyncio.TimerHandle] = []
+
+    def _dispatch(self, frame: Frame):
+        """Apply one frame; an awaitable when it must wait for something first."""
+        raise NotImplementedError
+
+    def _writable(self) -> None:
+        """The client takes frames again (or held frames went out): send more."""
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self.last_recv = time.monotonic()
+        try:
+            frames = self.parser.feed(data)
+        except FrameError as exc:
+            self.fail(str(exc))
+            return
+        if frames:
+            self._pending_frames.extend(frames)
+            self._process_frames()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if not self._blocked:
+            self._resume_reading()
+        self._writable()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and self.transport is not None and not self.closed:
+            self._reading_paused = False
+            self.last_recv = time.monotonic()
+            self.transport.resume_reading()
+
+    def _send(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out and not self.closed:
+            self.transport.write(b"".join(self._out))
+            self.last_send = time.monotonic()
+        self._out.clear()
+
+    def _frame(self, command: str, headers, body: bytes = b"") -> bytes:
+        return encode_frame(command, headers, body, self.version or "1.2")
+
+    def _receipt(self, frame: Frame, forced: asyncio.Future | None) -> None:
+        """Send the RECEIPT for ``frame`` once ``forced`` (None: nothing to wait for)
+        is done, in order with every frame held before it."""
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self._send_after(forced, receipt_frame(receipt, self.version))
+
+    def _send_after(self, forced: asyncio.Future | None, out: bytes) -> None:
+        """Send ``out`` once the log force ``forced`` is done. Frames leave in the
+        order they were made, so a frame held for a force holds back the ones
+        behind it."""
+        if forced is None and not self._held:
+            self._send(out)
+            return
+        if forced is not None and forced.done() and not self._held and \
+                forced.exception() is None:
+            self._send(out)
+            return
+        # the forces of one loop turn share a future: a run of frames held behind
+        # it needs one callback (a done future may have run its callback already)
+        known = bool(self._held) and forced is not None and not forced.done() \
+            and self._held[-1][0] is forced
+        self._held.append((forced, out))
+        if forced is not None and not known:
+            forced.add_done_callback(self._release_held)
+
+    def _release_held(self, _fut=None) -> None:
+        while self._held:
+            fut, out = self._held[0]
+            if fut is not None and not fut.done():
+                return
+            self._held.popleft()
+            if fut is not None and fut.exception() is not None:
+                self._closing = False   # this failure must still be reported
+                self.fail(f"the log could not be forced: {fut.exception()}")
+                return
+            if out is not None:
+                self._send(out)
+        if self._held_full and not self._closing:
+            self._held_full = False
+            self._writable()
+        if self._disconnecting:
+            self._flush()
+            if self.transport is not None:
+                self.transport.close()
+
+    def fail(self, message: str, *, frame: Frame | None = None, detail: str = "") -> None:
+        """Send ERROR and close; nothing more is read from this connection."""
+        if self._closing:
+            return
+        self._closing = True
+        headers = {"message": message[:500].replace("\n", " ")}
+        if frame is not None and "receipt" in frame.headers:
+            headers["receipt-id"] = frame.headers["receipt"]
+        body = ((detail or message) + "\n").encode()
+        headers["content-type"] = "text/plain"
+        self._send(self._frame("ERROR", headers, body))
+        self._flush()
+        self._pending_frames.clear()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _process_frames(self) -> None:
+        while self._pending_frames and not self._blocked and not self._closing:
+            frame = self._pending_frames.popleft()
+            try:
+                waiting = self._dispatch(frame)
+            except (HarbormqError, FrameError) as exc:
+                self.fail(str(exc), frame=frame)
+                return
+            except Exception as exc:   # a bug must not take the queue manager down
+                self.core.oplog.emit("HMQ9502E", f"STOMP connection {self.info.conn_id}: "
+                                     f"{frame.command} failed: {exc!r}")
+                self.fail(f"internal error processing {frame.command}: {exc!r}", frame=frame)
+                return
+            if waiting is not None:
+                self._blocked = True
+                self._pause_reading()
+                self.loop.create_task(self._resume_after(waiting, frame))
+                return
+
+    async def _resume_after(self, coro, frame: Frame) -> None:
+        try:
+            await coro
+        except HarbormqError as exc:
+            self.fail(str(exc), frame=frame)
+            return
+        except Exception as exc:
+            self.fail(f"internal error processing {frame.command}: {exc!r}", frame=frame)
+            return
+        self._blocked = False
+        if not self._write_paused:
+            self._resume_reading()
+        self._pending_frames.appendleft(frame)   # now it can complete synchronously
+        self._process_frames()
+
+    @staticmethod
+    def _required(frame: Frame, name: str) -> str:
+        value = frame.headers.get(name)
+        if value is None or value == "":
+            raise ProtocolError(f"{frame.command} frame is missing the required header "
+                                f"'{name}'")
+        return value
+
+    @staticmethod
+    def _heartbeat(value: str) -> tuple[int, int]:
+        try:
+            cx, cy = (int(p) for p in value.split(","))
+        except ValueError:
+            raise ProtocolError(f"heart-beat header {value!r} is not two numbers "
+                                "'cx,cy'") from None
+        if cx < 0 or cy < 0:
+            raise ProtocolError(f"heart-beat header {value!r} has a negative value")
+        return cx, cy
+
+    def _beat(self, every_ms: int) -> None:
+        if self.closed:
+            return
+        if time.monotonic() - self.last_send >= every_ms / 1000 * 0.9:
+            self._send(b"\n")
+        self._timers.append(self.loop.call_later(every_ms / 1000, self._beat, every_ms))
+
+    def _check_alive(self, every_ms: int) -> None:
+        if self.closed:
+            return
+        if self._reading_paused:
+            # we stopped reading (the client is not reading its MESSAGEs fast
+            # enough): its heart-beats wait unread, so silence proves nothing
+            self.last_recv = time.monotonic()
+        elif time.monotonic() - self.last_recv > 2 * every_ms / 1000:
+            self.fail(f"no frame or heart-beat from the client for {2 * every_ms} ms")
+            return
+        self._timers.append(self.loop.call_later(every_ms / 1000, self._check_alive,
+                                                 every_ms))
