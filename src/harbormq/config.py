@@ -60,7 +60,7 @@ from pathlib import Path
 import tomli_w
 
 from .errors import ConfigError, QueueManagerNotFound
-from .fsutil import atomic_write, make_dirs
+from .fsutil import atomic_write, file_name, make_dirs
 from .log.manager import LogSettings
 
 
@@ -69,8 +69,14 @@ def harbormq_home() -> Path:
 
 
 def queue_dir_name(queue: str) -> str:
-    """Queue names may hold '/' and '%': escape them for a directory name."""
-    return queue.replace("%", "%25").replace("/", "%2F")
+    """A queue's store directory name (names may hold '/' and '%'): the one
+    mapping of names to file names, ``fsutil.file_name``."""
+    return file_name(queue)
+
+
+def qm_dir(home: Path, name: str) -> Path:
+    """``qmgrs/<QM>`` under ``home``, the name mapped by ``fsutil.file_name``."""
+    return Path(home) / "qmgrs" / file_name(name)
 
 
 @dataclass
@@ -139,11 +145,11 @@ class QMConfig:
     # -- paths --------------------------------------------------------------------
     @property
     def qm_dir(self) -> Path:
-        return self.home / "qmgrs" / self.name
+        return qm_dir(self.home, self.name)
 
     @property
     def log_dir(self) -> Path:
-        return self.log_path or (self.home / "log" / self.name)
+        return self.log_path or (self.home / "log" / file_name(self.name))
 
     @property
     def errors_dir(self) -> Path:
@@ -212,7 +218,7 @@ class QMConfig:
     @classmethod
     def load(cls, name: str, home: Path | None = None) -> "QMConfig":
         home = Path(home) if home else harbormq_home()
-        path = home / "qmgrs" / name / "qm.toml"
+        path = qm_dir(home, name) / "qm.toml"
         if not path.exists():
             raise QueueManagerNotFound(f"queue manager {name} does not exist under {home}",
                                        hint="create it with 'harbormq create " + name + "'")

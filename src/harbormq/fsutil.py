@@ -15,11 +15,56 @@ from __future__ import annotations
 
 import os
 import shutil
+import string
+import urllib.parse
 from pathlib import Path
 
 #: everything under a queue manager's directories is private to its owner
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+
+
+#: characters a name keeps in its file name; every other one is percent-encoded
+_FILE_SAFE = frozenset(string.ascii_letters + string.digits + "_-")
+
+
+def file_name(name: str) -> str:
+    """The one mapping from a user-given name (a queue, a queue manager) to the
+    name of its file or directory, which can never leave its parent directory
+    (MQ mangles such names too). Characters other than letters, digits, '_',
+    '-' and a '.' that is not the first are percent-encoded (UTF-8), so the
+    result is never empty, '.', '..' or hidden, never holds '/' or NUL, and two
+    names never share a file name (``name_of_file`` decodes it). ValueError when
+    the result would be longer than a file name may be."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a name must be a non-empty string, not {name!r}")
+    out = []
+    for i, ch in enumerate(name):
+        if ch in _FILE_SAFE or (ch == "." and i > 0):
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+    mapped = "".join(out)
+    if len(mapped) > 255:
+        raise ValueError(f"name {name[:60]!r}... is too long for a file name")
+    return mapped
+
+
+def name_of_file(mapped: str) -> str:
+    """The name ``file_name`` mapped to ``mapped``."""
+    return urllib.parse.unquote(mapped, errors="surrogatepass")
+
+
+def private(path, flags: int) -> int:
+    """``open(..., opener=private)``: a file created 0600, whatever the umask."""
+    return os.open(path, flags, FILE_MODE)
+
+
+def make_private(*paths: Path) -> None:
+    """Owner-only permissions on directories made before they were the rule."""
+    for p in paths:
+        if p.is_dir() and p.stat().st_mode & 0o077:
+            os.chmod(p, DIR_MODE)
 
 
 def fsync_dir(path: Path) -> None:

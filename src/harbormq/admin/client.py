@@ -32,7 +32,11 @@ def request(target, req: dict, *, timeout: float | None = 10.0,
                 f"queue manager {target.name} is not running" + (f": {needs}" if needs else ""),
                 hint=f"start it with 'harbormq start {target.name}'") from None
         s.settimeout(timeout)
-        s.sendall(json.dumps(req).encode() + b"\n")
+        try:
+            s.sendall(json.dumps(req).encode() + b"\n")
+            s.shutdown(socket.SHUT_WR)      # the whole request: nothing more follows
+        except (BrokenPipeError, ConnectionResetError):
+            pass    # the queue manager stopped reading: its reply says why
         with s.makefile("rb") as lines:
             for line in lines:
                 reply = json.loads(line)

@@ -16,7 +16,9 @@ One JSON object per line each way:
     {"cmd": "load", "queue": "Q", "path": "/x/Q.hmqload"}
                                              -> {"ok": true, "result": {"loaded": n, ...}}
 
-A refused request gets ``{"ok": false, "error": "..."}``.
+A refused request gets ``{"ok": false, "error": "..."}``. A request line may be
+up to MAX_REQUEST_BYTES long (an MQSC script of any practical size); a longer
+one is refused with HMQ8148E and the connection closed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,26 @@ if TYPE_CHECKING:
     from ..security import Security
 
 
+#: the longest request line the server reads (the stream reader's limit)
+MAX_REQUEST_BYTES = 64 << 20
+
+
+async def _close_politely(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          timeout: float = 30.0) -> None:
+    """Send what is written, end our side, and read the rest of the client's
+    request away: closing with unread input would reset the connection, and the
+    client would never see the reply that says why."""
+    await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+    try:
+        async with asyncio.timeout(timeout):
+            while await reader.read(1 << 20):
+                pass
+    except (TimeoutError, ConnectionError):
+        pass
+
+
 class AdminProtocol:
     """Serves admin connections for one running queue manager. ``status`` and
     ``request_stop`` come from the server process, which owns both."""
@@ -57,7 +79,16 @@ class AdminProtocol:
         def send(line: dict) -> None:
             writer.write(json.dumps(line).encode() + b"\n")
         try:
-            while line := await reader.readline():
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:     # longer than the reader's limit: nothing sane follows
+                    send({"ok": False, "error": f"HMQ8148E: the request is longer than "
+                                                f"{MAX_REQUEST_BYTES >> 20} MiB"})
+                    await _close_politely(reader, writer)
+                    return
+                if not line:
+                    return
                 try:
                     reply = await self.handle(json.loads(line), send)
                 except (ValueError, HarbormqError) as exc:

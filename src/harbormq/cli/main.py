@@ -18,7 +18,7 @@ from rich.table import Table
 from ..admin.client import call
 from ..config import QMConfig, harbormq_home
 from ..errors import HarbormqError, QueueManagerNotRunning, QueueManagerRunning
-from ..fsutil import make_dirs
+from ..fsutil import make_dirs, private
 from .progress import make_progress_callback
 
 #: the hint when image or recreate finds the queue manager stopped
@@ -26,16 +26,6 @@ MEDIA_NEEDS = "media images and recreate need a running queue manager"
 
 console = Console(stderr=False, highlight=False)
 err_console = Console(stderr=True, highlight=False)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -88,7 +78,7 @@ def start(qm, foreground):
         sys.exit(run_event_loop(server.run()))
     make_dirs(config.errors_dir)
     out_path = config.errors_dir / "console.log"
-    with open(out_path, "ab") as out:
+    with open(out_path, "ab", opener=private) as out:
         proc = subprocess.Popen([sys.executable, "-m", "harbormq.server", qm],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True,
@@ -125,7 +115,7 @@ def start(qm, foreground):
 @click.option("--wait", is_flag=True, help="return only when the queue manager has ended")
 def stop(qm, mode, wait):
     """Stop queue manager QM (endmqm); controlled by default."""
-    from ..qmgr.lifecycle import running_pid
+    from ..qmgr.lifecycle import is_instance, running_pid
     mode = mode or "controlled"
     config = QMConfig.load(qm)
     pid = running_pid(config)
@@ -138,13 +128,21 @@ def stop(qm, mode, wait):
             raise
     console.print(f"HMQ8025I Stop ({mode}) requested for queue manager {qm}.")
     if mode == "preemptive":
-        deadline = time.monotonic() + 30
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _pid_alive(pid) and running_pid(config) == pid:
-            os.kill(pid, signal.SIGKILL)
-            console.print(f"HMQ8026W Queue manager {qm} (process {pid}) did not end in 30 s "
-                          "and was killed.")
+        # only a process proven to be this queue manager is ever signalled
+        if is_instance(config, pid):
+            deadline = time.monotonic() + 30
+            while is_instance(config, pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if is_instance(config, pid):
+                os.kill(pid, signal.SIGKILL)
+                console.print(f"HMQ8026W Queue manager {qm} (process {pid}) did not end in "
+                              "30 s and was killed.")
+        elif running_pid(config) is not None:
+            raise HarbormqError(
+                f"queue manager {qm} still holds its lock, but process {pid} cannot be "
+                "proven to be it (its lock file names no harbormq process for it): nothing "
+                "was killed", msgid="HMQ8027E",
+                hint="find the process that holds qm.lock (fuser qmgrs/QM/qm.lock) and end it")
         wait = True
     if wait:
         while running_pid(config) is not None:

@@ -154,7 +154,7 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
     from rich.table import Table
 
     from ..api import QueueManager
-    from ..config import QMConfig
+    from ..config import QMConfig, qm_dir
     from ..log.inspect import log_map
     from ..qmgr import lifecycle as qmgr
     from .progress import make_progress_callback
@@ -166,7 +166,7 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
     name = "TOUR"
     con.rule("[bold]harbormq tour")
     con.print(f"HARBORMQ_HOME={home}")
-    if (home / "qmgrs" / name).exists():
+    if qm_dir(home, name).exists():
         qmgr.delete(name, home=home)
     # a linear log keeps the whole history, which the Spark pipeline (step 7)
     # rebuilds the queues from
@@ -280,11 +280,13 @@ def server_step(con, name: str, home: Path) -> int:
     """6. The queue manager as a server: STOMP clients and MQSC administration."""
     import stomp
 
+    from ..config import qm_dir
+
     env = dict(os.environ, HARBORMQ_HOME=str(home))
     harbormq = [sys.executable, "-m", "harbormq"]
     subprocess.run(harbormq + ["start", name], env=env, check=True, capture_output=True)
     try:
-        listeners = home / "qmgrs" / name / "listeners.json"
+        listeners = qm_dir(home, name) / "listeners.json"
         deadline = time.monotonic() + 30
         while not listeners.exists() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -54,9 +54,11 @@ _RANGES = {
 
 
 def check_name(name: str, what: str = "queue") -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    """MQ's rules for object and queue manager names: 1 to 48 characters from
+    A-Z a-z 0-9 . _ / %, and (ours) never "." or "..", which read as paths."""
+    if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
         raise InvalidAttribute(f"{what} name {name!r} is not valid: use 1 to 48 characters "
-                               "from A-Z a-z 0-9 . _ / %")
+                               "from A-Z a-z 0-9 . _ / %, not '.' or '..' alone")
     return name
 
 

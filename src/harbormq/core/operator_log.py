@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ..fsutil import fsync_dir, make_dirs
+from ..fsutil import fsync_dir, make_dirs, private
 
 FILES = ("HMQERR01.LOG", "HMQERR02.LOG", "HMQERR03.LOG")
 
@@ -40,7 +40,7 @@ class OperatorLog:
                 if rotated:
                     self._rotate()
                 new = rotated or not path.exists()
-                with open(path, "a", encoding="utf-8") as f:
+                with open(path, "a", encoding="utf-8", opener=private) as f:
                     f.write(line)
                 if new:     # lines are written, not forced; the file's name is made durable
                     fsync_dir(self.dir)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import LogCorrupt, LogMissing
-from ..fsutil import fsync_dir
+from ..fsutil import fsync_dir, private
 from .records import (
     EXTENT_HEADER_SIZE,
     MIN_RECORD,
@@ -210,7 +210,7 @@ def keep_torn_tail(path: Path, end: ExtentEnd) -> Path | None:
     with open(path, "r+b") as f:
         f.seek(end.offset)
         data = f.read(end.torn_length)
-        with open(copy, "wb") as out:
+        with open(copy, "wb", opener=private) as out:
             out.write(f"# torn tail of {path.name} at offset {end.offset} (LSN {end.lsn}): "
                       f"{end.reason}\n".encode())
             out.write(data)

@@ -20,6 +20,8 @@ import os
 import time
 from pathlib import Path
 
+import psutil
+
 from ..config import Listener, QMConfig, harbormq_home
 from ..core.engine import QueueManagerCore
 from ..core.objects import (
@@ -32,7 +34,7 @@ from ..core.objects import (
 )
 from ..core.operator_log import OperatorLog
 from ..errors import QueueManagerExists, QueueManagerNotFound, QueueManagerRunning
-from ..fsutil import fsync_dir, make_dirs, remove_tree
+from ..fsutil import fsync_dir, make_dirs, make_private, name_of_file, remove_tree
 from ..log.manager import LogSettings, RecoveryLog
 from ..log.records import RecordType, encode_json
 from ..recovery.restart import Progress, Restart, RestartReport
@@ -86,6 +88,20 @@ def running_pid(config: QMConfig) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def is_instance(config: QMConfig, pid: int | None) -> bool:
+    """Whether process ``pid`` is proven to be this queue manager's running
+    instance: the lock is held and names it, and it is a harbormq process
+    started for this queue manager. Only such a process may ever be signalled
+    (a pid file that is not a number must never become kill(-1))."""
+    if pid is None or pid <= 1 or running_pid(config) != pid:
+        return False
+    try:
+        cmdline = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return False
+    return config.name in cmdline and any("harbormq" in part for part in cmdline)
 
 
 def create(name: str, *, home: Path | None = None, log_type: str = "circular",
@@ -161,7 +177,7 @@ def delete(name: str, *, home: Path | None = None) -> None:
 def list_queue_managers(home: Path | None = None) -> list[str]:
     home = Path(home) if home else harbormq_home()
     qdir = home / "qmgrs"
-    return sorted(p.name for p in qdir.iterdir() if (p / "qm.toml").exists()) \
+    return sorted(name_of_file(p.name) for p in qdir.iterdir() if (p / "qm.toml").exists()) \
         if qdir.is_dir() else []
 
 
@@ -182,6 +198,7 @@ class RunningQueueManager:
             raise QueueManagerNotFound(f"queue manager {config.name} does not exist")
         lock = InstanceLock(config)
         lock.acquire()
+        make_private(config.qm_dir, config.queues_dir, config.log_dir)
         oplog = OperatorLog(config.errors_dir, console=None if quiet else console)
         core = QueueManagerCore(config, oplog)
         core.loop = asyncio.get_running_loop()

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 
-from ..admin.protocol import AdminProtocol
+from ..admin.protocol import MAX_REQUEST_BYTES, AdminProtocol
 from ..config import QMConfig
 from ..errors import HarbormqError
 from ..qmgr.lifecycle import RunningQueueManager
@@ -79,7 +79,8 @@ class QueueManagerServer:
         try:
             admin = AdminProtocol(self.running.core, self.config, self.security,
                                   status=self.status, request_stop=self.request_stop)
-            server = await asyncio.start_unix_server(admin.serve, path=str(sock))
+            server = await asyncio.start_unix_server(admin.serve, path=str(sock),
+                                                     limit=MAX_REQUEST_BYTES)
         finally:
             os.umask(old_umask)
         loop.add_signal_handler(signal.SIGTERM, self.request_stop, "controlled")

@@ -92,8 +92,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
             return
         self.service.connections.add(self)
         # a client that never sends CONNECT is dropped
-        self._timers.append(self.loop.call_later(max(5.0, self.settings.heartbeat_ms / 1000),
-                                                 self._connect_deadline))
+        self._timers["connect"] = self.loop.call_later(
+            max(5.0, self.settings.heartbeat_ms / 1000), self._connect_deadline)
 
     def _connect_deadline(self) -> None:
         if self.version is None and not self.closed:
@@ -102,7 +102,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self._closing = True
-        for t in self._timers:
+        for t in self._timers.values():
             t.cancel()
         self.service.connections.discard(self)
         self.core.connections.remove(self.info)
@@ -160,10 +160,10 @@ class StompConnection(DeliveryMixin, FrameTransport):
             recv_ms = max(cx, server_hb) if cx and server_hb else 0
             hb_headers["heart-beat"] = f"{server_hb},{server_hb}"
             if send_ms:
-                self._timers.append(self.loop.call_later(send_ms / 1000, self._beat, send_ms))
+                self._timers["beat"] = self.loop.call_later(send_ms / 1000, self._beat, send_ms)
             if recv_ms:
-                self._timers.append(self.loop.call_later(recv_ms / 1000, self._check_alive,
-                                                         recv_ms))
+                self._timers["alive"] = self.loop.call_later(recv_ms / 1000,
+                                                             self._check_alive, recv_ms)
         self._send(self._frame("CONNECTED", {"version": version, "server": SERVER_NAME,
                                              "session": self.info.conn_id, **hb_headers}))
         # frames the client sent behind CONNECT, now parsed in the agreed version

@@ -50,7 +50,9 @@ class FrameTransport(asyncio.Protocol):
         self._disconnecting = False
         self.last_recv = time.monotonic()
         self.last_send = time.monotonic()
-        self._timers: list[asyncio.TimerHandle] = []
+        #: the one pending timer of each kind (connect deadline, beat, alive check):
+        #: a new one replaces the old, so timers never pile up
+        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def _dispatch(self, frame: Frame):
         """Apply one frame; an awaitable when it must wait for something first."""
@@ -231,7 +233,7 @@ class FrameTransport(asyncio.Protocol):
             return
         if time.monotonic() - self.last_send >= every_ms / 1000 * 0.9:
             self._send(b"\n")
-        self._timers.append(self.loop.call_later(every_ms / 1000, self._beat, every_ms))
+        self._timers["beat"] = self.loop.call_later(every_ms / 1000, self._beat, every_ms)
 
     def _check_alive(self, every_ms: int) -> None:
         if self.closed:
@@ -243,5 +245,5 @@ class FrameTransport(asyncio.Protocol):
         elif time.monotonic() - self.last_recv > 2 * every_ms / 1000:
             self.fail(f"no frame or heart-beat from the client for {2 * every_ms} ms")
             return
-        self._timers.append(self.loop.call_later(every_ms / 1000, self._check_alive,
-                                                 every_ms))
+        self._timers["alive"] = self.loop.call_later(every_ms / 1000, self._check_alive,
+                                                     every_ms)
