@@ -929,6 +929,15 @@ def test_frame_larger_than_max_frame_bytes(strict, conns):
     expect_error(c, "8192")
 
 
+def test_a_5_mb_frame_gets_its_error_frame_not_a_reset(strict, conns):
+    """The server once closed with the rest of the frame unread: the client got
+    ECONNRESET instead of the ERROR. Now it ends its side and reads the rest away."""
+    c = conns.raw(strict.port)
+    c.send_bytes(b"SEND\ndestination:/queue/LIM.Q\ncontent-length:5000000\n\n" +
+                 b"z" * 5_000_000 + b"\0")
+    expect_error(c, "8192")
+
+
 def test_too_many_headers_and_header_bytes(strict, conns):
     c = conns.raw(strict.port)
     c.send("SEND", {"destination": "/queue/LIM.Q", **{f"h{i}": "v" for i in range(12)}}, b"x")

@@ -89,6 +89,19 @@ def test_content_length_body_with_nuls_and_blank_lines():
     assert err is None and [f.body for f in frames] == [body, body]
 
 
+def test_a_body_without_content_length_is_searched_once_not_once_per_chunk():
+    """Each chunk once made the parser search the body from its start again:
+    quadratic in the body's size, before any authentication."""
+    p = FrameParser(Limits(max_frame_bytes=8 << 20))
+    body = 4 << 20
+    assert p.feed(b"SEND\ndestination:/queue/Q\n\n") == []
+    for _ in range(body // 4096):
+        assert p.feed(b"b" * 4096) == []
+    frames = p.feed(b"\0")
+    assert len(frames) == 1 and len(frames[0].body) == body
+    assert p.bytes_searched < 2 * body, p.bytes_searched
+
+
 def test_body_without_content_length_ends_at_first_nul():
     frames, err, _ = parse_all(b"SEND\ndestination:/queue/A\n\nab\0SEND\ndestination:/q\n\n\0")
     assert err is None

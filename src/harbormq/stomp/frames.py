@@ -104,6 +104,11 @@ class FrameParser:
         self.buf = bytearray()
         self.pos = 0             # where the next frame starts in ``buf``
         self.heartbeats = 0
+        #: bytes of the frame being received, from its start, known to hold no
+        #: NUL: a body without content-length is searched once, not once per chunk
+        self._no_nul = 0
+        #: bytes searched for a body's end, in all (linear in the bytes received)
+        self.bytes_searched = 0
 
     def feed(self, data: bytes) -> list[Frame]:
         """The whole frames now buffered. Bytes are consumed by moving a read
@@ -217,14 +222,19 @@ class FrameParser:
             body = bytes(buf[body_start:body_start + size])
             self.pos = body_start + size + 1
         else:
-            nul = buf.find(b"\0", body_start, start + limits.max_frame_bytes + 1)
+            search_from = max(body_start, start + self._no_nul)
+            search_to = min(n, start + limits.max_frame_bytes + 1)
+            self.bytes_searched += max(0, search_to - search_from)
+            nul = buf.find(b"\0", search_from, search_to)
             if nul == -1:
                 if n - start > limits.max_frame_bytes:
                     raise FrameError(f"{command} frame exceeds the frame size limit of "
                                      f"{limits.max_frame_bytes} bytes without ending")
+                self._no_nul = search_to - start
                 return None
             body = bytes(buf[body_start:nul])
             self.pos = nul + 1
+        self._no_nul = 0
         return Frame(command, headers, body)
 
     def _check_command_prefix(self, buf: bytearray) -> None:

@@ -24,6 +24,8 @@ from .frames import Frame, FrameError, FrameParser, Limits, encode_frame, receip
 
 #: frames waiting for a force, at most, before deliveries pause (memory bound)
 MAX_HELD = 512
+#: how long a connection closed with an ERROR reads on before it is dropped
+LINGER_S = 5.0
 
 
 class ProtocolError(HarbormqError):
@@ -173,7 +175,20 @@ class FrameTransport(asyncio.Protocol):
         self._flush()
         self._pending_frames.clear()
         if self.transport is not None:
-            self.transport.close()
+            self._close_politely()
+
+    def _close_politely(self) -> None:
+        """End our side after the ERROR and read the client's rest away (dropped:
+        we are closing) until it closes or LINGER_S pass. Closing with unread
+        input would reset the connection, and the client would lose the ERROR
+        that says why (a frame over the size limit, say)."""
+        t = self.transport
+        if not t.can_write_eof():        # TLS: no half-close
+            t.close()
+            return
+        t.write_eof()
+        self._resume_reading()
+        self._timers["linger"] = self.loop.call_later(LINGER_S, t.close)
 
     def _process_frames(self) -> None:
         while self._pending_frames and not self._blocked and not self._closing:
