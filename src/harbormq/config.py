@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import tomli_w
@@ -79,35 +79,33 @@ def qm_dir(home: Path, name: str) -> Path:
     return Path(home) / "qmgrs" / file_name(name)
 
 
+def _opt(default, *, lo=None, hi=None, choices=None):
+    """A setting's default and what values it allows (checked by ``_section``)."""
+    return field(default=default, metadata={"lo": lo, "hi": hi, "choices": choices})
+
+
 @dataclass
 class Tuning:
-    flush_interval_ms: int = 1000
-    flush_max_entries: int = 20_000
-    store_map_size_mb: int = 16_384
-    qindxbld: str = "wait"
-    verify_store_mb: int = 128
+    flush_interval_ms: int = _opt(1000, lo=1, hi=3_600_000)
+    flush_max_entries: int = _opt(20_000, lo=1, hi=100_000_000)
+    store_map_size_mb: int = _opt(16_384, lo=1, hi=1 << 30)
+    qindxbld: str = _opt("wait", choices=("wait", "nowait"))
+    verify_store_mb: int = _opt(128, lo=0)
 
 
 @dataclass
 class ImageSettings:
-    schedule: str = "manual"
-    interval_minutes: float = 60
-    log_length_mb: float = 0
+    schedule: str = _opt("manual", choices=("manual", "auto"))
+    interval_minutes: float = _opt(60, lo=1e-3)
+    log_length_mb: float = _opt(0, lo=0)
 
-    def validate(self, where: str) -> None:
-        if self.schedule not in ("manual", "auto"):
-            raise ConfigError(f"{where}: image.schedule must be 'manual' or 'auto', "
-                              f"not {self.schedule!r}")
-        if self.interval_minutes <= 0 or self.log_length_mb < 0:
-            raise ConfigError(f"{where}: image.interval_minutes must be > 0 and "
-                              "image.log_length_mb >= 0")
 
 
 @dataclass
 class Listener:
     name: str = "STOMP"
     host: str = "127.0.0.1"
-    port: int = 61613
+    port: int = _opt(61613, lo=0, hi=65535)
     tls_cert: str = ""
     tls_key: str = ""
 
@@ -118,16 +116,16 @@ class Listener:
 
 @dataclass
 class StompSettings:
-    max_frame_bytes: int = 4 * 1024 * 1024
-    max_headers: int = 64
-    max_header_bytes: int = 16 * 1024
-    max_connections: int = 1000
-    max_subscriptions: int = 100
-    default_prefetch: int = 16
-    max_prefetch: int = 1024
-    heartbeat_ms: int = 10_000
+    max_frame_bytes: int = _opt(4 * 1024 * 1024, lo=1024, hi=1 << 30)
+    max_headers: int = _opt(64, lo=1, hi=100_000)
+    max_header_bytes: int = _opt(16 * 1024, lo=256, hi=1 << 24)
+    max_connections: int = _opt(1000, lo=1, hi=1_000_000)
+    max_subscriptions: int = _opt(100, lo=1, hi=1_000_000)
+    default_prefetch: int = _opt(16, lo=1, hi=1_000_000)
+    max_prefetch: int = _opt(1024, lo=1, hi=1_000_000)
+    heartbeat_ms: int = _opt(10_000, lo=0, hi=86_400_000)
     auto_define_queues: bool = True
-    connauth: str = "optional"
+    connauth: str = _opt("optional", choices=("optional", "required"))
 
 
 @dataclass
@@ -217,6 +215,8 @@ class QMConfig:
 
     @classmethod
     def load(cls, name: str, home: Path | None = None) -> "QMConfig":
+        """Read and check qm.toml: every key is known, of its type and in its
+        range, or ConfigError names the key and the file."""
         home = Path(home) if home else harbormq_home()
         path = qm_dir(home, name) / "qm.toml"
         if not path.exists():
@@ -224,33 +224,99 @@ class QMConfig:
                                        hint="create it with 'harbormq create " + name + "'")
         try:
             data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}", path=str(path)) from None
-        log = data.get("log", {})
-        tuning = data.get("tuning", {})
+        where = str(path)
+        unknown = set(data) - {"name", "log", "tuning", "image", "listeners", "stomp"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: "
+                              "name, [log], [tuning], [image], [[listeners]], [stomp]",
+                              path=where)
+        if data.get("name") != name:
+            raise ConfigError(f"{where}: name = {data.get('name')!r} does not match the queue "
+                              f"manager's directory ({name!r})", path=where,
+                              hint=f"set name = \"{name}\" in the file")
+        log = _table(data.get("log", {}), "log", where)
+        for key in set(log) - set(LOG_KEYS):
+            raise ConfigError(f"{where}: unknown key log.{key}; known: "
+                              f"{', '.join(sorted(LOG_KEYS))}", path=where)
+        for key, value in log.items():
+            _check_value(f"log.{key}", value, *LOG_KEYS[key], where)
+        listeners = data.get("listeners", [{}])
+        if not isinstance(listeners, list) or not listeners:
+            raise ConfigError(f"{where}: listeners must be a non-empty array of tables "
+                              "([[listeners]])", path=where)
+        cfg = cls(
+            name=name, home=home,
+            log=LogSettings(log_type=log.get("type", "circular"),
+                            pages=log.get("file_pages", 4096),
+                            primary=log.get("primary", 3),
+                            secondary=log.get("secondary", 2),
+                            checkpoint_records=log.get("checkpoint_records", 10_000)),
+            log_path=Path(log["path"]) if log.get("path") else None,
+            log_management=log.get("management", "manual"),
+            tuning=_section(Tuning, data.get("tuning", {}), "tuning", where),
+            image=_section(ImageSettings, data.get("image", {}), "image", where),
+            listeners=[_section(Listener, li, f"listeners[{i}]", where)
+                       for i, li in enumerate(listeners)],
+            stomp=_section(StompSettings, data.get("stomp", {}), "stomp", where))
         try:
-            cfg = cls(
-                name=data.get("name", name), home=home,
-                log=LogSettings(log_type=log.get("type", "circular"),
-                                pages=int(log.get("file_pages", 4096)),
-                                primary=int(log.get("primary", 3)),
-                                secondary=int(log.get("secondary", 2)),
-                                checkpoint_records=int(log.get("checkpoint_records", 10_000))),
-                log_path=Path(log["path"]) if log.get("path") else None,
-                log_management=log.get("management", "manual"),
-                tuning=Tuning(**tuning),
-                image=ImageSettings(**data.get("image", {})),
-                listeners=[Listener(**li) for li in data.get("listeners", [{}])],
-                stomp=StompSettings(**data.get("stomp", {})))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{path}: {exc}", path=str(path)) from None
-        cfg.log.validate()
-        cfg.image.validate(str(path))
-        if cfg.tuning.qindxbld not in ("wait", "nowait"):
-            raise ConfigError(f"{path}: tuning.qindxbld must be 'wait' or 'nowait'")
-        if cfg.stomp.connauth not in ("optional", "required"):
-            raise ConfigError(f"{path}: stomp.connauth must be 'optional' or 'required'")
+            cfg.log.validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc.message}", path=where) from None
         for li in cfg.listeners:
             if li.tls_cert and not li.tls_key or li.tls_key and not li.tls_cert:
-                raise ConfigError(f"{path}: listener {li.name} needs both tls_cert and tls_key")
+                raise ConfigError(f"{where}: listener {li.name} needs both tls_cert and tls_key",
+                                  path=where)
         return cfg
+
+
+#: the keys of qm.toml's [log] table: (type, allowed values)
+LOG_KEYS = {
+    "type": ("str", ("circular", "linear")), "file_pages": ("int", None),
+    "primary": ("int", None), "secondary": ("int", None),
+    "checkpoint_records": ("int", None), "path": ("str", None),
+    "management": ("str", ("manual", "automatic", "archive")),
+}
+
+
+def _table(value, section: str, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {section} must be a table ([{section}]), not "
+                          f"{type(value).__name__}", path=where)
+    return value
+
+
+def _check_value(key: str, value, kind: str, choices, where: str, lo=None, hi=None) -> None:
+    """One setting: its TOML type, then its allowed values or range."""
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool),
+          "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "bool": isinstance(value, bool), "str": isinstance(value, str)}[kind]
+    if not ok:
+        raise ConfigError(f"{where}: {key} = {value!r} is not {_KIND_TEXT[kind]}", path=where)
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{where}: {key} = {value!r} is not one of "
+                          f"{', '.join(map(repr, choices))}", path=where)
+    if lo is not None and value < lo or hi is not None and value > hi:
+        bounds = f"{lo} to {hi}" if hi is not None else f"at least {lo}"
+        raise ConfigError(f"{where}: {key} = {value!r} is out of range ({bounds})", path=where)
+
+
+_KIND_TEXT = {"int": "a whole number", "float": "a number", "bool": "true or false",
+              "str": "a string"}
+
+
+def _section(cls, table, section: str, where: str):
+    """A settings dataclass from a qm.toml table, every key checked against the
+    dataclass: known, of the field's type, within its ``_opt`` bounds."""
+    table = _table(table, section, where)
+    known = {f.name: f for f in fields(cls)}
+    for key, value in table.items():
+        f = known.get(key)
+        if f is None:
+            raise ConfigError(f"{where}: unknown key {section}.{key}; known: "
+                              f"{', '.join(sorted(known))}", path=where)
+        meta = f.metadata
+        _check_value(f"{section}.{key}", value, f.type, meta.get("choices"), where,
+                     meta.get("lo"), meta.get("hi"))
+    return cls(**table)

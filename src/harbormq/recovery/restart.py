@@ -123,6 +123,13 @@ class Restart:
             self.emit(msgid, text)
             r.warnings.append(f"{msgid} {text}")
         sweep_tmp(log.dir)
+        settings = core.config.log
+        if st.log_type != settings.log_type:
+            # the log's own control file is the one source of truth for its type
+            self.emit("HMQ7122W", f"qm.toml says log type {settings.log_type!r}, but the log "
+                      f"of {core.name} is {st.log_type}: the log's type holds (a log cannot "
+                      "change type; create a new queue manager for the other type)")
+            settings.log_type = st.log_type
         chain = log.verify_chain(needed_from=st.restart_lsn)
         r.control_sequence = st.sequence
         r.extents = [extent_file_name(e.number) for e in chain
