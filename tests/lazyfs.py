@@ -25,10 +25,12 @@ Run as its own process (the queue manager must not share its GIL)::
 
 and drive it through ``LazyFS`` below (it starts, cuts and stops the process).
 The control socket takes one line per request and answers one JSON line:
-``cut SEED TORN`` (TORN is 0 or 1), ``lie fsync|fsyncdir GLOB``, ``stats``,
-``quit``. ``lie`` makes the file system lie from then on, as a disk with a
-volatile write cache does: an fsync of a file (or a directory) whose path from
-the mount point matches the glob (``fnmatch``; ``-`` for none) does nothing.
+``cut SEED TORN`` (TORN is 0 or 1), ``lie fsync|fsyncdir GLOB``,
+``fail OP GLOB ERRNO`` (a disk fault: OP on matching paths fails with ERRNO,
+``fail OP -`` clears it), ``stats``, ``quit``. ``lie`` makes the file system
+lie from then on, as a disk with a volatile write cache does: an fsync of a
+file (or a directory) whose path from the mount point matches the glob
+(``fnmatch``; ``-`` for none) does nothing.
 A test proves with it that the harness notices lost data.
 
 Not modelled: a rename from one directory to another (refused with EXDEV;
@@ -54,6 +56,8 @@ import time
 from pathlib import Path
 
 SECTOR = 512
+#: operations a disk fault can be injected into (``fail``)
+FAULT_OPS = ("write", "fsync", "create", "mkdir", "rename", "unlink", "fsyncdir", "truncate")
 DSYNC_FLAGS = os.O_SYNC | os.O_DSYNC
 
 
@@ -172,6 +176,7 @@ class Model:
         self.fsyncs = self.fsyncdirs = self.cuts = 0
         self.lost_sectors = self.lost_entries = 0    # over all cuts
         self.forced_aborts: list[list[str]] = []     # who held the mount at a cut
+        self.faults_raised = 0
         self.unexpected_unmounts = 0
 
     def new_node(self, mode: int) -> Node:
@@ -219,6 +224,8 @@ def _fuse_operations():
             self.next_fh = 1
             self.ignore_fsync: str | None = None       # see "lie"
             self.ignore_fsyncdir: str | None = None
+            #: injected disk faults: operation -> (path glob, errno); see "fail"
+            self.faults: dict[str, tuple[str, int]] = {}
 
         # every call runs under one lock: the model is plain Python objects
         def __call__(self, op, *args):
@@ -258,6 +265,12 @@ def _fuse_operations():
         def _lies(self, glob: str | None, path: str) -> bool:
             return glob is not None and fnmatch.fnmatchcase(path, glob)
 
+        def _fault(self, op: str, path: str) -> None:
+            fault = self.faults.get(op)
+            if fault is not None and fnmatch.fnmatchcase(path, fault[0]):
+                self.model.faults_raised += 1
+                raise FuseOSError(fault[1])
+
         # -- metadata
         def getattr(self, path, fh=None):
             node = self._lookup(path)
@@ -293,6 +306,7 @@ def _fuse_operations():
             return [".", "..", *node.entries]
 
         def mkdir(self, path, mode):
+            self._fault("mkdir", path)
             parent, name = self._parent(path)
             if name in parent.entries:
                 raise FuseOSError(errno.EEXIST)
@@ -312,6 +326,7 @@ def _fuse_operations():
             return 0
 
         def fsyncdir(self, path, datasync, fh):
+            self._fault("fsyncdir", path)
             self.model.fsyncdirs += 1
             if not self._lies(self.ignore_fsyncdir, path):
                 self._lookup(path).sync_entries()
@@ -326,6 +341,7 @@ def _fuse_operations():
             return 0
 
         def unlink(self, path):
+            self._fault("unlink", path)
             parent, name = self._parent(path)
             node = parent.entries.get(name)
             if node is None:
@@ -336,6 +352,7 @@ def _fuse_operations():
             return 0
 
         def rename(self, old, new):
+            self._fault("rename", old)
             src_dir, src_name = self._parent(old)
             dst_dir, dst_name = self._parent(new)
             if src_dir is not dst_dir:      # not modelled (see the module's docstring)
@@ -363,6 +380,7 @@ def _fuse_operations():
 
         # -- files
         def create(self, path, mode, fi=None):
+            self._fault("create", path)
             parent, name = self._parent(path)
             node = parent.entries.get(name)
             if node is None:
@@ -382,12 +400,14 @@ def _fuse_operations():
 
         def write(self, path, data, offset, fi):
             node, flags, opened_as = self._handle(fi)
+            self._fault("write", opened_as)
             node.write(offset, data)
             if flags & DSYNC_FLAGS and not self._lies(self.ignore_fsync, opened_as):
                 node.sync_data()
             return len(data)
 
         def truncate(self, path, length, fh=None):
+            self._fault("truncate", path)
             node = self.handles[fh.fh][0] if fh is not None else self._lookup(path)
             node.truncate(length)
             return 0
@@ -402,6 +422,7 @@ def _fuse_operations():
         def fsync(self, path, datasync, fi):
             self.model.fsyncs += 1
             node, _, opened_as = self._handle(fi)
+            self._fault("fsync", opened_as)
             if not self._lies(self.ignore_fsync, opened_as):
                 node.sync_data()
             return 0
@@ -458,7 +479,8 @@ def serve(mountpoint: str, control: str) -> None:
                         "cuts": model.cuts, "lost_sectors": model.lost_sectors,
                         "lost_entries": model.lost_entries, "open_handles": len(ops.handles),
                         "forced_aborts": model.forced_aborts,
-                        "unexpected_unmounts": model.unexpected_unmounts}
+                        "unexpected_unmounts": model.unexpected_unmounts,
+                        "faults_raised": model.faults_raised}
         if words[0] == "cut":
             seed, torn = int(words[1]), words[2] == "1"
             unmounted.clear()
@@ -481,6 +503,13 @@ def serve(mountpoint: str, control: str) -> None:
             may_mount.set()
             wait_mounted()
             return {"ok": True, **facts, "held_by": holders}
+        if words[0] == "fail" and len(words) in (3, 4) and words[1] in FAULT_OPS:
+            with ops.mutex:
+                if words[2] == "-":
+                    ops.faults.pop(words[1], None)
+                else:
+                    ops.faults[words[1]] = (words[2], getattr(errno, words[3]))
+            return {"ok": True}
         if words[0] == "lie" and len(words) == 3 and words[1] in ("fsync", "fsyncdir"):
             with ops.mutex:
                 setattr(ops, f"ignore_{words[1]}", None if words[2] == "-" else words[2])
@@ -636,6 +665,11 @@ class LazyFS:
 
     def stats(self) -> dict:
         return self.request("stats")
+
+    def fail(self, op: str, glob: str | None, error: str = "EIO") -> None:
+        """From now on ``op`` (one of FAULT_OPS) on a path matching ``glob`` fails
+        with ``error`` (an errno name: EIO, ENOSPC); None: the fault clears."""
+        self.request(f"fail {op} -" if glob is None else f"fail {op} {glob} {error}")
 
     def lie(self, kind: str, glob: str | None) -> None:
         """From now on an fsync (``kind`` "fsync") or directory fsync ("fsyncdir")

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from lazyfs import SECTOR, LazyFS, Model
 from stomp_crash_checks import drain, journal_size, read_journals, verify
-from stomp_helpers import PYTHON, QMServer
+from stomp_helpers import PYTHON, QMServer, raw_connected
 
 from harbormq.fsutil import fsync_dir
 
@@ -271,3 +271,46 @@ def write_file(path: Path, data: bytes, *, sync: bool) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ----------------------------------------------------------------------------- disk faults
+
+
+@pytest.mark.parametrize("op,error", [("write", "EIO"), ("write", "ENOSPC"), ("fsync", "EIO")])
+def test_a_log_that_cannot_be_written_stops_the_queue_manager_and_loses_nothing(
+        tmp_path, op, error):
+    """A fault on the log's extents (issue 10 §1.5): the writer thread once died
+    silently and left a half-dead queue manager. Now HMQ6709E is reported, the
+    sends waiting for the force get no RECEIPT, the queue manager stops on its
+    own (preemptive), and after the fault clears, and a power cut for good
+    measure, a restart holds every receipted message."""
+    with LazyFS(tmp_path / "lazyfs") as fs:
+        srv = create_server(fs.mount / "hmq", "circular", tmp_path)
+        srv.start()
+        srv.sc("DEFINE QLOCAL(FAULT.Q) DEFPSIST(YES)")
+        receipted = []
+        with raw_connected(srv.port) as c:
+            for i in range(20):
+                c.send("SEND", {"destination": "/queue/FAULT.Q", "receipt": f"r{i}"},
+                       f"m{i}".encode())
+                c.expect("RECEIPT")
+                receipted.append(f"m{i}")
+            fs.fail(op, "/hmq/log/*/S*.LOG", error)
+            for i in range(20, 30):
+                c.send("SEND", {"destination": "/queue/FAULT.Q", "receipt": f"r{i}"},
+                       f"m{i}".encode())
+            frames = c.wait_closed(timeout=30)
+        assert not [f for f in frames if f.command == "RECEIPT"], \
+            "a send was receipted although the log could not be written"
+        assert srv.proc.wait(timeout=60) is not None      # it stopped on its own
+        console = srv.console()
+        assert "HMQ6709E" in console, console
+        fs.fail(op, None)
+        fs.cut(SEED, torn=False)
+        srv.start()
+        srv.stop()
+        from harbormq import QueueManager
+        with QueueManager.open(srv.name, home=srv.home) as qm:
+            bodies = [m.body.decode() for m in qm.browse("FAULT.Q")]
+        assert bodies[:len(receipted)] == receipted, bodies
+        assert fs.stats()["faults_raised"] > 0

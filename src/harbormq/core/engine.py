@@ -828,6 +828,17 @@ class QueueManagerCore:
                           "was running")
         return False
 
+    def log_write_failed(self, exc: BaseException) -> None:
+        """The log writer met an error (a full disk, EIO): nothing more can be made
+        durable. Say so, and stop at once (preemptive): what is on disk is
+        consistent, and a restart once the disk is fixed recovers from it.
+        Persistent operations waiting for a force fail with the reason."""
+        self.oplog.emit("HMQ6709E", f"the recovery log of queue manager {self.name} cannot be "
+                        f"written ({exc}); persistent work fails and the queue manager stops "
+                        "(preemptive) so that a restart recovers what is on disk")
+        if self.on_fatal is not None and not self.stopping:
+            self.on_fatal(f"the log cannot be written: {exc}")
+
     def _fatal(self, why: str) -> ObjectDamaged:
         """Damage to the queue manager object: a preemptive shutdown (AMQ7472).
         Returns the error for the operation that found it to raise."""

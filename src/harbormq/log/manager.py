@@ -154,6 +154,8 @@ class RecoveryLog:
         self._active: ExtentInfo | None = None
         self._active_limit = 0      # LSN past which the active extent has no room
         self.failed: BaseException | None = None
+        #: told (on the loop) when writing the log fails for good
+        self.on_failed: Callable[[BaseException], None] | None = None
 
     # -- creation -----------------------------------------------------------------
 
@@ -353,12 +355,22 @@ class RecoveryLog:
             if not fut.done():
                 fut.set_result(self.synced_lsn)
 
-    def _on_failed(self, exc: BaseException) -> None:  # loop thread
+    def _on_failed(self, exc: BaseException, control_futures=()) -> None:  # loop thread
+        """The writer thread met an error (a full disk, EIO) and ended: every
+        force and control-file update still waiting fails, and ``on_failed`` is
+        told once (the queue manager stops: restart recovers from the disk)."""
+        first = self.failed is None
         self.failed = exc
+        error = LogError(f"writing the log failed: {exc}")
         while self._waiters:
             _, _, fut = heapq.heappop(self._waiters)
             if not fut.done():
-                fut.set_exception(LogError(f"writing the log failed: {exc}"))
+                fut.set_exception(error)
+        for fut in control_futures:
+            if not fut.done():
+                fut.set_exception(error)
+        if first and self.on_failed is not None:
+            self.on_failed(exc)
 
     # -- extent switch ---------------------------------------------------------------
 
@@ -431,6 +443,9 @@ class RecoveryLog:
         self.records_since_checkpoint = 0
         st.sequence += 1
         fut = self._loop.create_future()
+        if self.failed is not None:      # the writer is gone: nothing would answer
+            fut.set_exception(LogError(f"the log can no longer be written: {self.failed}"))
+            return fut
         self._writer.add_control(copy.deepcopy(st), fut)
         return fut
 
@@ -544,6 +559,7 @@ class _Writer(threading.Thread):
 
     def run(self) -> None:
         synced = self.log.synced_lsn
+        ops: list[list] = []
         try:
             while True:
                 with self.cond:
@@ -572,8 +588,12 @@ class _Writer(threading.Thread):
                     crash_point("log.after_fsync_before_ack")
                     self.log._loop.call_soon_threadsafe(self.log._on_synced, upto)
         except BaseException as exc:  # disk full, EIO: the log is unusable
+            with self.cond:           # whatever waits for this thread must hear of it
+                ops = ops + self.ops
+                self.ops = []
+            waiting = [op[2] for op in ops if op[0] == "control" and op[2] is not None]
             try:
-                self.log._loop.call_soon_threadsafe(self.log._on_failed, exc)
+                self.log._loop.call_soon_threadsafe(self.log._on_failed, exc, waiting)
             except RuntimeError:    # the loop is closed: nobody is left to tell
                 return
 

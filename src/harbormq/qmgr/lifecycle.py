@@ -203,6 +203,7 @@ class RunningQueueManager:
         core = QueueManagerCore(config, oplog)
         core.loop = asyncio.get_running_loop()
         core.log.on_switch = core.on_extent_switch
+        core.log.on_failed = core.log_write_failed
         self = cls(core, lock)
         try:
             self.report = await Restart(core, progress).run()
