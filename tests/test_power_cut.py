@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from lazyfs import SECTOR, LazyFS, Model
 from stomp_crash_checks import drain, journal_size, read_journals, verify
-from stomp_helpers import PYTHON, QMServer, raw_connected
+from stomp_helpers import PYTHON, QMServer, deadline_wait, raw_connected
 
 from harbormq.fsutil import fsync_dir
 
@@ -314,3 +314,31 @@ def test_a_log_that_cannot_be_written_stops_the_queue_manager_and_loses_nothing(
             bodies = [m.body.decode() for m in qm.browse("FAULT.Q")]
         assert bodies[:len(receipted)] == receipted, bodies
         assert fs.stats()["faults_raised"] > 0
+
+
+def test_a_store_that_cannot_be_written_is_retried_and_loses_nothing(tmp_path):
+    """A failed store flush (issue 10 §1.6) once stopped periodic flushing until
+    a restart. Now it is reported (HMQ7530W), retried, and reported again when
+    it works (HMQ7531I); everything receipted meanwhile survives a restart."""
+    with LazyFS(tmp_path / "lazyfs") as fs:
+        srv = create_server(fs.mount / "hmq", "circular", tmp_path)
+        srv.start()
+        srv.sc("DEFINE QLOCAL(STORE.Q) DEFPSIST(YES)")
+        fs.fail("write", "/hmq/qmgrs/*/queues/STORE.Q/data.mdb", "ENOSPC")
+        with raw_connected(srv.port) as c:
+            for i in range(30):
+                c.send("SEND", {"destination": "/queue/STORE.Q", "receipt": f"r{i}"},
+                       f"m{i}".encode())
+                c.expect("RECEIPT")
+        deadline_wait(lambda: "HMQ7530W" in srv.console(), timeout=30,
+                      what="the failed flush reported")
+        fs.fail("write", None)
+        deadline_wait(lambda: "HMQ7531I" in srv.console(), timeout=90,
+                      what="the flush working again")
+        srv.stop()
+        srv.start()
+        srv.stop()
+        from harbormq import QueueManager
+        with QueueManager.open(srv.name, home=srv.home) as qm:
+            assert [m.body for m in qm.browse("STORE.Q")] == [f"m{i}".encode()
+                                                             for i in range(30)]

@@ -238,10 +238,31 @@ class RunningQueueManager:
         await asyncio.shield(self._stop_task)
 
     async def _flush_loop(self) -> None:
-        interval = self.core.config.tuning.flush_interval_ms / 1000
+        """Flush the stores every ``flush_interval_ms``. A flush that fails (a full
+        disk, EIO) loses nothing: its changes stay in memory and in the log, and
+        the next flush takes them. It is retried, backing off to once a minute,
+        and the operator log says when it fails and when it works again."""
+        core = self.core
+        interval = core.config.tuning.flush_interval_ms / 1000
+        delay, failing = interval, None
         while True:
-            await asyncio.sleep(interval)
-            await self.core.flush_all()
+            await asyncio.sleep(delay)
+            try:
+                await core.flush_all()
+            except Exception as exc:      # (a damaged catalog stops the queue manager itself)
+                if failing is None:
+                    core.oplog.emit("HMQ7530W", f"writing the stores of queue manager "
+                                    f"{core.name} failed: {exc!r}; nothing is lost (the changes "
+                                    "stay in memory and in the log) and the flush is retried "
+                                    "until it works")
+                failing = exc
+                delay = min(max(2 * delay, interval), 60.0)
+                continue
+            if failing is not None:
+                core.oplog.emit("HMQ7531I", f"the stores of queue manager {core.name} are "
+                                "written again")
+                failing = None
+            delay = interval
 
     async def _stop(self, mode: str = "controlled", *, timeout: float | None = None) -> None:
         core = self.core
