@@ -86,8 +86,8 @@ def _opt(default, *, lo=None, hi=None, choices=None):
 
 @dataclass
 class Tuning:
-    flush_interval_ms: int = _opt(1000, lo=1, hi=3_600_000)
-    flush_max_entries: int = _opt(20_000, lo=1, hi=100_000_000)
+    flush_interval_ms: int = _opt(1000, lo=1, hi=10**12)       # 10**9: in effect never
+    flush_max_entries: int = _opt(20_000, lo=1, hi=10**12)
     store_map_size_mb: int = _opt(16_384, lo=1, hi=1 << 30)
     qindxbld: str = _opt("wait", choices=("wait", "nowait"))
     verify_store_mb: int = _opt(128, lo=0)
