@@ -34,7 +34,6 @@ failure and in the summary line with the number of SIGKILLs).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -48,14 +47,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support import crash_workload as wl
 
 from harbormq import QueueManager
 from harbormq.crashpoints import POINTS
 
-WORKLOAD = Path(__file__).resolve().with_name("crash_workload.py")
-_spec = importlib.util.spec_from_file_location("crash_workload", WORKLOAD)
-wl = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(wl)
+WORKLOAD = Path(wl.__file__).resolve()
 
 DEFAULT_RANDOM_KILLS = 50
 SEED = int(os.environ.get("HARBORMQ_CRASH_SEED") or random.randrange(1 << 30))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from pipeline_logbuilder import LogBuilder
+from support.pipeline_logbuilder import LogBuilder
 
 from harbormq.log.records import RecordType
 from harbormq.pipeline.algebra import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from pipeline_logbuilder import LogBuilder
+from support.pipeline_logbuilder import LogBuilder
 
 from harbormq.cli import main as harbormq_main
 from harbormq.pipeline.cli import main

@@ -76,7 +76,7 @@ def test_load_into_a_running_queue_manager_while_it_serves(tmp_path):
     """`harbormq pipeline load` hands the file to a running queue manager (its
     admin socket); it keeps serving STOMP clients meanwhile, and the messages
     come back in the file's order with their ids and descriptors."""
-    from stomp_helpers import QMServer, RawStomp
+    from support.stomp_helpers import QMServer, RawStomp
 
     rows = [dict(ROW, msg_id=i.to_bytes(4, "big"), priority=i % 3, body=b"m%d" % i)
             for i in range(1, 1201)]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from pipeline_logbuilder import LogBuilder, offset_of
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan, StringStartsWith
+from support.pipeline_logbuilder import LogBuilder, offset_of
 
 from harbormq.errors import ConfigError, LogCorrupt
 from harbormq.log.records import Message

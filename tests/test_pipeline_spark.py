@@ -11,7 +11,7 @@ import shutil
 import time
 
 import pytest
-from pipeline_logbuilder import LogBuilder
+from support.pipeline_logbuilder import LogBuilder
 
 from harbormq.errors import HarbormqError, LogFull, ObjectInUse, UnitOfWorkError
 from harbormq.pipeline.algebra import CONTROL_TYPES, plan_targets, reference_rebuild

@@ -31,13 +31,14 @@ import time
 from pathlib import Path
 
 import pytest
-from lazyfs import SECTOR, LazyFS, Model
-from stomp_crash_checks import drain, journal_size, read_journals, verify
-from stomp_helpers import PYTHON, QMServer
+import support
+from support.lazyfs import SECTOR, LazyFS, Model
+from support.stomp_crash_checks import drain, journal_size, read_journals, verify
+from support.stomp_helpers import PYTHON, QMServer
 
 from harbormq.fsutil import fsync_dir
 
-WORKLOAD = Path(__file__).resolve().with_name("stomp_crash_workload.py")
+WORKLOAD = Path(support.__file__).resolve().with_name("stomp_crash_workload.py")
 SEED = int(os.environ.get("HARBORMQ_CRASH_SEED") or random.randrange(1 << 30))
 DEFAULT_CUTS = 100
 # what a queue manager must never say after a power cut: a damaged object, a

@@ -21,7 +21,7 @@ import time
 
 import pytest
 import stomp
-from stomp_helpers import (
+from support.stomp_helpers import (
     ConnectionClosed,
     QMServer,
     RawStomp,
@@ -1209,7 +1209,7 @@ def test_queue_full_is_an_error_with_2053(server, conns):
 def test_pipelined_frames_behind_an_authenticated_connect(server, conns):
     """CONNECT with a login is authenticated off the loop; what the client sent
     behind it in the same write waits for it and is then processed in order."""
-    from stomp_helpers import build_frame
+    from support.stomp_helpers import build_frame
     c = conns.unconnected(server.port)
     c.send_bytes(build_frame("CONNECT", {"accept-version": "1.2", "host": "x", "login": "root",
                                          "passcode": "rootpw"}) +
@@ -1264,7 +1264,7 @@ def test_unsubscribe_between_transactional_ack_and_commit(server, conns, togethe
     committed while the backout task logged HMQ9503E. Now the transaction keeps
     them: COMMIT consumes the message and publishes the SEND."""
     from conftest import operator_log
-    from stomp_helpers import build_frame
+    from support.stomp_helpers import build_frame
     q = f"UNSUBTX{int(together)}"
     c = conns.raw(server.port)
     session = c.connected["session"]
@@ -1564,7 +1564,7 @@ def test_pipelined_flood_split_at_random_points(server, conns):
     receipted in order and delivered once, bodies intact."""
     import random
 
-    from stomp_helpers import build_frame
+    from support.stomp_helpers import build_frame
     rng = random.Random(11)
     n = 3000
     blob = b"".join(build_frame("SEND", {"destination": "/queue/FLOOD.Q", "receipt": f"f{i}",

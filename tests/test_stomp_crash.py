@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from stomp_crash_checks import BOQ, QUEUES, drain, journal_size, read_journals, verify
-from stomp_helpers import PYTHON, QMServer
+import support
+from support.stomp_crash_checks import BOQ, QUEUES, drain, journal_size, read_journals, verify
+from support.stomp_helpers import PYTHON, QMServer
 
-WORKLOAD = Path(__file__).resolve().with_name("stomp_crash_workload.py")
+WORKLOAD = Path(support.__file__).resolve().with_name("stomp_crash_workload.py")
 DEFAULT_KILLS = 30
 SEED = int(os.environ.get("HARBORMQ_CRASH_SEED") or random.randrange(1 << 30))
 SUMMARY: dict = {}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
-from stomp_helpers import QMServer, RawStomp, build_frame, raw_connected
+from support.stomp_helpers import QMServer, RawStomp, build_frame, raw_connected
 
 from harbormq.stomp.frames import (
     CLIENT_COMMANDS,

@@ -50,8 +50,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stomp_helpers import ConnectionClosed, RawStomp, build_frame  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the support package
+from support.stomp_helpers import ConnectionClosed, RawStomp, build_frame  # noqa: E402
 
 QUEUES = ("CRASH.Q0", "CRASH.Q1")
 

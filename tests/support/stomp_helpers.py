@@ -25,7 +25,7 @@ from pathlib import Path
 import tomli_w
 
 PYTHON = sys.executable
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def deadline_wait(pred, timeout: float = 15.0, interval: float = 0.01, what: str = ""):
