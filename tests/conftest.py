@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
+from support.procs import child_env
 
 from harbormq import QueueManager
 from harbormq.qmgr import lifecycle as qmgr
@@ -55,25 +54,7 @@ def open_qm(home):
 @pytest.fixture
 def python_env(home):
     """Environment for child Python processes that use harbormq."""
-    env = dict(os.environ)
-    env["HARBORMQ_HOME"] = str(home)
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("HARBORMQ_CRASH_AT", None)
-    return env
-
-
-PYTHON = sys.executable
-
-
-def operator_log(home: Path, qm: str = "QM1") -> list[tuple[str, str]]:
-    """(message id, text) of every entry in the queue manager's HMQERR01.LOG."""
-    path = home / "qmgrs" / qm / "errors" / "HMQERR01.LOG"
-    out = []
-    for line in path.read_text().splitlines():
-        _stamp, msgid, text = line.split(" ", 2)
-        out.append((msgid, text))
-    return out
+    return child_env(home)
 
 
 @pytest.fixture(scope="session")

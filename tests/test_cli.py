@@ -5,21 +5,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import time
 
-from conftest import PYTHON
+from support.procs import hmq
 
 from harbormq import QueueManager
-
-
-def hmq(env, *args, timeout=120, check=True):
-    proc = subprocess.run([PYTHON, "-m", "harbormq", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"harbormq {' '.join(args)} exited {proc.returncode}:\n"
-                             f"{proc.stdout}\n{proc.stderr}")
-    return proc
 
 
 def test_create_start_status_stop_delete(python_env, home):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from test_pipeline_spark import all_rows, engine_state
+from support.differential import all_rows, engine_state
 
 from harbormq.log.records import RecordType, decode_json
 from harbormq.log.replay import CommitRule

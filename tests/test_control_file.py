@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import operator_log
+from support.oplog import operator_log
+from support.procs import child_env
 
 from harbormq import QueueManager
 from harbormq.errors import ControlFileDamaged, ControlFileMismatch
@@ -252,10 +253,7 @@ def _interrupt_a_control_update(home: Path, nth: int = 1, then: str = "") -> Non
     """Start the queue manager in a child process (and run ``then`` on ``qm``)
     that is SIGKILLed right after the first copy of its ``nth`` control-file
     update was replaced: the first update of a run is the restart checkpoint's."""
-    env = dict(os.environ, HARBORMQ_HOME=str(home),
-               HARBORMQ_CRASH_AT=f"control.mid_rewrite:{nth}")
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env = dict(child_env(home), HARBORMQ_CRASH_AT=f"control.mid_rewrite:{nth}")
     code = ("from harbormq import QueueManager\n"
             f"qm = QueueManager.open({QM!r}, home={str(home)!r})\n"
             f"{then}\n"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import operator_log
+from support.oplog import operator_log
 
 from harbormq import QueueManager
 from harbormq.config import QMConfig

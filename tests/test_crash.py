@@ -702,7 +702,7 @@ LOAD_POINTS = [(p, n) for p, (a, b, _) in _POINT_HITS.items() for n in (a, b, "r
 
 
 def test_every_crash_point_is_exercised():
-    from test_media import MEDIA_CRASH_CASES
+    from support.crash_cases import MEDIA_CRASH_CASES
     covered = {p for p, _ in LOAD_POINTS} | {"restart.mid_redo", "restart.mid_undo"}
     covered |= {p.partition(":")[0] for p, _ in MEDIA_CRASH_CASES}
     assert covered == set(POINTS)

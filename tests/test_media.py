@@ -8,8 +8,9 @@ import threading
 import time
 
 import pytest
-from conftest import operator_log
-from test_cli import hmq
+from support.crash_cases import MEDIA_CRASH_CASES
+from support.oplog import operator_log
+from support.procs import hmq
 
 from harbormq import QueueManager
 from harbormq.config import QMConfig
@@ -362,17 +363,12 @@ print("not killed", flush=True)
 """
 
 
-#: the media crash points and the call that reaches them (test_crash checks that
-#: every crash point is exercised somewhere)
-MEDIA_CRASH_CASES = [("media.mid_swap", "recreate"), ("media.mid_image:2", "image")]
-
-
 @pytest.mark.parametrize("crash_at, call", MEDIA_CRASH_CASES)
 def test_crash_during_recreate_or_image_loses_nothing(make_qm, home, python_env, crash_at,
                                                       call):
     import subprocess
 
-    from conftest import PYTHON
+    from support.procs import PYTHON
     make_qm(log_type="linear")
     config = QMConfig.load("QM1", home)
     config.tuning.flush_interval_ms = 10**9      # the acked puts stay unflushed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.differential import all_rows
 from support.pipeline_logbuilder import LogBuilder
 
 from harbormq.log.records import RecordType
@@ -13,13 +14,6 @@ from harbormq.pipeline.algebra import (
     plan_targets,
     reference_rebuild,
 )
-from harbormq.pipeline.extents import plan_extents
-from harbormq.pipeline.rows import read_extent
-
-
-def all_rows(path):
-    return [r for p in plan_extents(str(path)) for b in read_extent(p, include_body=True)
-            for r in b.to_pylist()]
 
 
 def rebuild(rows, at_lsn, queues=None, history_from=0):

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from support.procs import SRC
 
 from harbormq.pipeline.logdata import LogInput
 from harbormq.pipeline.rebuild import run_rebuild
 from harbormq.pipeline.report import run_report
 
 SPARK_BIN = Path(pyspark.__file__).parent / "bin"
-SRC = Path(__file__).resolve().parents[1] / "src"
 MAIN = SRC / "harbormq" / "pipeline" / "__main__.py"
 
 

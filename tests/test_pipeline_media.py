@@ -6,7 +6,7 @@ still equal the engine's state; with the extents before the image deleted, as
 
 from __future__ import annotations
 
-from test_pipeline_spark import all_rows, engine_state
+from support.differential import all_rows, engine_state
 
 from harbormq.pipeline.algebra import CONTROL_TYPES, plan_targets, reference_rebuild
 from harbormq.pipeline.logdata import LogInput

@@ -11,6 +11,7 @@ import shutil
 import time
 
 import pytest
+from support.differential import all_rows, engine_state, force_log
 from support.pipeline_logbuilder import LogBuilder
 
 from harbormq.errors import HarbormqError, LogFull, ObjectInUse, UnitOfWorkError
@@ -24,37 +25,6 @@ from harbormq.pipeline.rows import read_extent
 from harbormq.pipeline.trace import run_trace
 
 QUEUES = [f"Q{i}" for i in range(5)]
-
-
-def all_rows(spec):
-    return [r for p in plan_extents(spec) for b in read_extent(p, include_body=True)
-            for r in b.to_pylist()]
-
-
-def force_log(qm) -> None:
-    async def force():
-        await qm.core.log.force()
-    qm._call(force())
-
-
-def engine_state(qm) -> tuple[int, dict]:
-    """(LSN, queue -> [(msg_id, priority, seq, backout_count, locked uow)]) of the
-    persistent messages, in delivery order, with every record on disk."""
-    force_log(qm)
-
-    def snap():
-        core = qm.core
-        state = {}
-        for name, q in core.queues.items():
-            msgs = []
-            for key in q.iter_keys():
-                m = q.lookup(key)
-                if m is not None and m.persistent:
-                    msgs.append((m.msg_id, m.priority, m.seq, m.backout_count,
-                                 q.locked.get(key)))
-            state[name] = msgs
-        return core.log.end_lsn - 1, state
-    return qm._call_sync(snap)
 
 
 def archive_full_extents(qm, archive, done: set) -> None:

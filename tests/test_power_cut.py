@@ -33,8 +33,9 @@ from pathlib import Path
 import pytest
 import support
 from support.lazyfs import SECTOR, LazyFS, Model
+from support.procs import PYTHON
 from support.stomp_crash_checks import drain, journal_size, read_journals, verify
-from support.stomp_helpers import PYTHON, QMServer
+from support.stomp_helpers import QMServer
 
 from harbormq.fsutil import fsync_dir
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import operator_log
+from support.oplog import operator_log
 
 from harbormq import QueueManager
 from harbormq.config import QMConfig

@@ -1263,7 +1263,7 @@ def test_unsubscribe_between_transactional_ack_and_commit(server, conns, togethe
     transaction; COMMIT then failed (its SENDs lost) or, in the same write,
     committed while the backout task logged HMQ9503E. Now the transaction keeps
     them: COMMIT consumes the message and publishes the SEND."""
-    from conftest import operator_log
+    from support.oplog import operator_log
     from support.stomp_helpers import build_frame
     q = f"UNSUBTX{int(together)}"
     c = conns.raw(server.port)

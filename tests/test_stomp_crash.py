@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 import support
+from support.procs import PYTHON
 from support.stomp_crash_checks import BOQ, QUEUES, drain, journal_size, read_journals, verify
-from support.stomp_helpers import PYTHON, QMServer
+from support.stomp_helpers import QMServer
 
 WORKLOAD = Path(support.__file__).resolve().with_name("stomp_crash_workload.py")
 DEFAULT_KILLS = 30

@@ -15,7 +15,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 import tomllib
@@ -24,8 +23,7 @@ from pathlib import Path
 
 import tomli_w
 
-PYTHON = sys.executable
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+from support.procs import PYTHON, child_env
 
 
 def deadline_wait(pred, timeout: float = 15.0, interval: float = 0.01, what: str = ""):
@@ -39,14 +37,6 @@ def deadline_wait(pred, timeout: float = 15.0, interval: float = 0.01, what: str
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or pred}")
         time.sleep(interval)
-
-
-def child_env(home: Path) -> dict:
-    env = dict(os.environ)
-    env["HARBORMQ_HOME"] = str(home)
-    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("HARBORMQ_CRASH_AT", None)
-    return env
 
 
 # ------------------------------------------------------------------------- server process
