@@ -29,7 +29,7 @@ from harbormq.stomp.frames import (
     escape,
 )
 
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "stomp"
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "stomp"
 MANIFEST = json.loads((CORPUS / "MANIFEST.json").read_text())
 
 
