@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from support.queues import bodies
 
 from harbormq.errors import (
     GetInhibited,
@@ -27,10 +28,6 @@ def qm(make_qm, open_qm):
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES", MAXDEPTH=100000)
     return qm
-
-
-def bodies(msgs):
-    return [m.body.decode() for m in msgs]
 
 
 def test_priority_then_fifo(qm):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from support.oplog import operator_log
 from support.procs import child_env
+from support.queues import queue_bodies
 
 from harbormq import QueueManager
 from harbormq.errors import ControlFileDamaged, ControlFileMismatch
@@ -43,10 +44,6 @@ def copy_path(home: Path, name: str) -> Path:
 
 def other(name: str) -> str:
     return COPY_NAMES[1 - COPY_NAMES.index(name)]
-
-
-def contents(qm: QueueManager) -> list[bytes]:
-    return [m.body for m in qm.browse(QUEUE)]
 
 
 def copies_bytes(home: Path) -> dict[str, bytes | None]:
@@ -127,7 +124,7 @@ def test_one_damaged_copy_starts_from_the_other_and_rewrites_it(stopped_qm, open
     good = decode_copy(copy_path(home, other(name)).read_bytes())
     damage(copy_path(home, name), how)
     qm = open_qm(QM)
-    assert contents(qm) == BODIES
+    assert queue_bodies(qm, QUEUE) == BODIES
     assert qm.restart_report.control_sequence == good.sequence
     assert any(w.startswith("HMQ7121W") for w in qm.restart_report.warnings)
     warnings = [t for m, t in operator_log(home) if m == "HMQ7121W"]
@@ -137,7 +134,7 @@ def test_one_damaged_copy_starts_from_the_other_and_rewrites_it(stopped_qm, open
     qm.close("immediate")
     # the next start finds two good copies and says nothing
     qm = open_qm(QM)
-    assert contents(qm) == BODIES
+    assert queue_bodies(qm, QUEUE) == BODIES
     assert not qm.restart_report.warnings
     assert [m for m, _ in operator_log(home)].count("HMQ7121W") == 1
 
@@ -242,7 +239,7 @@ def test_deleting_the_stale_copy_lets_the_queue_manager_start(stopped_qm, open_q
         QueueManager.open(QM, home=home)
     copy_path(home, "control.2").unlink()
     qm = open_qm(QM)
-    assert contents(qm) == BODIES + [b"fourth", b"fifth"]
+    assert queue_bodies(qm, QUEUE) == BODIES + [b"fourth", b"fifth"]
     assert qm.restart_report.control_sequence == newer.sequence
     assert "HMQ7121W" in [m for m, _ in operator_log(home)]
 
@@ -273,7 +270,7 @@ def test_interrupted_update_starts_from_the_newer_copy(stopped_qm, open_qm):
     assert c1.sequence == c2.sequence + 1          # copy 1 did
     assert c1.to_json() != c2.to_json()            # it moved the checkpoint on
     qm = open_qm(QM)
-    assert contents(qm) == BODIES
+    assert queue_bodies(qm, QUEUE) == BODIES
     assert qm.restart_report.control_sequence == c1.sequence
     warnings = [(m, t) for m, t in operator_log(home) if m.startswith("HMQ712")]
     assert len(warnings) == 1
@@ -283,7 +280,7 @@ def test_interrupted_update_starts_from_the_newer_copy(stopped_qm, open_qm):
     assert_copies_agree(home)
     qm.close("immediate")
     qm = open_qm(QM)
-    assert contents(qm) == BODIES
+    assert queue_bodies(qm, QUEUE) == BODIES
     assert not qm.restart_report.warnings
 
 
@@ -316,7 +313,7 @@ def test_update_interrupted_later_in_a_run_starts_from_the_newer_copy(stopped_qm
     assert c1.to_json() != c2.to_json()       # copy 1 has the newer checkpoint
     qm = QueueManager.open(QM, home=home)
     try:
-        assert contents(qm) == BODIES
+        assert queue_bodies(qm, QUEUE) == BODIES
         assert any(w.startswith("HMQ712") for w in qm.restart_report.warnings)
     finally:
         qm.close("immediate")

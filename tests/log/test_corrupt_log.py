@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from support.oplog import operator_log
+from support.queues import queue_bodies
 
 from harbormq import QueueManager
 from harbormq.config import QMConfig
@@ -196,10 +197,6 @@ def stop(qm: QueueManager, mode: str, within: float = 30.0) -> None:
         raise errors[0]
 
 
-def contents(qm: QueueManager) -> list[bytes]:
-    return [m.body for m in qm.browse(QUEUE)]
-
-
 def flip(path: Path, offset: int, bit: int = 0) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 1 << bit
@@ -335,7 +332,7 @@ def mid_log_bitflip(make_qm, open_qm, home) -> Damage:
 def test_torn_tail_ends_the_log_and_is_kept_aside(torn_header, open_qm, home):
     d = torn_header
     qm = open_qm(QM)
-    assert contents(qm) == d.survivors
+    assert queue_bodies(qm, QUEUE) == d.survivors
     copies = torn_files(d.layout.dir)
     assert [c.name for c in copies] == [f"{d.path.name}.torn.0"]
     assert copies[0].parent == d.path.parent
@@ -355,10 +352,10 @@ def test_torn_tail_ends_the_log_and_is_kept_aside(torn_header, open_qm, home):
 def test_torn_header_restart_twice_gives_the_same_queue(torn_header, open_qm, home):
     d = torn_header
     first = open_qm(QM)
-    assert contents(first) == d.survivors
+    assert queue_bodies(first, QUEUE) == d.survivors
     stop(first, "immediate")
     second = open_qm(QM)
-    assert contents(second) == d.survivors
+    assert queue_bodies(second, QUEUE) == d.survivors
     assert second.restart_report.torn_tail is None
     assert len(torn_files(d.layout.dir)) == 1
     assert [m for m, _ in operator_log(home)].count("HMQ7502W") == 1
@@ -370,7 +367,7 @@ def test_torn_header_is_overwritten_by_new_messages(torn_header, open_qm):
     qm.put(QUEUE, b"after the torn tail")
     stop(qm, "preemptive")
     qm = open_qm(QM)
-    assert contents(qm) == d.survivors + [b"after the torn tail"]
+    assert queue_bodies(qm, QUEUE) == d.survivors + [b"after the torn tail"]
     assert qm.restart_report.torn_tail is None
 
 
@@ -382,7 +379,7 @@ def test_zero_filled_tail_is_a_clean_end_not_an_error(zero_filled_tail, open_qm,
     assert reader.end.offset == d.rec.offset and reader.end.lsn == d.rec.lsn
     assert recs[-1].end_lsn == d.rec.lsn
     qm = open_qm(QM)
-    assert contents(qm) == d.survivors
+    assert queue_bodies(qm, QUEUE) == d.survivors
     assert qm.restart_report.torn_tail is None
     assert qm.restart_report.end_lsn == d.rec.lsn
     assert torn_files(d.layout.dir) == []
@@ -394,10 +391,10 @@ def test_zero_filled_tail_is_a_clean_end_not_an_error(zero_filled_tail, open_qm,
 def test_zero_filled_tail_restart_twice_gives_the_same_queue(zero_filled_tail, open_qm):
     d = zero_filled_tail
     qm = open_qm(QM)
-    assert contents(qm) == d.survivors
+    assert queue_bodies(qm, QUEUE) == d.survivors
     stop(qm, "immediate")
     qm = open_qm(QM)
-    assert contents(qm) == d.survivors
+    assert queue_bodies(qm, QUEUE) == d.survivors
     assert torn_files(d.layout.dir) == []
 
 
@@ -443,7 +440,7 @@ def test_corruption_is_refused_until_the_extent_is_restored(mid_log_bitflip):
     d.path.write_bytes(d.original)       # restored from the archive
     qm = QueueManager.open(QM, home=d.layout.home)
     try:
-        assert contents(qm) == d.layout.bodies
+        assert queue_bodies(qm, QUEUE) == d.layout.bodies
         assert qm.restart_report.uows_backed_out == 1
     finally:
         stop(qm, "immediate")
@@ -531,7 +528,7 @@ def test_preemptive_stop_just_after_an_extent_switch_returns(make_qm, open_qm, h
         qm.put(QUEUE, bodies[-1])
     stop(qm, "preemptive", within=20)
     qm = open_qm(QM)
-    assert contents(qm) == bodies
+    assert queue_bodies(qm, QUEUE) == bodies
 
 
 # --- sweeps ------------------------------------------------------------------------------
@@ -539,7 +536,7 @@ def test_preemptive_stop_just_after_an_extent_switch_returns(make_qm, open_qm, h
 def _restart(home: Path) -> tuple[list[bytes], QueueManager]:
     qm = QueueManager.open(QM, home=home)
     try:
-        return contents(qm), qm
+        return queue_bodies(qm, QUEUE), qm
     except BaseException:
         stop(qm, "immediate")
         raise

@@ -11,17 +11,12 @@ import pytest
 from support.crash_cases import MEDIA_CRASH_CASES
 from support.oplog import operator_log
 from support.procs import hmq
+from support.queues import full_contents
 
 from harbormq import QueueManager
 from harbormq.config import QMConfig
 from harbormq.errors import LogMissing, MediaRecoveryNotAllowed, ObjectDamaged
 from harbormq.log.records import Message, decode_image_chunk, encode_image_chunk
-
-
-def contents(qm: QueueManager, queue: str) -> list[tuple]:
-    """What a queue holds, in delivery order, with what a recreate must keep."""
-    return [(m.msg_id, m.body, m.priority, m.backout_count, m.correl_id, m.properties)
-            for m in qm.browse(queue)]
 
 
 def store_dir(home, queue: str, qm: str = "QM1"):
@@ -79,7 +74,7 @@ def test_store_deleted_while_stopped_is_recreated_at_start(make_qm, open_qm, hom
     doubt.put("Q1", b"in doubt")
     doubt.get("Q1")
     doubt.prepare()
-    expected = contents(qm, "Q1")
+    expected = full_contents(qm, "Q1")
     qm.close()
 
     shutil.rmtree(store_dir(home, "Q1"))
@@ -87,10 +82,10 @@ def test_store_deleted_while_stopped_is_recreated_at_start(make_qm, open_qm, hom
     log = operator_log(home)
     assert any(m == "HMQ7472E" and "Q1" in t for m, t in log)
     assert any(m == "HMQ7474I" and "Q1" in t for m, t in log)
-    assert contents(qm, "Q1") == expected        # (browse skips the in-doubt get's message)
+    assert full_contents(qm, "Q1") == expected        # (browse skips the in-doubt get's message)
     assert qm.in_doubt() == [doubt.id]
     qm.resolve(doubt.id, commit=True)
-    after = contents(qm, "Q1")
+    after = full_contents(qm, "Q1")
     assert sorted(c[1] for c in after) == sorted([c[1] for c in expected] + [b"in doubt"])
 
 
@@ -100,14 +95,14 @@ def test_flipped_bytes_in_a_stopped_store_are_detected_and_recreated(make_qm, op
     qm.define_queue("Q1", DEFPSIST="YES")
     fill(qm, "Q1", 40)
     qm.put("Q1", b"FLIP-ME-" + b"z" * 64)
-    expected = contents(qm, "Q1")
+    expected = full_contents(qm, "Q1")
     qm.close()
 
     flip_bytes_in(store_dir(home, "Q1") / "data.mdb", b"FLIP-ME-")
     qm = open_qm()
     damaged = [t for m, t in operator_log(home) if m == "HMQ7472E"]
     assert damaged and "Q1" in damaged[0] and "checksum" in damaged[0]
-    assert contents(qm, "Q1") == expected
+    assert full_contents(qm, "Q1") == expected
 
 
 def test_unreadable_store_is_kept_aside_and_recreated(make_qm, open_qm, home):
@@ -115,13 +110,13 @@ def test_unreadable_store_is_kept_aside_and_recreated(make_qm, open_qm, home):
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES")
     fill(qm, "Q1", 20)
-    expected = contents(qm, "Q1")
+    expected = full_contents(qm, "Q1")
     qm.close()
 
     data = store_dir(home, "Q1") / "data.mdb"
     data.write_bytes(b"\xa5" * 2 * 4096 + data.read_bytes()[2 * 4096:])   # both meta pages
     qm = open_qm()
-    assert contents(qm, "Q1") == expected
+    assert full_contents(qm, "Q1") == expected
     assert (home / "qmgrs" / "QM1" / "queues" / "Q1#damaged.1" / "data.mdb").exists()
 
 
@@ -131,7 +126,7 @@ def test_recovery_lsn_beyond_the_end_of_the_log_is_damage(make_qm, open_qm, home
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES")
     fill(qm, "Q1", 20)
-    expected = contents(qm, "Q1")
+    expected = full_contents(qm, "Q1")
     qm.close()
 
     store = QueueStore(store_dir(home, "Q1"))     # e.g. a store restored from a later backup
@@ -141,7 +136,7 @@ def test_recovery_lsn_beyond_the_end_of_the_log_is_damage(make_qm, open_qm, home
     qm = open_qm()
     damaged = [t for m, t in operator_log(home) if m == "HMQ7472E"]
     assert damaged and "beyond the end of the log" in damaged[0]
-    assert contents(qm, "Q1") == expected
+    assert full_contents(qm, "Q1") == expected
 
 
 def test_damaged_catalog_is_recreated_with_a_linear_log(make_qm, open_qm, home):
@@ -208,7 +203,7 @@ def test_damage_while_running_then_recreate(make_qm, open_qm, home):
     fill(qm, "Q1", 30)
     qm.put("Q1", b"FLIP-ME-" + b"z" * 64, priority=9)
     qm.checkpoint()                  # everything in the store
-    expected = contents(qm, "Q1")
+    expected = full_contents(qm, "Q1")
 
     flip_bytes_in(store_dir(home, "Q1") / "data.mdb", b"FLIP-ME-")
     with pytest.raises(ObjectDamaged) as exc:
@@ -218,7 +213,7 @@ def test_damage_while_running_then_recreate(make_qm, open_qm, home):
     with pytest.raises(ObjectDamaged, match="only DELETE and 'harbormq recreate'"):
         qm.put("Q1", b"refused")
     qm.recreate("queue", "Q1")
-    assert contents(qm, "Q1") == expected
+    assert full_contents(qm, "Q1") == expected
     assert list((home / "qmgrs" / "QM1" / "queues").glob("Q1#damaged.*/data.mdb"))
 
 
@@ -293,10 +288,10 @@ def test_units_of_work_in_flight_at_the_image(make_qm, open_qm):
     qm.image("queue", "Q1")
     committed_later.commit()
     backed_out_later.backout()
-    expected = contents(qm, "Q1")
+    expected = full_contents(qm, "Q1")
     assert any(c[3] == 1 for c in expected)
     qm.recreate("queue", "Q1")
-    assert contents(qm, "Q1") == expected
+    assert full_contents(qm, "Q1") == expected
 
 
 def test_images_under_concurrent_load_equal_the_engine(make_qm, open_qm):
@@ -343,10 +338,10 @@ def test_images_under_concurrent_load_equal_the_engine(make_qm, open_qm):
         if inside:
             during.add(d["type"])
     assert {"MSG_PUT", "MSG_GET"} <= during, during
-    expected = contents(qm, "Q1")
+    expected = full_contents(qm, "Q1")
     result = qm.recreate("queue", "Q1")[0]
     assert result["image_lsn"] == images[-1]["image_lsn"] and result["effects"] > 0
-    assert contents(qm, "Q1") == expected
+    assert full_contents(qm, "Q1") == expected
 
 
 CRASH_CHILD = """
@@ -452,15 +447,15 @@ def test_delete_extents_log_need_says_are_not_needed(make_qm, open_qm, home):
     need = qm.log_need()
     assert need["removable"], need
     log_dir = home / "log" / "QM1"
-    expected = {q: contents(qm, q) for q in ("Q1", "Q2")}
+    expected = {q: full_contents(qm, q) for q in ("Q1", "Q2")}
     qm.close()
 
     for name in need["removable"]:
         (log_dir / name).unlink()
     qm = open_qm()
-    assert {q: contents(qm, q) for q in ("Q1", "Q2")} == expected
+    assert {q: full_contents(qm, q) for q in ("Q1", "Q2")} == expected
     qm.recreate("all")
-    assert {q: contents(qm, q) for q in ("Q1", "Q2")} == expected
+    assert {q: full_contents(qm, q) for q in ("Q1", "Q2")} == expected
     # one that media recovery needs (not restart): recreate fails naming it, changes nothing
     need = qm.log_need()
     media_only = [e["extent"] for e in need["extents"] if e["needed"] == "media"]
@@ -469,7 +464,7 @@ def test_delete_extents_log_need_says_are_not_needed(make_qm, open_qm, home):
     with pytest.raises(LogMissing) as exc:
         qm.recreate("queue", "Q1")
     assert exc.value.msgid == "HMQ6767E" and media_only[0] in exc.value.message
-    assert contents(qm, "Q1") == expected["Q1"]
+    assert full_contents(qm, "Q1") == expected["Q1"]
     qm.put("Q1", b"still usable")
 
 

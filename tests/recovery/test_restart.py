@@ -6,16 +6,13 @@ import shutil
 
 import pytest
 from support.oplog import operator_log
+from support.queues import bodies_with_backouts
 
 from harbormq import QueueManager
 from harbormq.config import QMConfig
 from harbormq.errors import ObjectError, QueueManagerRunning, UnitOfWorkError
 from harbormq.log.inspect import log_map
 from harbormq.qmgr import lifecycle as qmgr
-
-
-def contents(qm, queue):
-    return [(m.body.decode(), m.backout_count) for m in qm.browse(queue)]
 
 
 def errlog(home, name="QM1"):
@@ -56,15 +53,15 @@ def test_preemptive_stop_loses_nothing_committed_and_double_restart_agrees(make_
     inflight = qm.begin()
     inflight.get("Q1")
     inflight.put("Q1", b"never")
-    expected = [(b, c) for b, c in contents(qm, "Q1")]
+    expected = [(b, c) for b, c in bodies_with_backouts(qm, "Q1")]
     qm.close("preemptive")
 
     qm = open_qm()
-    first = contents(qm, "Q1")
+    first = bodies_with_backouts(qm, "Q1")
     assert qm.restart_report.uows_backed_out == 1
     qm.close("preemptive")
     qm = open_qm()
-    second = contents(qm, "Q1")
+    second = bodies_with_backouts(qm, "Q1")
     assert first == second
     # the in-flight get was backed out: that message is back with backout count 1
     assert sorted(b for b, _ in first) == sorted(
@@ -82,7 +79,7 @@ def test_nonpersistent_messages_are_gone_after_restart(make_qm, open_qm, home):
     qm.checkpoint()         # the non-persistent message reaches the store too
     qm.close()
     qm = open_qm()
-    assert contents(qm, "Q1") == [("p", 0)]
+    assert bodies_with_backouts(qm, "Q1") == [("p", 0)]
     assert qm.restart_report.nonpersistent_discarded == 1
 
 
@@ -103,7 +100,7 @@ def test_in_doubt_survives_restarts_and_resolves(make_qm, open_qm):
         qm.close("preemptive")
     qm = open_qm()
     qm.resolve(uow.id, commit=False)
-    assert contents(qm, "Q1") == [("old", 1)]
+    assert bodies_with_backouts(qm, "Q1") == [("old", 1)]
 
 
 def test_long_replay_flushes_stores_during_redo(make_qm, home):
@@ -163,7 +160,7 @@ def test_long_unit_of_work_is_backed_out_to_release_circular_log(make_qm, open_q
     qm.put("Q1", b"after")
     qm.close()
     qm = open_qm()
-    assert contents(qm, "Q1") == [("after", 0)]
+    assert bodies_with_backouts(qm, "Q1") == [("after", 0)]
 
 
 def test_linear_log_grows_and_reports_media_extent(make_qm, open_qm, home):
@@ -192,7 +189,7 @@ def test_lost_queue_store_marks_the_queue_damaged(make_qm, open_qm, home):
     shutil.rmtree(home / "qmgrs" / "QM1" / "queues" / "Q1")
     for _ in range(2):     # the damage is remembered, not forgotten at the next start
         qm = open_qm()
-        assert contents(qm, "Q2") == [("fine", 0)]
+        assert bodies_with_backouts(qm, "Q2") == [("fine", 0)]
         with pytest.raises(ObjectError, match="2101"):
             qm.put("Q1", b"x")
         assert "HMQ7472E" in qm.core.oplog.ids()
@@ -209,7 +206,7 @@ def test_queue_deleted_and_redefined_across_restart(make_qm, open_qm):
     qm.put("Q1", b"second life")
     qm.close("preemptive")
     qm = open_qm()
-    assert contents(qm, "Q1") == [("second life", 0)]
+    assert bodies_with_backouts(qm, "Q1") == [("second life", 0)]
 
 
 def test_create_refuses_bad_log_file_pages(home):
