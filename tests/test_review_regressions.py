@@ -31,7 +31,7 @@ def test_failed_store_write_is_taken_up_by_the_next_flush(make_qm, open_qm, monk
         return real_apply(self, *args, **kwargs)
     monkeypatch.setattr(QueueStore, "apply", failing_once)
     with pytest.raises(OSError):
-        qm._call(qm.core.flush_all())
+        qm.flush()
     qm.put("Q1", b"B")
     qm.checkpoint()                       # this flush must carry A as well
     assert bodies(qm.browse("Q1")) == ["A", "B"]
@@ -249,7 +249,7 @@ def test_nonpersistent_messages_of_a_redefined_queue_are_discarded(make_qm, open
     monkeypatch.setattr(CatalogStore, "apply",
                         lambda self, *a, **k: (_ for _ in ()).throw(OSError("injected")))
     with pytest.raises(OSError):
-        qm._call(qm.core.flush_all())     # queue stores written, the catalog not
+        qm.flush()                        # queue stores written, the catalog not
     qm.close("preemptive")
     monkeypatch.undo()
     qm = open_qm()
