@@ -1,8 +1,10 @@
 """Queue semantics through the Python API: order, limits, units of work,
-backout thresholds, expiry, indexes, in-doubt units of work."""
+backout thresholds, expiry, indexes, in-doubt units of work; flushes that fail or
+are interrupted, and a full log."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -11,7 +13,9 @@ from support.queues import bodies
 
 from harbormq.errors import (
     GetInhibited,
+    HarbormqError,
     InvalidAttribute,
+    LogFull,
     MessageTooLong,
     ObjectExists,
     ObjectInUse,
@@ -20,6 +24,8 @@ from harbormq.errors import (
     UnitOfWorkError,
     UnknownObject,
 )
+from harbormq.log.records import Message
+from harbormq.store.stores import QueueStore
 
 
 @pytest.fixture
@@ -256,3 +262,141 @@ def test_put_landing_while_clear_is_forced_survives_and_restarts(qm, open_qm):
     qm.close("preemptive")
     qm = open_qm()
     assert bodies(qm.browse("Q1")) == ["new"]
+
+
+# --- regressions of the durability review: failed and interrupted flushes, a full log
+
+def test_failed_store_write_is_taken_up_by_the_next_flush(make_qm, open_qm, monkeypatch):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"A")
+    real_apply = QueueStore.apply
+    calls = {"n": 0}
+
+    def failing_once(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError("disk full (injected)")
+        return real_apply(self, *args, **kwargs)
+    monkeypatch.setattr(QueueStore, "apply", failing_once)
+    with pytest.raises(OSError):
+        qm.flush()
+    qm.put("Q1", b"B")
+    qm.checkpoint()                       # this flush must carry A as well
+    assert bodies(qm.browse("Q1")) == ["A", "B"]
+    qm.close("preemptive")
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["A", "B"]
+
+
+def test_stop_during_a_flush_loses_neither_messages_nor_definitions(make_qm, open_qm):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    core = qm.core
+
+    async def stop_mid_flush():
+        qm_put = core.put("Q1", Message(body=b"A", persistent=True))
+        await qm_put
+        await core.define_queue("NEWQ", {"DEFPSIST": "YES"})
+        flushing = asyncio.ensure_future(core.flush_all())
+        await asyncio.sleep(0)            # the flush has its snapshot and awaits the force
+        flushing.cancel()
+        await core.put("Q1", Message(body=b"B", persistent=True))
+    qm._call(stop_mid_flush())
+    qm.close("immediate")
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["A", "B"]
+    assert "NEWQ" in qm.queue_names()
+
+
+def test_flush_while_clear_is_forced_keeps_the_later_put(make_qm, open_qm):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    for i in range(3):
+        qm.put("Q1", f"old{i}")
+    core = qm.core
+
+    async def race():
+        clearing = asyncio.ensure_future(core.clear_queue("Q1"))
+        await asyncio.sleep(0)             # the clear is logged, its force pending
+        putting = asyncio.ensure_future(core.put("Q1", Message(body=b"new", persistent=True)))
+        await asyncio.sleep(0)             # the put is committed in memory
+        flushing = asyncio.ensure_future(core.flush_all())
+        await asyncio.gather(clearing, putting, flushing)
+    qm._call(race())
+    assert bodies(qm.browse("Q1")) == ["new"]
+    qm.close("preemptive")
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["new"]
+
+
+def test_failed_store_clear_is_completed_by_the_next_flush(make_qm, open_qm, monkeypatch):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    for i in range(3):
+        qm.put("Q1", f"old{i}")
+    qm.checkpoint()
+    real_clear = QueueStore.clear
+    monkeypatch.setattr(QueueStore, "clear",
+                        lambda self, lsn: (_ for _ in ()).throw(OSError("EIO (injected)")))
+    with pytest.raises(OSError):
+        qm.clear_queue("Q1")
+    monkeypatch.setattr(QueueStore, "clear", real_clear)
+    qm.put("Q1", b"new")
+    qm.checkpoint()
+    qm.close("preemptive")
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["new"]
+
+
+def test_log_full_leaves_no_end_record_and_later_puts_survive(make_qm, open_qm):
+    make_qm(log_file_pages=32, log_primary=2, log_secondary=1)
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES", MAXDEPTH=100000)
+    log = qm.core.log
+    pin = qm.begin("app1")
+    pin.put("Q1", b"in-doubt")
+    pin.prepare()                          # in doubt: never backed out by the queue manager
+    late = None
+    with pytest.raises(LogFull):
+        for _ in range(100):
+            qm.put("Q1", b"y" * 20000)
+            if late is None and log.available_extents() == 0:
+                late = qm.begin("app2")    # starts in the newest extent, keeps it needed
+                late.put("Q1", b"late-work")
+    qm.resolve(pin.id, commit=False)
+    qm.checkpoint()                        # small records: they still fit
+    qm.put("Q1", b"small-acked")
+    qm.close("preemptive")
+    qm = open_qm()
+    assert "small-acked" in bodies(qm.browse("Q1"))
+
+
+def test_undo_interrupted_by_log_full_does_not_compensate_twice(make_qm, open_qm):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"m")
+    uow = qm.begin()
+    uow.get("Q1")
+    uow.put("Q1", b"n")
+    core = qm.core
+    real = core._compensate
+    calls = {"n": 0}
+
+    def full_on_second(u, op, count):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise LogFull("injected")
+        return real(u, op, count)
+    core._compensate = full_on_second
+    with pytest.raises(HarbormqError):
+        uow.backout()
+    core._compensate = real
+    uow.backout()                          # goes on where it stopped
+    assert [(m.body, m.backout_count) for m in qm.browse("Q1")] == [(b"m", 1)]
+    assert qm.queue_status("Q1")["UNCOM"] == 0

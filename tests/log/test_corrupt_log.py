@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from support.oplog import operator_log
-from support.queues import queue_bodies
+from support.queues import bodies, queue_bodies
 
 from harbormq import QueueManager
 from harbormq.config import QMConfig
@@ -406,6 +406,36 @@ def test_crc_mismatch_in_older_extent_is_reported_as_corruption(crc_mismatch):
         QueueManager.open(QM, home=d.layout.home)
     assert_names_corruption(info.value, d.path, d.rec)
     assert "CRC" in info.value.message
+
+
+def test_hole_in_an_unforced_write_followed_by_valid_records_is_a_torn_tail(make_qm, open_qm,
+                                                                            home):
+    """Power loss during one write: the device kept later pages, lost an earlier
+    one. Nothing from the hole on was ever forced, so it is a torn tail."""
+    from harbormq.log.control import ControlFile
+    from harbormq.log.reader import ExtentReader
+    from harbormq.log.records import RecordType
+    make_qm(log_type="linear")
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"acked")
+    uow = qm.begin()
+    for i in range(3):
+        uow.put("Q1", f"unforced{i}")     # written at the stop, forced by nobody
+    qm.close("preemptive")
+    log_dir = home / "log" / "QM1"
+    path = log_dir / f"S{ControlFile(log_dir).load().active.number:07d}.LOG"
+    recs = list(ExtentReader(path, newest=True).records())
+    begin = next(r for r in recs if r.type == RecordType.UOW_BEGIN)
+    later = [r for r in recs if r.lsn > begin.lsn]
+    assert later and all(r.synced_lsn <= begin.lsn for r in later)
+    offset = 4096 + begin.lsn - recs[0].lsn
+    with open(path, "r+b") as f:           # the hole: the UOW's first record is lost
+        f.seek(offset)
+        f.write(bytes(begin.length))
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["acked"]
+    assert qm.restart_report.torn_tail is not None
 
 
 def test_mid_log_bitflip_is_reported_as_corruption(mid_log_bitflip):

@@ -6,13 +6,14 @@ import shutil
 
 import pytest
 from support.oplog import operator_log
-from support.queues import bodies_with_backouts
+from support.queues import bodies, bodies_with_backouts
 
 from harbormq import QueueManager
 from harbormq.config import QMConfig
 from harbormq.errors import ObjectError, QueueManagerRunning, UnitOfWorkError
 from harbormq.log.inspect import log_map
 from harbormq.qmgr import lifecycle as qmgr
+from harbormq.store.stores import QueueStore
 
 
 def errlog(home, name="QM1"):
@@ -83,6 +84,29 @@ def test_nonpersistent_messages_are_gone_after_restart(make_qm, open_qm, home):
     assert qm.restart_report.nonpersistent_discarded == 1
 
 
+def test_nonpersistent_messages_of_a_redefined_queue_are_discarded(make_qm, open_qm,
+                                                                  monkeypatch):
+    from harbormq.store.stores import CatalogStore
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.checkpoint()                       # the catalog on disk: the first Q1
+    qm.delete_queue("Q1", purge=True)
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"np", persistent=False)
+    qm.put("Q1", b"p-acked", persistent=True)
+    monkeypatch.setattr(CatalogStore, "apply",
+                        lambda self, *a, **k: (_ for _ in ()).throw(OSError("injected")))
+    with pytest.raises(OSError):
+        qm.flush()                        # queue stores written, the catalog not
+    qm.close("preemptive")
+    monkeypatch.undo()
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["p-acked"]
+    assert qm.restart_report.nonpersistent_discarded == 1
+    assert "HMQ7472E" not in qm.core.oplog.ids()
+
+
 def test_in_doubt_survives_restarts_and_resolves(make_qm, open_qm):
     make_qm()
     qm = open_qm()
@@ -124,6 +148,26 @@ def test_long_replay_flushes_stores_during_redo(make_qm, home):
         assert msgs[0].body == b"000000" and msgs[-1].body == b"024999"
     finally:
         qm.close()
+
+
+def test_restart_forces_the_log_before_redo_writes_any_store(make_qm, open_qm, monkeypatch):
+    from harbormq.log.manager import RecoveryLog
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"m")
+    qm.close("preemptive")              # the put's effect is not in the store yet
+    events = []
+    real_durable, real_apply = RecoveryLog.make_durable, QueueStore.apply
+    monkeypatch.setattr(RecoveryLog, "make_durable",
+                        lambda self: (events.append("log forced"), real_durable(self))[1])
+    monkeypatch.setattr(QueueStore, "apply",
+                        lambda self, *a, **k: (events.append("store write"),
+                                               real_apply(self, *a, **k))[1])
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["m"]
+    assert "store write" in events
+    assert events.index("log forced") < events.index("store write")
 
 
 def test_circular_log_reuses_extents(make_qm, open_qm, home):
@@ -207,6 +251,39 @@ def test_queue_deleted_and_redefined_across_restart(make_qm, open_qm):
     qm.close("preemptive")
     qm = open_qm()
     assert bodies_with_backouts(qm, "Q1") == [("second life", 0)]
+
+
+def test_delete_and_define_of_a_name_then_crash_restarts(make_qm, open_qm, home):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"first life")
+    qm.checkpoint()                      # the catalog on disk knows the first Q1
+    qm.delete_queue("Q1", purge=True)
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"second life")
+    qm.close("preemptive")               # the catalog still says: the first Q1
+    for _ in range(2):
+        qm = open_qm()
+        assert bodies(qm.browse("Q1")) == ["second life"]
+        assert "HMQ7472E" not in qm.core.oplog.ids()
+        qm.close()
+
+
+def test_forced_delete_whose_store_is_gone_is_completed_at_restart(make_qm, open_qm):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.checkpoint()
+    qm.delete_queue("Q1")                # forced, store directory removed
+    qm.close("preemptive")               # before the catalog flush
+    qm = open_qm()
+    assert "Q1" not in qm.queue_names()
+    qm.define_queue("Q1", DEFPSIST="YES")
+    qm.put("Q1", b"new")
+    qm.close()
+    qm = open_qm()
+    assert bodies(qm.browse("Q1")) == ["new"]
 
 
 def test_create_refuses_bad_log_file_pages(home):
