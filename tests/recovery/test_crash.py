@@ -2,7 +2,7 @@
 points and at random moments under concurrent load, restart, and check what
 the applications were promised against what the queue manager holds.
 
-The load is tests/crash_workload.py, run as a child process; it journals every
+The load is tests/support/crash_workload.py, run as a child process; it journals every
 call before ("attempt") and after ("acked") it. After each kill the harness
 restarts the queue manager in this process (``QueueManager.open``) and checks:
 
@@ -27,8 +27,9 @@ restarts the queue manager in this process (``QueueManager.open``) and checks:
 What a check finds unknown (an attempted, unacknowledged commit) is settled
 by what the restart shows, and the next cycle starts from that exact model.
 
-``--crash-runs N`` sets the number of random SIGKILLs (default 50, split between
-a circular and a linear log); ``HARBORMQ_CRASH_SEED`` fixes the seed (printed on
+The named crash points and the restart scenarios run on a circular and on a
+linear log. ``--crash-runs N`` sets the number of random SIGKILLs (default 50,
+split between a circular and a linear log); ``HARBORMQ_CRASH_SEED`` fixes the seed (printed on
 failure and in the summary line with the number of SIGKILLs).
 """
 
@@ -700,6 +701,10 @@ _POINT_HITS = {
 }
 LOAD_POINTS = [(p, n) for p, (a, b, _) in _POINT_HITS.items() for n in (a, b, "random")]
 
+#: the named-crash-point and restart scenarios run on both log types (the random
+#: SIGKILL campaign below splits its kills between them instead)
+BOTH_LOGS = pytest.mark.parametrize("log_type", ["circular", "linear"])
+
 
 def test_every_crash_point_is_exercised():
     from support.crash_cases import MEDIA_CRASH_CASES
@@ -708,11 +713,12 @@ def test_every_crash_point_is_exercised():
     assert covered == set(POINTS)
 
 
+@BOTH_LOGS
 @pytest.mark.parametrize("point,hit", LOAD_POINTS, ids=[f"{p}:{n}" for p, n in LOAD_POINTS])
-def test_named_crash_point_under_load(harness, point, hit):
+def test_named_crash_point_under_load(harness, point, hit, log_type):
     if hit == "random":
         hit = random.Random(f"{SEED}-{point}").randint(*_POINT_HITS[point][2])
-    h = harness(log_file_pages=64, checkpoint_records=500)
+    h = harness(log_type=log_type, log_file_pages=64, checkpoint_records=500)
     child = h.spawn(crash_at=f"{point}:{hit}", seconds=20)
     h.expect_killed(child, f"crash point {point}:{hit}", "named")
     assert child.has("ready") and child.has("put-acked"), \
@@ -729,9 +735,11 @@ def test_named_crash_point_under_load(harness, point, hit):
     h.verify()
 
 
-def test_restart_mid_redo(harness):
+@BOTH_LOGS
+def test_restart_mid_redo(harness, log_type):
     # big extents and rare checkpoints, so forward recovery reads more than 4 MiB
-    h = harness(log_file_pages=4096, checkpoint_records=1_000_000, producers=2, consumers=1)
+    h = harness(log_type=log_type, log_file_pages=4096, checkpoint_records=1_000_000,
+                producers=2, consumers=1)
     child = h.spawn("--body-size", "8000", "--max-puts", "1100", "--pace-ms", "0",
                     end="kill")
     h.expect_killed(child, "workload --end kill", "end of load")
@@ -746,8 +754,9 @@ def test_restart_mid_redo(harness):
     h.verify()
 
 
-def test_restart_mid_undo(harness):
-    h = harness(log_file_pages=64, checkpoint_records=500)
+@BOTH_LOGS
+def test_restart_mid_undo(harness, log_type):
+    h = harness(log_type=log_type, log_file_pages=64, checkpoint_records=500)
     child = h.spawn(seconds=0.8, end="kill")
     h.expect_killed(child, "workload --end kill", "end of load")
     assert child.has("kill"), child.tail()
@@ -761,8 +770,9 @@ def test_restart_mid_undo(harness):
     h.verify()
 
 
-def test_double_restart_identical(harness, open_qm):
-    h = harness(log_file_pages=64, checkpoint_records=500)
+@BOTH_LOGS
+def test_double_restart_identical(harness, open_qm, log_type):
+    h = harness(log_type=log_type, log_file_pages=64, checkpoint_records=500)
     child = h.spawn(seconds=0.8, end="kill")
     h.expect_killed(child, "workload --end kill", "end of load")
     # first restart in a child that records what it sees, then dies without shutdown
@@ -797,11 +807,12 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_drained_queue_leaves_nothing_to_redo(harness, python_env):
+@BOTH_LOGS
+def test_drained_queue_leaves_nothing_to_redo(harness, python_env, log_type):
     """SIGKILL right after a message went through a queue (put and got, both
     committed, no store flush in between). Restart redoes both, the queue ends
     as it was, and a controlled shutdown afterwards must leave nothing to redo."""
-    h = harness(log_file_pages=64)
+    h = harness(log_type=log_type, log_file_pages=64)
     child = subprocess.run([sys.executable, "-c", DRAIN_CHILD, "QM1"], env=python_env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert child.returncode == KILLED, child.stdout.decode(errors="replace")
