@@ -1,4 +1,7 @@
-"""Shared fixtures: every test gets its own HARBORMQ_HOME under tmp_path."""
+"""Shared fixtures and options: every test gets its own HARBORMQ_HOME under tmp_path.
+
+pytest imports this file with tests/ first on sys.path, so every test folder can
+import the shared helpers as ``support.<module>`` (tests/support/)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ def pytest_addoption(parser):
     parser.addoption("--crash-runs", type=int, default=None,
                      help="random-SIGKILL crash runs (default: the CI count)")
     parser.addoption("--power-cuts", type=int, default=None,
-                     help="power cuts per log type in tests/test_power_cut.py (default 100)")
+                     help="power cuts per log type in tests/recovery/test_power_cut.py "
+                          "(default 100)")
 
 
 @pytest.fixture

@@ -1,16 +1,17 @@
-"""Power cuts, simulated for real: ``HARBORMQ_HOME`` on lazyfs (tests/lazyfs.py),
-a FUSE file system that keeps only what was made durable. A kill -9 keeps the
-page cache; a cut here does not: file data never fsynced is gone (or torn at
-512-byte sectors), and so is every directory entry whose directory was not
-fsynced.
+"""Power cuts, simulated for real: ``HARBORMQ_HOME`` on lazyfs
+(tests/support/lazyfs.py), a FUSE file system that keeps only what was made
+durable. A kill -9 keeps the page cache; a cut here does not: file data never
+fsynced is gone (or torn at 512-byte sectors), and so is every directory entry
+whose directory was not fsynced.
 
-* Under STOMP load (tests/stomp_crash_workload.py: producers with a RECEIPT
-  per SEND or per COMMIT, consumers acknowledging), against a circular and a
-  linear log, with the workload's queues defined on first use: the server is
-  killed, the power cut, and the queue manager started again on what remains.
-  It must start every time without reporting damage or corruption, and the
-  journals must pass the crash harness's checks (tests/stomp_crash_checks.py):
-  nothing receipted lost, nothing acknowledged back, transactions whole.
+* Under STOMP load (tests/support/stomp_crash_workload.py: producers with a
+  RECEIPT per SEND or per COMMIT, consumers acknowledging), against a circular
+  and a linear log, with the workload's queues defined on first use: the server
+  is killed, the power cut, and the queue manager started again on what
+  remains. It must start every time without reporting damage or corruption,
+  and the journals must pass the crash harness's checks
+  (tests/support/stomp_crash_checks.py): nothing receipted lost, nothing
+  acknowledged back, transactions whole.
 * A queue manager created, started and stopped still exists after a cut.
 * The harness can fail: on a file system that ignores fsync (a disk with a
   volatile cache), receipted messages are lost and the check says so.

@@ -1,8 +1,9 @@
 """The crash harness extended to STOMP (issue 3 §6): 8 producers and 8
-consumers (tests/stomp_crash_workload.py, one child process, raw STOMP frames)
-against a ``harbormq start --foreground`` server that is SIGKILLed at random
-moments under load and restarted; the clients reconnect (a new port every
-time) and go on. Receipts are the ground truth; tests/stomp_crash_checks.py has the rules.
+consumers (tests/support/stomp_crash_workload.py, one child process, raw STOMP
+frames) against a ``harbormq start --foreground`` server that is SIGKILLed at
+random moments under load and restarted; the clients reconnect (a new port
+every time) and go on. Receipts are the ground truth;
+tests/support/stomp_crash_checks.py has the rules.
 
 ``--crash-runs N`` sets the number of SIGKILLs (default 30 here);
 ``HARBORMQ_CRASH_SEED`` fixes the seed, printed with the summary and on failure.

@@ -1,7 +1,7 @@
-"""Child program of the crash harness (tests/test_crash.py): concurrent load on
+"""Child program of the crash harness (tests/recovery/test_crash.py): concurrent load on
 one queue manager, every operation journaled before and after the call.
 
-    python tests/crash_workload.py --qm QM1 --journal PATH --producers N \
+    python tests/support/crash_workload.py --qm QM1 --journal PATH --producers N \
         --consumers M --seconds S [--seed X] [--tag T] [--end close|kill] ...
 
 The queue manager runs in this process (``harbormq.QueueManager.open``;

@@ -21,7 +21,7 @@ caches go too.
 
 Run as its own process (the queue manager must not share its GIL)::
 
-    python tests/lazyfs.py MOUNTPOINT CONTROL_SOCKET
+    python tests/support/lazyfs.py MOUNTPOINT CONTROL_SOCKET
 
 and drive it through ``LazyFS`` below (it starts, cuts and stops the process).
 The control socket takes one line per request and answers one JSON line:

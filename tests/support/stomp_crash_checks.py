@@ -1,5 +1,5 @@
 """Ground truth for the STOMP crash and power-cut harnesses: reading the
-journals of tests/stomp_crash_workload.py and checking them against what is
+journals of tests/support/stomp_crash_workload.py and checking them against what is
 left on the queues. The rules (``verify``):
 
 * no receipted message is lost: a message whose SEND (or whose transaction's

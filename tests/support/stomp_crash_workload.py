@@ -1,9 +1,9 @@
-"""Child program of the STOMP crash harness (tests/test_stomp_crash.py): 8
+"""Child program of the STOMP crash harness (tests/stomp/test_stomp_crash.py): 8
 producer and 8 consumer threads, each on its own raw STOMP connection to a
 queue manager server that the harness SIGKILLs and restarts (on a new port:
 the listener has port 0, so every (re)connect reads listeners.json again).
 
-    python tests/stomp_crash_workload.py --qm-dir DIR --journal DIR --stop FILE \
+    python tests/support/stomp_crash_workload.py --qm-dir DIR --journal DIR --stop FILE \
         [--producers 8] [--consumers 8] [--seed N]
 
 Journals, one per thread (``<role><k>.jsonl``), one JSON object per line written

@@ -2,8 +2,9 @@
 loopback port, a raw-socket STOMP client (exact bytes in, parsed frames out)
 and a collecting listener for stomp.py.
 
-Used by tests/test_stomp.py, tests/test_stomp_frames.py, tests/test_stomp_crash.py
-and by the crash workload child (tests/stomp_crash_workload.py), so it imports
+Used by tests/stomp/ (test_stomp.py, test_stomp_frames.py, test_stomp_crash.py),
+tests/recovery/test_power_cut.py, tests/pipeline/test_pipeline_loadfile.py and by
+the crash workload child (tests/support/stomp_crash_workload.py), so it imports
 nothing from pytest.
 """
 
