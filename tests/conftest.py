@@ -1,12 +1,14 @@
-"""Shared fixtures: every test gets its own HARBORMQ_HOME under tmp_path."""
+"""Shared fixtures and options: every test gets its own HARBORMQ_HOME under tmp_path.
+
+pytest imports this file with tests/ first on sys.path, so every test folder can
+import the shared helpers as ``support.<module>`` (tests/support/)."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
+from support.procs import child_env
 
 from harbormq import QueueManager
 from harbormq.qmgr import lifecycle as qmgr
@@ -16,7 +18,8 @@ def pytest_addoption(parser):
     parser.addoption("--crash-runs", type=int, default=None,
                      help="random-SIGKILL crash runs (default: the CI count)")
     parser.addoption("--power-cuts", type=int, default=None,
-                     help="power cuts per log type in tests/test_power_cut.py (default 100)")
+                     help="power cuts per log type in tests/recovery/test_power_cut.py "
+                          "(default 100)")
 
 
 @pytest.fixture
@@ -55,25 +58,7 @@ def open_qm(home):
 @pytest.fixture
 def python_env(home):
     """Environment for child Python processes that use harbormq."""
-    env = dict(os.environ)
-    env["HARBORMQ_HOME"] = str(home)
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("HARBORMQ_CRASH_AT", None)
-    return env
-
-
-PYTHON = sys.executable
-
-
-def operator_log(home: Path, qm: str = "QM1") -> list[tuple[str, str]]:
-    """(message id, text) of every entry in the queue manager's HMQERR01.LOG."""
-    path = home / "qmgrs" / qm / "errors" / "HMQERR01.LOG"
-    out = []
-    for line in path.read_text().splitlines():
-        _stamp, msgid, text = line.split(" ", 2)
-        out.append((msgid, text))
-    return out
+    return child_env(home)
 
 
 @pytest.fixture(scope="session")

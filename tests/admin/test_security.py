@@ -1,0 +1,272 @@
+"""Users (scrypt), authority records with generic profiles, connection authentication."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from harbormq.errors import ConfigError
+from harbormq.security import (
+    AuthorityStore,
+    InvalidAuthority,
+    NotAuthorized,
+    Security,
+    SecurityError,
+    UnknownUser,
+    UserExists,
+    UserStore,
+    check_listener,
+    is_loopback,
+    profile_matches,
+    specificity,
+)
+
+
+@pytest.fixture
+def users(tmp_path):
+    return UserStore(tmp_path / "users.json")
+
+
+@pytest.fixture
+def auth(tmp_path):
+    return AuthorityStore(tmp_path / "authrecs.json", owner="qmowner")
+
+
+# -- users -----------------------------------------------------------------------------
+
+def test_password_is_stored_as_scrypt_hash_and_verified(users):
+    users.add("alice", "s3cret", groups=["apps", "apps", "ops"])
+    data = json.loads(users.path.read_text())
+    entry = data["users"]["alice"]
+    assert "s3cret" not in users.path.read_text()
+    scheme, n, r, p, salt, digest = entry["hash"].split("$")
+    assert (scheme, int(n), int(r), int(p)) == ("scrypt", 16384, 8, 1)
+    assert len(bytes.fromhex(salt)) == 16 and len(bytes.fromhex(digest)) == 32
+    assert entry["groups"] == ["apps", "ops"]
+    assert users.verify("alice", "s3cret")
+    assert not users.verify("alice", "S3cret")
+    assert not users.verify("alice", "")
+    assert not users.verify("bob", "s3cret")
+    assert users.groups_of("alice") == ["apps", "ops"]
+    assert users.names() == ["alice"]
+
+
+def test_same_password_gets_different_salts(users):
+    users.add("a", "pw")
+    users.add("b", "pw")
+    data = json.loads(users.path.read_text())["users"]
+    assert data["a"]["hash"] != data["b"]["hash"]
+    assert users.verify("a", "pw") and users.verify("b", "pw")
+
+
+def test_users_file_is_mode_0600(users):
+    users.add("alice", "pw")
+    assert stat.S_IMODE(users.path.stat().st_mode) == 0o600
+    users.delete("alice")
+    assert stat.S_IMODE(users.path.stat().st_mode) == 0o600
+    assert not list(users.path.parent.glob("*.tmp"))
+
+
+def test_user_errors_are_clear(users):
+    users.add("alice", "pw")
+    with pytest.raises(UserExists, match="user alice already exists"):
+        users.add("alice", "other")
+    with pytest.raises(SecurityError, match="password of user bob must not be empty"):
+        users.add("bob", "")
+    with pytest.raises(SecurityError, match="not valid"):
+        users.add("bad name", "pw")
+    with pytest.raises(UnknownUser, match="user carol is not defined"):
+        users.delete("carol")
+    with pytest.raises(UnknownUser):
+        users.groups_of("carol")
+
+
+def test_user_store_sees_changes_made_by_another_process(users):
+    other = UserStore(users.path)          # the CLI editing while the server runs
+    assert not users.verify("alice", "pw")
+    other.add("alice", "pw")
+    assert users.verify("alice", "pw")
+    other.delete("alice")
+    assert not users.verify("alice", "pw")
+
+
+# -- generic profiles ------------------------------------------------------------------
+
+@pytest.mark.parametrize("profile,name,matches", [
+    ("PAY.IN", "PAY.IN", True),
+    ("PAY.IN", "PAY.INX", False),
+    ("PAY.*", "PAY.IN", True),
+    ("PAY.*", "PAY.", True),
+    ("PAY.*", "PAY.IN.X", False),         # * stays within one qualifier
+    ("PAY.**", "PAY.IN.X", True),
+    ("**", "ANYTHING.AT.ALL", True),
+    ("*", "Q1", True),
+    ("*", "A.B", False),
+    ("PAY.?N", "PAY.IN", True),
+    ("PAY.?N", "PAY.N", False),
+    ("P*Y.IN", "PAY.IN", True),
+])
+def test_profile_matching(profile, name, matches):
+    assert profile_matches(profile, name) is matches
+
+
+def test_specificity_order():
+    ordered = ["PAY.IN", "PAY.I?", "PAY.I*", "PAY.*", "PAY.**", "P*", "**"]
+    assert sorted(ordered, key=specificity) == ordered
+
+
+# -- authority checks ------------------------------------------------------------------
+
+def test_no_record_means_no_authority(auth):
+    assert not auth.check("app", [], "QUEUE", "Q1", "PUT")
+    assert auth.authorities("app", ["apps"], "QUEUE", "Q1") == set()
+
+
+def test_owner_and_mqm_members_have_every_authority(auth):
+    assert auth.check("qmowner", [], "QUEUE", "Q1", "PUT")
+    assert auth.check("qmowner", [], "QMGR", "QM1", "CTRL")
+    assert auth.check("admin", ["mqm"], "QUEUE", "ANY", "DLT")
+    assert not auth.check("admin", ["staff"], "QUEUE", "ANY", "DLT")
+
+
+def test_principal_record_and_group_expansion(auth):
+    rec = auth.set("ORDERS", "QUEUE", principal="app", add=["PUT", "GET"])
+    assert rec.authlist == ["GET", "PUT"]
+    assert auth.check("app", [], "QUEUE", "ORDERS", "PUT")
+    assert auth.check("app", [], "QUEUE", "ORDERS", "get")
+    assert not auth.check("app", [], "QUEUE", "ORDERS", "BROWSE")
+    assert not auth.check("app", [], "QUEUE", "OTHER", "PUT")
+    assert not auth.check("other", [], "QUEUE", "ORDERS", "PUT")
+    rec = auth.set("ORDERS", "QUEUE", principal="app", add=["ALLMQI"], remove=["GET"])
+    assert rec.authlist == ["BROWSE", "INQ", "PUT", "SET"]      # CONNECT is not a queue's
+    rec = auth.set("ORDERS", "QUEUE", principal="app", remove=["ALL"])
+    assert rec.authlist == ["NONE"]
+    assert len(auth.records()) == 1   # the record stays, empty
+
+
+def test_group_records_are_unioned_with_the_principal(auth):
+    auth.set("Q.*", "QUEUE", group="readers", add=["GET", "BROWSE"])
+    auth.set("Q.*", "QUEUE", group="writers", add=["PUT"])
+    assert auth.authorities("u", ["readers", "writers"], "QUEUE", "Q.A") == {
+        "GET", "BROWSE", "PUT"}
+    assert auth.authorities("u", ["readers"], "QUEUE", "Q.A") == {"GET", "BROWSE"}
+    assert auth.authorities("u", ["readers"], "QUEUE", "R.A") == set()
+
+
+def test_most_specific_profile_wins_for_an_entity(auth):
+    auth.set("PAY.**", "QUEUE", principal="app", add=["ALL"])
+    auth.set("PAY.*", "QUEUE", principal="app", add=["BROWSE"])
+    auth.set("PAY.SECRET", "QUEUE", principal="app", add=["NONE"])
+    assert auth.check("app", [], "QUEUE", "PAY.A.B", "DLT")          # only PAY.** matches
+    assert auth.authorities("app", [], "QUEUE", "PAY.IN") == {"BROWSE"}   # PAY.* beats PAY.**
+    assert auth.authorities("app", [], "QUEUE", "PAY.SECRET") == set()    # exact wins
+    # a group's record is judged for the group: it can still grant
+    auth.set("PAY.SECRET", "QUEUE", group="auditors", add=["BROWSE"])
+    assert auth.authorities("app", ["auditors"], "QUEUE", "PAY.SECRET") == {"BROWSE"}
+
+
+def test_qmgr_object_type(auth):
+    auth.set("QM1", "QMGR", principal="app", add=["CONNECT", "INQ"])
+    assert auth.check("app", [], "QMGR", "QM1", "CONNECT")
+    assert not auth.check("app", [], "QUEUE", "QM1", "INQ")
+    with pytest.raises(InvalidAuthority, match="PUT does not apply to OBJTYPE.QMGR"):
+        auth.set("QM1", "QMGR", principal="app", add=["PUT"])
+    with pytest.raises(InvalidAuthority, match="unknown authority 'FLY'"):
+        auth.set("Q1", "QUEUE", principal="app", add=["FLY"])
+    with pytest.raises(SecurityError, match="exactly one of PRINCIPAL and GROUP"):
+        auth.set("Q1", "QUEUE", add=["PUT"])
+    with pytest.raises(SecurityError, match="OBJTYPE.CHANNEL. is not supported"):
+        auth.set("Q1", "CHANNEL", principal="a", add=["PUT"])
+
+
+def test_records_filter_delete_and_persistence(auth, tmp_path):
+    auth.set("Q1", "QUEUE", principal="a", add=["PUT"])
+    auth.set("Q.*", "QUEUE", group="g", add=["GET"])
+    auth.set("QM1", "QMGR", principal="a", add=["CONNECT"])
+    assert len(auth.records()) == 3
+    assert [r.profile for r in auth.records(objtype="QUEUE", principal="a")] == ["Q1"]
+    assert [r.profile for r in auth.records(profile="Q.*")] == ["Q.*"]
+    assert [r.profile for r in auth.records(group="g")] == ["Q.*"]
+    assert stat.S_IMODE(auth.path.stat().st_mode) == 0o600
+    again = AuthorityStore(auth.path)
+    assert again.check("a", [], "QUEUE", "Q1", "PUT")
+    removed = auth.delete("Q1", "QUEUE", principal="a")
+    assert removed.profile == "Q1"
+    assert not auth.check("a", [], "QUEUE", "Q1", "PUT")
+    assert not again.check("a", [], "QUEUE", "Q1", "PUT")   # reloaded from disk
+    with pytest.raises(SecurityError, match="no authority record for profile Q1"):
+        auth.delete("Q1", "QUEUE", principal="a")
+
+
+def test_check_cache_is_dropped_when_records_change(auth):
+    assert not auth.check("a", [], "QUEUE", "Q1", "PUT")
+    auth.set("Q1", "QUEUE", principal="a", add=["PUT"])
+    assert auth.check("a", [], "QUEUE", "Q1", "PUT")
+    auth.set("Q1", "QUEUE", principal="a", remove=["PUT"])
+    assert not auth.check("a", [], "QUEUE", "Q1", "PUT")
+
+
+def test_not_authorized_names_2035(auth):
+    with pytest.raises(NotAuthorized) as info:
+        auth.require("app", [], "QUEUE", "ORDERS", "PUT")
+    exc = info.value
+    assert exc.reason == 2035 and exc.msgid == "HMQ2035E"
+    assert "2035" in str(exc) and "NOT_AUTHORIZED" in str(exc)
+    assert "app" in str(exc) and "ORDERS" in str(exc) and "PUT" in str(exc)
+    auth.set("ORDERS", "QUEUE", principal="app", add=["PUT"])
+    auth.require("app", [], "QUEUE", "ORDERS", "PUT")
+
+
+# -- connection authentication -----------------------------------------------------------
+
+def test_authenticate(tmp_path):
+    sec = Security.for_dir(tmp_path, owner="qmowner")
+    sec.users.add("alice", "pw", groups=["apps"])
+    p = sec.authenticate("alice", "pw", connauth="required", peer_host="10.0.0.5")
+    assert (p.user, p.groups, p.anonymous) == ("alice", ("apps",), False)
+    with pytest.raises(NotAuthorized, match="authentication failed.*2035"):
+        sec.authenticate("alice", "bad", connauth="optional", peer_host="127.0.0.1")
+    anon = sec.authenticate(None, None, connauth="optional", peer_host="127.0.0.1")
+    assert anon.user == "qmowner" and anon.anonymous
+    assert sec.check(anon, "QUEUE", "ANY", "PUT")
+    assert not sec.check(p, "QUEUE", "ANY", "PUT")
+    with pytest.raises(NotAuthorized, match="2035"):
+        sec.authenticate(None, None, connauth="required", peer_host="127.0.0.1")
+    with pytest.raises(NotAuthorized, match="2035"):
+        sec.authenticate("", None, connauth="optional", peer_host="192.168.1.9")
+    sec.authorities.set("Q1", "QUEUE", group="apps", add=["PUT"])
+    sec.require(p, "QUEUE", "Q1", "PUT")
+    with pytest.raises(NotAuthorized):
+        sec.require(p, "QUEUE", "Q1", "GET")
+
+
+def test_listener_rules():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert is_loopback("[::1]") and is_loopback("127.0.0.2")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.1.1") and not is_loopback("")
+    check_listener("127.0.0.1", "optional")
+    check_listener("0.0.0.0", "required")
+    with pytest.raises(ConfigError, match="not a loopback address"):
+        check_listener("0.0.0.0", "optional")
+    with pytest.raises(ConfigError, match="connauth must be"):
+        check_listener("127.0.0.1", "maybe")
+
+
+def test_everything_under_the_queue_manager_is_private(make_qm, open_qm, home):
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("SECRET", DEFPSIST="YES")
+    qm.put("SECRET", b"a message body")
+    qm.checkpoint()
+    qm.close()
+    found = []
+    for top in (home / "qmgrs" / "QM1", home / "log" / "QM1"):
+        for root, _dirs, files in os.walk(top):
+            for p in [root, *(os.path.join(root, f) for f in files)]:
+                mode = stat.S_IMODE(os.stat(p).st_mode)
+                if mode & 0o077:
+                    found.append(f"{p} {oct(mode)}")
+    assert not found, found
