@@ -1,4 +1,4 @@
-"""The two copies of the log control file (harbormq.log.control, DESIGN §6 phase 1).
+"""The two copies of the log control file (harbormq.log.control; restart phase 1).
 
 Real queue managers, with their control files edited on disk:
 

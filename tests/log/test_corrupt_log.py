@@ -1,4 +1,5 @@
-"""Damaged recovery logs (DESIGN §5 reading rules, §8 torn-tail and bit-flip sweeps).
+"""Damaged recovery logs: the reading rules (docs/design-notes.md, "The log"), torn-tail
+and bit-flip sweeps (docs/reliability.md).
 
 Every corrupt input is a named fixture that builds a real queue manager with
 small linear extents, puts persistent messages through the Python API, stops

@@ -1,4 +1,4 @@
-"""The crash harness (DESIGN §8): SIGKILL the queue manager at its named crash
+"""The crash harness (docs/reliability.md): SIGKILL the queue manager at its named crash
 points and at random moments under concurrent load, restart, and check what
 the applications were promised against what the queue manager holds.
 

@@ -1,6 +1,6 @@
 """Reading extents: record iteration, end-of-log detection, corruption reports.
 
-The rules (DESIGN §5):
+The rules (docs/design-notes.md, "The log"):
 * A full (closed) extent is read up to its end, which is its EXTENT_END
   record; any record that fails its checks before that is corruption.
 * In the newest extent, the log ends at the first position that holds no valid

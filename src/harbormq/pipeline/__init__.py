@@ -1,4 +1,4 @@
-"""The log pipeline on Spark (DESIGN §7, docs/pipeline.md).
+"""The log pipeline on Spark (docs/pipeline.md).
 
 * ``source``: the ``harbormq-log`` data source (one row per log record)
 * ``algebra``: point-in-time queue contents as set algebra (pure, no Spark)

@@ -1,4 +1,4 @@
-"""Point-in-time contents of queues as set algebra over log records (DESIGN §7).
+"""Point-in-time contents of queues as set algebra over log records (docs/pipeline.md).
 
 The contents of queue Q at LSN T (the state after every record with LSN <= T):
 
@@ -28,7 +28,7 @@ A message is identified within its queue by (priority, seq); with the object
 id that identifies it in the whole log. The per-queue decisions (which
 incarnation, which image, which clear) come from a few small records and are
 made on the driver by ``plan_targets``; the per-message algebra is a set of
-joins (``spark_rebuild`` in jobs.py) or, for tests and as the written-down
+joins (``spark_rebuild`` in rebuild.py) or, for tests and as the written-down
 reference, ``reference_rebuild`` below.
 """
 

@@ -1,4 +1,4 @@
-"""Restart recovery, in the phases of MQ's restart (DESIGN §6):
+"""Restart recovery, in the phases of MQ's restart (docs/design-notes.md, "Restart"):
 
 1. Log initialisation: read and reconcile both control-file copies, verify the
    extent chain, open the stores, discard non-persistent messages.
@@ -341,7 +341,8 @@ class Restart:
         active = core.log.state.active
         if r.redo_start_lsn > active.first_lsn:
             # the newest extent is read whole even when redo starts inside it: a
-            # damaged record there, followed by good ones, is corruption (DESIGN §5)
+            # damaged record there, followed by good ones, is corruption (the
+            # reading rules in log/reader.py)
             for _rec in core.log.read_from(active.first_lsn, r.redo_start_lsn):
                 pass
         scan = core.log.scan(r.redo_start_lsn, repair_tail=True)
