@@ -175,10 +175,12 @@ class QueueManager:
                                               progress or images.no_progress))
 
     def recreate(self, obj_type: str = "all", name: str | None = None,
-                 progress=None) -> list[dict]:
-        """Recreate objects from their media images and the log (``harbormq recreate``)."""
+                 progress=None, *, dry_run: bool = False) -> list[dict]:
+        """Recreate objects from their media images and the log (``harbormq
+        recreate``); ``dry_run``: only the plan of each, nothing changed."""
         return self._call(recreate.recreate_objects(self.core, obj_type, name,
-                                                 progress or images.no_progress))
+                                                    progress or images.no_progress,
+                                                    dry_run=dry_run))
 
     def log_need(self) -> dict:
         """Which log extents are still needed (``harbormq log need``)."""

@@ -12,6 +12,7 @@ One JSON object per line each way:
     {"cmd": "image"|"recreate", "type": "all"|"qmgr"|"queue", "name": "APP.*"}
                                              -> {"progress": {...}} lines, then
                                                 {"ok": true, "results": [...]}
+    {"cmd": "recreate", ..., "dry_run": true} -> {"ok": true, "results": [plan, ...]}
     {"cmd": "log_need"}                      -> {"ok": true, "log_need": {...}}
     {"cmd": "load", "queue": "Q", "path": "/x/Q.hmqload"}
                                              -> {"ok": true, "result": {"loaded": n, ...}}
@@ -144,6 +145,11 @@ class AdminProtocol:
                 last[obj] = pct
                 send({"progress": {"object": obj, "done": done, "total": total}})
 
-        fn = image_objects if req["cmd"] == "image" else recreate_objects
-        results = await fn(self.core, req.get("type", "all"), req.get("name"), progress)
+        if req["cmd"] == "image":
+            results = await image_objects(self.core, req.get("type", "all"), req.get("name"),
+                                          progress)
+        else:
+            results = await recreate_objects(self.core, req.get("type", "all"),
+                                             req.get("name"), progress,
+                                             dry_run=bool(req.get("dry_run")))
         return {"ok": True, "results": results}

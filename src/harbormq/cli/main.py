@@ -277,10 +277,21 @@ def image(qm, name, obj_type):
 @click.argument("name", required=False)
 @click.option("--type", "obj_type", type=_TYPES, default="all", show_default=True,
               help="which objects; NAME may be generic (APP.*, *)")
-def recreate(qm, name, obj_type):
+@click.option("--dry-run", is_flag=True,
+              help="print what each recreate would read (image, LSNs, extents) and stop")
+def recreate(qm, name, obj_type, dry_run):
     """Recreate objects from their media images and the log (rcrmqobj)."""
-    reply = call(QMConfig.load(qm), {"cmd": "recreate", "type": obj_type, "name": name},
+    reply = call(QMConfig.load(qm), {"cmd": "recreate", "type": obj_type, "name": name,
+                                     "dry_run": dry_run},
                  timeout=None, on_progress=_print_progress, needs=MEDIA_NEEDS)
+    if dry_run:
+        for r in reply["results"]:
+            console.print(f"HMQ7478I Plan: {r['plan']}.")
+        if not all(r["runnable"] for r in reply["results"]):
+            raise HarbormqError("the plan cannot be carried out: an extent it needs is missing",
+                                msgid="HMQ6767E",
+                                hint="restore the missing extents from the archive or a backup")
+        return
     for r in reply["results"]:
         if "definitions" in r:
             console.print(f"HMQ7474I Object {r['object']} recreated: {r['definitions']} "

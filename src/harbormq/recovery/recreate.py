@@ -47,6 +47,7 @@ from ..log.replay import CommitRule, PendingOp
 from ..store.dirs import REBUILDING, replace_dir
 from ..store.stores import CatalogStore, QueueStore
 from .images import Progress, no_progress, require_linear, select_objects
+from .plan import ExtentFact, RecreatePlan, recreate_plan
 
 #: replay writes the rebuilt store every this many changes (bounded memory)
 REBUILD_BATCH = 20_000
@@ -297,18 +298,38 @@ def write_catalog(path: Path, objects: dict[str, dict], recovery_lsn: int) -> No
 
 # --- recreate (the queue manager running) ---------------------------------------------------
 
+def plans(core: QueueManagerCore, names: list[str]) -> list[RecreatePlan]:
+    """What recreating each object needs, from the log as it is now (pure once
+    the facts are read: ``recovery/plan.py``)."""
+    view = log_view(core)
+    facts = [ExtentFact(e.number, e.first_lsn, e.end_lsn, view.extent_path(e.number).exists())
+             for e in view.chain()]
+    out = []
+    for name in names:
+        if name == QMGR_OBJECT:
+            lsn = catalog_media_lsn(core)
+            point = {"image_lsn": lsn, "replay_from": lsn}
+        else:
+            point = media_point_of(core, name)
+        out.append(recreate_plan(name, point, facts, core.log.end_lsn))
+    return out
+
+
 async def recreate_objects(core: QueueManagerCore, obj_type: str, pattern: str | None,
-                           progress: Progress = no_progress) -> list[dict]:
-    """``harbormq recreate``: the queue manager object first, then the queues."""
+                           progress: Progress = no_progress, *,
+                           dry_run: bool = False) -> list[dict]:
+    """``harbormq recreate``: the queue manager object first, then the queues.
+    The plan comes first; ``dry_run`` returns it and changes nothing."""
     require_linear(core, "recreating an object")
     core.check_running()
     names = select_objects(core, obj_type, pattern)
+    planned = plans(core, names)
+    if dry_run:
+        return [p.as_dict() | {"plan": p.describe()} for p in planned]
+    # every extent any of them needs is there before anything is changed
     view = log_view(core)
-    # check every extent any of them needs before changing anything
-    for name in names:
-        start = catalog_media_lsn(core) if name == QMGR_OBJECT else \
-            media_point_of(core, name)["replay_from"]
-        check_extents(view, start, f"media recovery of {name}")
+    for p in planned:
+        check_extents(view, p.replay_from, f"media recovery of {p.object}")
     out = []
     for name in names:
         if name == QMGR_OBJECT:
