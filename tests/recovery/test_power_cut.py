@@ -264,6 +264,14 @@ def test_lazyfs_mount_drops_unsynced_names_and_data(tmp_path):
         assert (m / "a" / "unsynced").read_bytes() == b""
         assert (m / "a" / "dsync").read_bytes() == b"z" * 100
         assert fs.stats()["cuts"] == 2
+        # a daemon whose FUSE loop is stuck hands the cut state to a new one
+        write_file(m / "a" / "late", b"w" * 10, sync=True)
+        fsync_dir(m / "a")
+        fs.cut(3, torn=False, respawn=True)
+        assert (m / "a" / "late").read_bytes() == b"w" * 10
+        assert (m / "a" / "synced").read_bytes() == b"x" * 5000
+        stats = fs.stats()
+        assert stats["cuts"] == 3 and stats["respawns"] == 1
 
 
 def write_file(path: Path, data: bytes, *, sync: bool) -> None:

@@ -21,7 +21,7 @@ caches go too.
 
 Run as its own process (the queue manager must not share its GIL)::
 
-    python tests/support/lazyfs.py MOUNTPOINT CONTROL_SOCKET
+    python tests/support/lazyfs.py MOUNTPOINT CONTROL_SOCKET --state FILE
 
 and drive it through ``LazyFS`` below (it starts, cuts and stops the process).
 The control socket takes one line per request and answers one JSON line:
@@ -45,6 +45,7 @@ import faulthandler
 import fnmatch
 import json
 import os
+import pickle
 import random
 import shutil
 import socket
@@ -176,6 +177,7 @@ class Model:
         self.fsyncs = self.fsyncdirs = self.cuts = 0
         self.lost_sectors = self.lost_entries = 0    # over all cuts
         self.forced_aborts: list[list[str]] = []     # who held the mount at a cut
+        self.respawns = 0        # daemons that took over from one whose loop stuck
         self.faults_raised = 0
         self.unexpected_unmounts = 0
 
@@ -433,12 +435,16 @@ def _fuse_operations():
 # ----------------------------------------------------------------------------- the daemon
 
 
-def serve(mountpoint: str, control: str) -> None:
+def serve(mountpoint: str, control: str, state_file: str) -> None:
     """Mount, answer control requests, remount after each cut, until ``quit``."""
     from fuse import FUSE
 
     model = Model()
     ops = _fuse_operations()(model)
+    if os.path.exists(state_file):        # a daemon taking over from a stuck one
+        with open(state_file, "rb") as f:
+            model, ops.ignore_fsync, ops.ignore_fsyncdir, ops.faults = pickle.load(f)
+        ops.model = model
     state = {"quit": False, "cutting": False}
     unmounted = threading.Event()     # the FUSE loop has returned
     may_mount = threading.Event()     # the cut is applied: mount what it left
@@ -456,6 +462,8 @@ def serve(mountpoint: str, control: str) -> None:
 
     def control_loop() -> None:
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.path.exists(control):
+            os.unlink(control)
         srv.bind(control)
         srv.listen(4)
         while True:
@@ -471,6 +479,8 @@ def serve(mountpoint: str, control: str) -> None:
                     f.flush()
                     if words[0] == "quit":
                         return
+                    if reply.get("respawn"):
+                        os._exit(0)     # the stuck FUSE loop goes with the process
 
     def handle(words: list[str]) -> dict:
         if words[0] == "stats":
@@ -480,22 +490,33 @@ def serve(mountpoint: str, control: str) -> None:
                         "lost_entries": model.lost_entries, "open_handles": len(ops.handles),
                         "forced_aborts": model.forced_aborts,
                         "unexpected_unmounts": model.unexpected_unmounts,
-                        "faults_raised": model.faults_raised}
+                        "faults_raised": model.faults_raised, "respawns": model.respawns}
         if words[0] == "cut":
             seed, torn = int(words[1]), words[2] == "1"
+            # "respawn" (tests of this tool): act as if the FUSE loop were stuck
+            pretend_stuck = words[3:] == ["respawn"]
             unmounted.clear()
             state["cutting"] = True
             unmount()
             holders = []
-            if not unmounted.wait(10):
+            if pretend_stuck or not unmounted.wait(10):
                 # someone still holds a file of the detached mount: name them, then
                 # abort the connection (the cut is the same: the model is ours)
                 holders = _holders(state["dev"])
                 faulthandler.dump_traceback(all_threads=True)     # into lazyfs.log
                 _abort_connection(state["dev"])
-                if not unmounted.wait(30):
-                    raise RuntimeError(f"the file system did not unmount (held by {holders})")
                 model.forced_aborts.append(holders)
+                if pretend_stuck or not unmounted.wait(10):
+                    # libfuse's loop is stuck now and then: cut all the same, save
+                    # the state, and let a new daemon mount it (LazyFS.cut does)
+                    with ops.mutex:
+                        facts = model.cut(random.Random(seed) if torn else None)
+                        ops.handles.clear()
+                        model.respawns += 1
+                        with open(state_file, "wb") as f:
+                            pickle.dump((model, ops.ignore_fsync, ops.ignore_fsyncdir,
+                                         ops.faults), f)
+                    return {"ok": True, **facts, "held_by": holders, "respawn": True}
             with ops.mutex:
                 facts = model.cut(random.Random(seed) if torn else None)
                 ops.handles.clear()
@@ -623,21 +644,26 @@ class LazyFS:
         self.mount = self.root / "mnt"
         self.control = self.root / "control.sock"
         self.log = self.root / "lazyfs.log"
+        self.state = self.root / "state.pickle"
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "LazyFS":
         ensure_fuse()
         self.mount.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "wb") as out:
+        self.state.unlink(missing_ok=True)
+        self._spawn()
+        return self
+
+    def _spawn(self) -> None:
+        with open(self.log, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, __file__, str(self.mount),
-                                          str(self.control)],
+                                          str(self.control), "--state", str(self.state)],
                                          stdout=out, stderr=subprocess.STDOUT)
         end = time.monotonic() + 30
         while not (os.path.ismount(self.mount) and self.control.exists()):
             if self.proc.poll() is not None or time.monotonic() > end:
                 raise RuntimeError(f"lazyfs did not mount:\n{self.log.read_text()}")
             time.sleep(0.01)
-        return self
 
     def request(self, line: str, timeout: float = 120) -> dict:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -655,8 +681,22 @@ class LazyFS:
             raise RuntimeError(f"lazyfs {line!r}: {reply.get('error')}")
         return reply
 
-    def cut(self, seed: int, torn: bool) -> dict:
-        facts = self.request(f"cut {seed} {int(torn)}")
+    def cut(self, seed: int, torn: bool, *, respawn: bool = False) -> dict:
+        """The power cut. ``respawn`` (a test of this tool) takes the path of a
+        stuck FUSE loop: the state saved, a new daemon mounting it."""
+        facts = self.request(f"cut {seed} {int(torn)}" + (" respawn" if respawn else ""))
+        if facts.get("respawn"):
+            # the daemon's FUSE loop stuck; it saved the cut state and exited: a
+            # new daemon mounts that state
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            _unmount(str(self.mount))
+            self.control.unlink(missing_ok=True)
+            self._spawn()
+            return facts
         end = time.monotonic() + 30
         while not os.path.ismount(self.mount):
             assert time.monotonic() < end, "lazyfs did not mount again after a cut"
@@ -696,5 +736,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("mountpoint")
     ap.add_argument("control")
+    ap.add_argument("--state", required=True,
+                    help="where a cut's state is saved for a new daemon, and read at start")
     a = ap.parse_args()
-    serve(a.mountpoint, a.control)
+    serve(a.mountpoint, a.control, a.state)
