@@ -47,7 +47,6 @@ DEFAULT_CUTS = 100
 # missing or corrupt log, any other error, or a store found without its queue
 BAD_SIGN = re.compile(r"HMQ\d{4}E|HMQ7511W|[Cc]orrupt|Traceback")
 
-pytestmark = pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="needs /dev/fuse")
 
 
 def cut_count(request) -> int:

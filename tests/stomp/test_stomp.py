@@ -1842,6 +1842,9 @@ def test_subscription_model(server, model):
 def test_heart_beat_timers_do_not_pile_up():
     """Each period once added a timer handle that was never dropped."""
     class Quiet(FrameTransport):
+        def _dispatch(self, frame):
+            return None
+
         def _send(self, data: bytes) -> None:
             self.last_send = 0.0
 

@@ -15,6 +15,7 @@ send once the client can take more (``_writable``).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import time
 from collections import deque
@@ -32,7 +33,7 @@ class ProtocolError(HarbormqError):
     msgid = "HMQ9501E"
 
 
-class FrameTransport(asyncio.Protocol):
+class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
     def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits):
         self.loop = loop
         self.parser = FrameParser(limits)
@@ -56,9 +57,9 @@ class FrameTransport(asyncio.Protocol):
         #: a new one replaces the old, so timers never pile up
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
+    @abc.abstractmethod
     def _dispatch(self, frame: Frame):
         """Apply one frame; an awaitable when it must wait for something first."""
-        raise NotImplementedError
 
     def _writable(self) -> None:
         """The client takes frames again (or held frames went out): send more."""
