@@ -6,7 +6,7 @@ log, and writes those records."""
 
 import pytest
 
-from harbormq.errors import UnitOfWorkError
+from harbormq.errors import LogFull, UnitOfWorkError
 from harbormq.log.records import RecordType, decode_json, encode_json
 
 
@@ -120,3 +120,37 @@ def test_commit_is_refused_when_a_joined_unit_was_backed_out(make_qm, open_qm):
 async def _on_loop(fn):
     """Call ``fn`` on the queue manager's loop and await the future it returns."""
     return await fn()
+
+
+def test_a_full_log_after_the_decision_still_commits_every_joined_unit(make_qm, open_qm):
+    """The transaction's COMMIT record is the decision: once it is in the log, a
+    LogFull on a joined unit's own COMMIT record must not leave that unit
+    active (backed out later, its message delivered again) while restart would
+    commit it."""
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("IN", DEFPSIST="YES")
+    for i in range(3):
+        qm.put("IN", f"m{i}")
+    d1, _ = _deliver(qm, "IN")
+    d2, _ = _deliver(qm, "IN")
+    txn = qm.begin(owner="STOMP test tx")
+    log = qm.core.log
+    append = log.append
+
+    def full_at_d2_commit(rec):
+        if rec.type == RecordType.UOW_COMMIT and rec.uow_id == d2.id:
+            raise LogFull("the circular log is full (test)")
+        return append(rec)
+    log.append = full_at_d2_commit
+    try:
+        qm._call(qm.core.commit(txn.uow, joined=[d1, d2]))
+    finally:
+        log.append = append
+    assert d1.state == d2.state == "committed"
+    assert d2.id not in qm.core.uows
+    assert [m.body for m in qm.browse("IN")] == [b"m2"]
+    qm.close("preemptive")
+    qm = open_qm()
+    assert [m.body for m in qm.browse("IN")] == [b"m2"]
+    qm.close("preemptive")

@@ -653,8 +653,13 @@ class QueueManagerCore:
         for j in joined:
             j_lsn = 0
             if j.first_lsn:
-                j_lsn = j.last_lsn = self.append_record(RecordType.UOW_COMMIT, uow_id=j.id,
-                                                        prev_lsn=j.last_lsn)
+                try:
+                    j_lsn = j.last_lsn = self.append_record(RecordType.UOW_COMMIT,
+                                                            uow_id=j.id, prev_lsn=j.last_lsn)
+                except LogFull:
+                    # the decision is logged and holds for j too: it commits now,
+                    # as restart would (which writes j's own record then)
+                    j_lsn = effect_lsn
             self._apply_commit(j, j_lsn)
         return self.log.force() if effect_lsn else None
 
