@@ -352,3 +352,48 @@ def test_a_store_that_cannot_be_written_is_retried_and_loses_nothing(tmp_path):
         with QueueManager.open(srv.name, home=srv.home) as qm:
             assert [m.body for m in qm.browse("STORE.Q")] == [f"m{i}".encode()
                                                              for i in range(30)]
+
+
+@pytest.mark.parametrize("log_type,op,glob,error", [
+    ("circular", "rename", "/hmq/log/*/control.*.tmp", "EIO"),
+    ("linear", "rename", "/hmq/log/*/control.*.tmp", "ENOSPC"),
+    ("linear", "create", "/hmq/log/*/S*.LOG", "ENOSPC"),
+], ids=["control-rename-EIO", "control-rename-ENOSPC", "extent-create-ENOSPC"])
+def test_a_log_whose_control_file_or_next_extent_cannot_be_written_stops_cleanly(
+        tmp_path, log_type, op, glob, error):
+    """The two log writes besides the records (issue 10 §3): the control file,
+    rewritten at every extent switch and checkpoint (a temporary file renamed
+    over a copy), and a new extent of a linear log. Either failing is a log
+    that cannot be written: HMQ6709E, the queue manager stops on its own (no
+    hang), and after the fault clears (and a power cut) every receipted
+    message is there, in order."""
+    with LazyFS(tmp_path / "lazyfs") as fs:
+        srv = create_server(fs.mount / "hmq", log_type, tmp_path, log_pages=32)
+        srv.start()
+        srv.sc("DEFINE QLOCAL(FAULT.Q) DEFPSIST(YES) MAXDEPTH(100000)")
+        receipted = []
+        body = b"x" * 30_000          # an extent switch every few messages
+        with raw_connected(srv.port) as c:
+            fs.fail(op, glob, error)
+            for i in range(200):
+                c.send("SEND", {"destination": "/queue/FAULT.Q", "receipt": f"r{i}"},
+                       f"m{i}:".encode() + body)
+                frame = c.recv(timeout=30)
+                if frame.command != "RECEIPT":
+                    break
+                receipted.append(f"m{i}")
+            else:
+                pytest.fail(f"200 sends went through: the {op} fault was never met")
+            c.wait_closed(timeout=30)
+        assert srv.proc.wait(timeout=60) is not None      # it stopped on its own
+        console = srv.console()
+        assert "HMQ6709E" in console, console
+        assert fs.stats()["faults_raised"] > 0
+        fs.fail(op, None)
+        fs.cut(SEED, torn=False)
+        srv.start()
+        srv.stop()
+        from harbormq import QueueManager
+        with QueueManager.open(srv.name, home=srv.home) as qm:
+            bodies = [m.body.split(b":")[0].decode() for m in qm.browse("FAULT.Q", limit=1000)]
+        assert bodies[:len(receipted)] == receipted, (receipted, bodies)
