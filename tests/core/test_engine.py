@@ -400,3 +400,24 @@ def test_undo_interrupted_by_log_full_does_not_compensate_twice(make_qm, open_qm
     uow.backout()                          # goes on where it stopped
     assert [(m.body, m.backout_count) for m in qm.browse("Q1")] == [(b"m", 1)]
     assert qm.queue_status("Q1")["UNCOM"] == 0
+
+
+def test_a_store_whose_map_fills_grows_it(home, make_qm, open_qm):
+    """store_map_size_mb is where a store's LMDB map starts, not a cap: a flush
+    that fills it doubles it and goes on (issue: hardening, a full map)."""
+    from harbormq.config import QMConfig
+    make_qm()
+    config = QMConfig.load("QM1", home)
+    config.tuning.store_map_size_mb = 1
+    config.save()
+    qm = open_qm()
+    qm.define_queue("BIG", DEFPSIST="YES", MAXDEPTH=10_000)
+    bodies = [bytes([i % 251]) * 20_000 for i in range(300)]    # 6 MB in a 1 MB map
+    for body in bodies:
+        qm.put("BIG", body)
+    assert qm.flush() >= 1
+    assert qm.core.queues["BIG"].recovery_lsn is None, "the store is not behind the log"
+    qm.close()
+    qm = open_qm()
+    assert [m.body for m in qm.browse("BIG", limit=1000)] == bodies
+    qm.close()

@@ -129,6 +129,7 @@ PAYLOADS = {
                                           "attrs": {"DEFPSIST": "NO"}}),
     RecordType.OBJECT_DELETE: encode_json({"name": "Q1"}),
     RecordType.CHECKPOINT_END: encode_json({"begin_lsn": 10, "uows": [], "stores": {}}),
+    RecordType.CHECKPOINT_PART: encode_json({"stores": {"Q1": {"object_id": 3}}}),
     RecordType.UOW_BEGIN: encode_json({"owner": "app"}),
     RecordType.QM_START: encode_json({"pid": 1}),
     RecordType.QM_STOP: encode_json({"mode": "immediate"}),

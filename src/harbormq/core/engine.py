@@ -35,6 +35,7 @@ from ..errors import (
     UnknownObject,
     UnknownUnitOfWork,
 )
+from ..log.checkpoint import part_limit, split_table
 from ..log.manager import RecoveryLog
 from ..log.records import (
     Compensation,
@@ -812,7 +813,9 @@ class QueueManagerCore:
                 if q.clear_pending is not None:     # a CLEAR whose store clear failed
                     await self._store_write(q.store.clear, q.clear_pending[1])
                     q.clear_pending, q.store_hidden = None, False
-                await self._store_write(q.store.apply, snap, target, q.index_type, q.next_seq)
+                next_seq = q.next_seq
+                await self._store_write(q.store.apply, snap, target, q.index_type, next_seq)
+                q.stored_next_seq = next_seq
                 q.end_flush()
             if catalog is not None:
                 if not (self.config.catalog_dir / "data.mdb").exists():
@@ -910,8 +913,11 @@ class QueueManagerCore:
                 "oldest_uow_at_begin": oldest_at_begin,
                 "uows": [{"id": u.id, "state": u.state, "first_lsn": u.first_lsn,
                           "last_lsn": u.last_lsn} for u in self.uows.values() if u.first_lsn],
+                # only the stores behind the log: a flushed store holds its own
+                # recovery LSN and next sequence (thousands of idle queues cost nothing)
                 "stores": {q.name: {"object_id": q.object_id, "recovery_lsn": q.recovery_lsn,
-                                    "next_seq": q.next_seq} for q in self.queues.values()},
+                                    "next_seq": q.next_seq} for q in self.queues.values()
+                           if q.recovery_lsn is not None or q.next_seq != q.stored_next_seq},
                 "next_uow_id": self.next_uow_id,
                 "next_object_id": self.next_object_id,
                 "reason": reason,
@@ -920,7 +926,16 @@ class QueueManagerCore:
                 table["media"] = media_table(self)
             restart_lsn = self.restart_point(begin, oldest_at_begin)
             table["restart_lsn"] = restart_lsn
-            end = self.append_record(RecordType.CHECKPOINT_END, payload=encode_json(table))
+            head, parts = split_table(table, part_limit(self.log.extent_payload))
+            if parts:
+                head["parts"] = [self.append_record(RecordType.CHECKPOINT_PART,
+                                                    payload=encode_json(p)) for p in parts]
+            end = self.append_record(RecordType.CHECKPOINT_END, payload=encode_json(head))
+            if end - begin > self.log.extent_payload:
+                self.oplog.emit("HMQ7466W", f"A checkpoint of queue manager {self.name} "
+                                f"took {end - begin} bytes of log, more than one extent "
+                                f"({self.log.extent_payload} bytes): larger extents "
+                                "(--log-file-pages) keep checkpoints a small part of the log")
             await self.log.force()
             media_lsn = self.media_point() if self.config.log.log_type == "linear" else 0
             await self.log.set_checkpoint(end, restart_lsn, media_lsn)
@@ -954,7 +969,8 @@ class QueueManagerCore:
             if not self._relieving:
                 self._relieving = True
                 self.spawn(self._relieve_log_pressure())
-        elif not self._checkpoint_pending:
+        elif not self._checkpoint_pending and not self.checkpoint_lock.locked():
+            # (switches made by a checkpoint's own records start no other one)
             self._checkpoint_pending = True
             self.spawn(self.checkpoint("extent switch"))
 

@@ -49,6 +49,9 @@ class LocalQueue:
         self.uncommitted_puts = 0
         self.depth = store.count()              # committed messages, locked ones included
         self.next_seq = store.next_seq
+        #: the next sequence the store holds (a checkpoint lists the queue while
+        #: they differ: non-persistent puts move next_seq without dirtying it)
+        self.stored_next_seq = self.next_seq
         self.damaged = False
         self.damage_reason = ""                 # why, when damaged (HMQ7472E)
         #: offline while ``harbormq recreate`` rebuilds its store (MQRC 2101 too)

@@ -182,6 +182,11 @@ class RecoveryLog:
     def extent_size(self) -> int:
         return self.state.pages * PAGE_SIZE
 
+    @property
+    def extent_payload(self) -> int:
+        """Bytes of records an extent holds: the largest record there can be."""
+        return self.extent_size - EXTENT_HEADER_SIZE - EXTENT_END_LENGTH
+
     def extent_path(self, number: int) -> Path:
         return self.dir / extent_file_name(number)
 
@@ -292,7 +297,7 @@ class RecoveryLog:
             raise LogError(f"the log can no longer be written: {self.failed}")
         name = rec.object_name.encode()
         length = encoded_length(len(name), len(rec.payload))
-        if length > self.extent_size - EXTENT_HEADER_SIZE - EXTENT_END_LENGTH:
+        if length > self.extent_payload:
             raise LogError(f"a log record of {length} bytes cannot fit in an extent of "
                            f"{self.state.pages} pages", reason=2030)
         if self.end_lsn + length > self._active_limit:

@@ -88,6 +88,8 @@ class RecordType(enum.IntEnum):
     # checkpoints
     CHECKPOINT_BEGIN = 30
     CHECKPOINT_END = 31   # payload: JSON active-UOW table and store recovery LSNs
+    CHECKPOINT_PART = 32  # payload: JSON, a piece of a checkpoint table too big for one
+                          # record (CHECKPOINT_END lists the parts' LSNs)
     # media images (issue: media recovery)
     MEDIA_IMAGE_BEGIN = 40
     MEDIA_IMAGE_CHUNK = 41
@@ -491,6 +493,7 @@ def describe(rec: LogRecord) -> dict:
                    backout_count=c.backout_count)
     elif rec.payload and t in (RecordType.OBJECT_CREATE, RecordType.OBJECT_ALTER,
                                RecordType.OBJECT_DELETE, RecordType.CHECKPOINT_END,
+                               RecordType.CHECKPOINT_PART,
                                RecordType.UOW_BEGIN, RecordType.QM_START, RecordType.QM_STOP):
         out["data"] = decode_json(rec.payload)
     return out

@@ -103,7 +103,8 @@ _TYPE_NAMES = pa.array([_KNOWN.get(code, "") for code in range(256)], pa.string(
 _JSON_TYPES = frozenset({RecordType.OBJECT_CREATE, RecordType.OBJECT_ALTER,
                          RecordType.OBJECT_DELETE, RecordType.UOW_BEGIN,
                          RecordType.CHECKPOINT_BEGIN, RecordType.CHECKPOINT_END,
-                         RecordType.MEDIA_IMAGE_BEGIN, RecordType.MEDIA_IMAGE_END,
+                         RecordType.CHECKPOINT_PART, RecordType.MEDIA_IMAGE_BEGIN,
+                         RecordType.MEDIA_IMAGE_END,
                          RecordType.QM_START, RecordType.QM_STOP})
 
 #: rows per Arrow batch handed to Spark

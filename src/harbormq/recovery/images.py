@@ -18,6 +18,7 @@ records land among the chunks with LSNs above B.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fnmatch
 import itertools
 import time
@@ -144,7 +145,11 @@ async def _image_queue(core: QueueManagerCore, name: str, progress: Progress, fo
     # --- the synchronous step that fixes the image at B (see the module docstring)
     in_flight = [u.first_lsn for u in core.uows.values()
                  if u.first_lsn and any(op.queue is q and op.lsn for op in u.ops)]
-    txn = None if q.store_hidden else q.store.env.begin(db=q.store.msgs, buffers=True)
+    # the store stays open (pinned) while the snapshot's transaction lives
+    pin = contextlib.ExitStack()
+    txn = None
+    if not q.store_hidden:
+        txn = pin.enter_context(q.store.pinned()).begin(db=q.store.msgs, buffers=True)
     try:
         overlay = dict(q.flushing)
         overlay.update(q.dirty)
@@ -174,6 +179,7 @@ async def _image_queue(core: QueueManagerCore, name: str, progress: Progress, fo
     finally:
         if txn is not None and core.queues.get(name) is q:
             txn.abort()
+        pin.close()
     if written != count:
         raise HarbormqError(f"the image of queue {name} holds {written} messages, its "
                             f"snapshot counted {count}: the image is not used", msgid="HMQ7475E")

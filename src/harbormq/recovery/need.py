@@ -9,11 +9,10 @@ import datetime as _dt
 from ..errors import (
     HarbormqError,
 )
+from ..log.checkpoint import read_checkpoint
 from ..log.inspect import open_log_readonly
 from ..log.manager import RecoveryLog
 from ..log.records import (
-    RecordType,
-    decode_json,
     extent_file_name,
 )
 
@@ -102,12 +101,10 @@ def read_media_table(log: RecoveryLog) -> dict | None:
     if not st.checkpoint_lsn:
         return None
     try:
-        rec = next(log.read_from(st.checkpoint_lsn), None)
+        return read_checkpoint(lambda lsn: next(log.read_from(lsn), None),
+                               st.checkpoint_lsn).get("media")
     except HarbormqError:
         return None
-    if rec is None or rec.type != RecordType.CHECKPOINT_END:
-        return None
-    return decode_json(rec.payload).get("media")
 
 
 def log_need_report(config) -> dict:

@@ -29,6 +29,7 @@ from ..core.queue import LocalQueue
 from ..crashpoints import crash_point
 from ..errors import HarbormqError, ObjectDamaged, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
+from ..log.checkpoint import read_checkpoint
 from ..log.records import (
     LogRecord,
     Message,
@@ -292,13 +293,8 @@ class Restart:
         st = core.log.state
         table: dict = {}
         if st.checkpoint_lsn:
-            rec = next(core.log.read_from(st.checkpoint_lsn), None)
-            if rec is None or rec.type != RecordType.CHECKPOINT_END:
-                from ..errors import LogCorrupt
-                raise LogCorrupt(f"the control file names LSN {st.checkpoint_lsn} as the last "
-                                 "checkpoint, but no checkpoint record is there",
-                                 lsn=st.checkpoint_lsn)
-            table = decode_json(rec.payload)
+            table = read_checkpoint(lambda lsn: next(core.log.read_from(lsn), None),
+                                    st.checkpoint_lsn)
             candidates = [table["begin_lsn"], table["restart_lsn"]]
             candidates += [u["first_lsn"] for u in table["uows"]]
             redo_start = min(c for c in candidates if c is not None)

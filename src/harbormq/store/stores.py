@@ -27,8 +27,12 @@ and, at restart, by ``verify`` (media recovery, ``harbormq.recovery.recreate``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import resource
 import struct
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import lmdb
@@ -55,6 +59,63 @@ def unseal(key: bytes, sealed, where: Path) -> bytes:
     return bytes(sealed[SEAL.size:])
 
 DEFAULT_MAP_SIZE = 16 << 30  # address space only: LMDB files grow as they fill
+#: a store whose map fills doubles it, up to this (a full disk fails first)
+MAX_MAP_SIZE = 1 << 40
+
+
+def grows_map(write):
+    """A write that finds LMDB's map full doubles the map and runs again: the
+    map is address space, not disk (``store_map_size_mb`` is only where it
+    starts). When another thread is reading the store, the map cannot be
+    resized this moment and the error goes up (a flush is retried)."""
+    @functools.wraps(write)
+    def growing(self, *args, **kwargs):
+        while True:
+            try:
+                return write(self, *args, **kwargs)
+            except lmdb.MapFullError:
+                if not self._grow_map():
+                    raise
+    return growing
+
+
+class OpenEnvironments:
+    """The LMDB environments kept open: at most ``limit``, the least recently
+    used closed first, never one in use. Each costs three file descriptors, and
+    a queue manager may hold more queues than the process may open files (MQ
+    does not keep every queue file open either)."""
+
+    def __init__(self, limit: int | None = None):
+        self.lock = threading.Lock()
+        self.lru: OrderedDict[Store, None] = OrderedDict()
+        self.limit = limit if limit is not None else default_open_limit()
+
+    def make_room(self) -> None:
+        """Close idle environments until one more fits (called under ``lock``)."""
+        if len(self.lru) < self.limit:
+            return
+        for store in list(self.lru):
+            if store._pins == 0:
+                store._close_env()
+                if len(self.lru) < self.limit:
+                    return
+
+
+def default_open_limit() -> int:
+    """Environments to keep open: the file descriptors this process may use
+    (raised to the hard limit, as servers do), less a reserve for the log,
+    sockets and clients, three per environment."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, (soft - 1024) // 3)
+
+
+OPEN_ENVIRONMENTS = OpenEnvironments()
 
 
 class Store:
@@ -63,42 +124,119 @@ class Store:
         """``sync=False`` only for a store nobody relies on yet (one being rebuilt
         by media recovery), which must then be made durable with ``sync()``."""
         self.path = Path(path)
+        self._map_size, self._sync, self._db_names = map_size, sync, tuple(dbs)
+        self._env: lmdb.Environment | None = None
+        self._pins = 0
+        self._closed = False
         # the store's directory and the names of its files are durable before
         # anything is written into it: a synced store nobody can find is lost
         make_dirs(self.path)
         new = not (self.path / "data.mdb").exists()
+        with self._pinned(create=True):
+            pass
+        if new and sync:
+            fsync_dir(self.path)
+
+    def _open_env(self, create: bool) -> None:
+        """Open the environment and its databases (under the registry's lock).
+        Only the first open may create files: a store whose files vanished
+        while it was closed is missing, not empty."""
         try:
-            self.env = lmdb.open(str(self.path), map_size=map_size, max_dbs=8, sync=sync,
-                                 metasync=sync, readahead=False, meminit=False, mode=FILE_MODE)
+            env = lmdb.open(str(self.path), map_size=self._map_size, max_dbs=8,
+                            sync=self._sync, metasync=self._sync, readahead=False,
+                            meminit=False, mode=FILE_MODE, create=create)
         except lmdb.Error as exc:
             raise StoreDamaged(f"store {self.path} cannot be opened: {exc}",
                                path=str(self.path)) from None
         try:
-            self.meta = self.env.open_db(b"meta")
-            self._dbs = {name: self.env.open_db(name.encode(), dupsort=(name == "idx"))
-                         for name in dbs}
+            self.meta = env.open_db(b"meta")
+            self._dbs = {name: env.open_db(name.encode(), dupsort=(name == "idx"))
+                         for name in self._db_names}
         except lmdb.Error as exc:
-            self.env.close()
+            env.close()
             raise StoreDamaged(f"store {self.path} is unreadable: {exc}",
                                path=str(self.path)) from None
-        if new and sync:
-            fsync_dir(self.path)
+        self._env = env
+        OPEN_ENVIRONMENTS.lru[self] = None
+
+    def _close_env(self) -> None:
+        """(under the registry's lock)"""
+        OPEN_ENVIRONMENTS.lru.pop(self, None)
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    @contextlib.contextmanager
+    def _pinned(self, create: bool = False):
+        """The environment, open and kept open until the block ends."""
+        registry = OPEN_ENVIRONMENTS
+        with registry.lock:
+            if self._closed:
+                raise lmdb.Error(f"store {self.path} is closed")
+            if self._env is None:
+                registry.make_room()
+                self._open_env(create)
+            else:
+                registry.lru.move_to_end(self)
+            self._pins += 1
+            env = self._env
+        try:
+            yield env
+        finally:
+            with registry.lock:
+                self._pins -= 1
+
+    @contextlib.contextmanager
+    def _begin(self, db: str | None = None, **kwargs):
+        """A transaction on the (pinned) environment, on the database named
+        ``db``: committed at the end of the block, aborted when it raises.
+        (Handles are looked up once the environment is open: they change when
+        it is opened again.)"""
+        with self._pinned() as env:
+            if db is not None:
+                kwargs["db"] = self.meta if db == "meta" else self._dbs[db]
+            with env.begin(**kwargs) as txn:
+                yield txn
+
+    def pinned(self):
+        """``with store.pinned() as env:`` for a caller that holds a transaction
+        across awaits (a media image's snapshot)."""
+        return self._pinned()
+
+    @property
+    def env(self) -> lmdb.Environment:
+        """The open environment, for a caller on one thread that needs it
+        briefly (tests); everything else goes through ``_begin``."""
+        with self._pinned() as env:
+            return env
 
     def db(self, name: str):
         return self._dbs[name]
 
+    def _grow_map(self) -> bool:
+        # LMDB resizes only with no transaction open on the environment
+        with OPEN_ENVIRONMENTS.lock:
+            if self._env is None or self._pins or self._map_size >= MAX_MAP_SIZE:
+                return False
+            self._map_size = min(2 * self._env.info()["map_size"], MAX_MAP_SIZE)
+            self._env.set_mapsize(self._map_size)
+            return True
+
     def close(self) -> None:
-        self.env.close()
+        with OPEN_ENVIRONMENTS.lock:
+            self._closed = True
+            self._close_env()
 
     def sync(self) -> None:
         """Force the store, and the names of its files (a store opened with
         ``sync=False`` was never made durable)."""
-        self.env.sync(True)
+        with self._pinned() as env:
+            env.sync(True)
         fsync_dir(self.path)
 
     def get_meta(self, key: bytes, default: str | None = None) -> str | None:
         try:
-            with self.env.begin(db=self.meta) as txn:
+            with self._begin(db="meta") as txn:
                 v = txn.get(key)
         except lmdb.Error as exc:
             raise StoreDamaged(f"store {self.path} is unreadable: {exc}",
@@ -131,12 +269,14 @@ class QueueStore(Store):
         #: counts message-changing writes (see last_key)
         self.generation = 0
         self._last_key: tuple[int, bytes | None] | None = None
-        self.msgs = self.db("msgs")
-        self.np = self.db("np")
-        self.idx = self.db("idx")
         if object_id is not None and self.get_meta(b"object_id") is None:
-            with self.env.begin(write=True) as txn:
+            with self._begin(write=True) as txn:
                 txn.put(b"object_id", str(object_id).encode(), db=self.meta)
+
+    # the databases' handles change when the environment is opened again
+    msgs = property(lambda self: self._dbs["msgs"])
+    np = property(lambda self: self._dbs["np"])
+    idx = property(lambda self: self._dbs["idx"])
 
     @property
     def object_id(self) -> int | None:
@@ -149,7 +289,7 @@ class QueueStore(Store):
         return self.get_meta(b"damaged")
 
     def mark_damaged(self, why: str) -> None:
-        with self.env.begin(write=True) as txn:
+        with self._begin(write=True) as txn:
             txn.put(b"damaged", why.encode(), db=self.meta)
 
     @property
@@ -158,7 +298,7 @@ class QueueStore(Store):
 
     def count(self) -> int:
         try:
-            with self.env.begin() as txn:
+            with self._begin() as txn:
                 return txn.stat(self.msgs)["entries"]
         except lmdb.Error as exc:
             raise self._damaged(exc) from None
@@ -170,7 +310,7 @@ class QueueStore(Store):
 
     def get(self, key: bytes) -> Message | None:
         try:
-            with self.env.begin(db=self.msgs, buffers=True) as txn:
+            with self._begin(db="msgs", buffers=True) as txn:
                 v = txn.get(key)
                 return Message.decode(unseal(key, v, self.path)) if v is not None else None
         except (lmdb.Error, ValueError, StoreDamaged) as exc:
@@ -189,7 +329,7 @@ class QueueStore(Store):
         """A write transaction that changes messages; once it has ended, the
         cached last key is stale (``generation`` moves on)."""
         try:
-            with self.env.begin(write=True) as txn:
+            with self._begin(write=True) as txn:
                 yield txn
         finally:
             self.generation += 1
@@ -205,7 +345,7 @@ class QueueStore(Store):
         if cached is not None and cached[0] == generation:
             return cached[1]
         try:
-            with self.env.begin(db=self.msgs) as txn:
+            with self._begin(db="msgs") as txn:
                 cur = txn.cursor()
                 key = cur.key() if cur.last() else None
         except lmdb.Error as exc:
@@ -216,7 +356,7 @@ class QueueStore(Store):
     def iter_keys(self, start: bytes | None = None):
         """Message keys in delivery order, from ``start`` (inclusive)."""
         try:
-            with self.env.begin(db=self.msgs) as txn:
+            with self._begin(db="msgs") as txn:
                 cur = txn.cursor()
                 ok = cur.set_range(start) if start else cur.first()
                 while ok:
@@ -230,7 +370,7 @@ class QueueStore(Store):
         Raises StoreDamaged naming the first bad one."""
         n = 0
         try:
-            with self.env.begin(db=self.msgs, buffers=True) as txn:
+            with self._begin(db="msgs", buffers=True) as txn:
                 for key, value in txn.cursor():
                     unseal(key, value, self.path)
                     n += 1
@@ -239,12 +379,13 @@ class QueueStore(Store):
         return n
 
     def index_lookup(self, ident: bytes) -> list[bytes]:
-        with self.env.begin(db=self.idx) as txn:
+        with self._begin(db="idx") as txn:
             cur = txn.cursor()
             if not cur.set_key(ident):
                 return []
             return list(cur.iternext_dup())
 
+    @grows_map
     def apply(self, changes: dict, recovery_lsn: int, index_type: str = "NONE",
               next_seq: int = 0) -> None:
         """One synced transaction: ``changes`` maps key -> Message (put or update)
@@ -285,6 +426,7 @@ class QueueStore(Store):
                 txn.put(b"next_seq", str(next_seq).encode(), db=self.meta)
             self._set_lsn(txn, recovery_lsn)
 
+    @grows_map
     def load_encoded(self, entries: list[tuple[bytes, bytes]]) -> None:
         """Media recovery: store persistent messages given as (key, Message
         encoding), in one transaction; appended where the keys allow."""
@@ -307,6 +449,9 @@ class QueueStore(Store):
 
     def purge_nonpersistent(self) -> int:
         """Restart discards non-persistent messages; returns how many."""
+        with self._begin(db="np") as txn:
+            if txn.stat(self.np)["entries"] == 0:
+                return 0       # no write, no sync: a restart opens every store
         n = 0
         with self._changing_messages() as txn:
             cur = txn.cursor(db=self.np)
@@ -318,13 +463,14 @@ class QueueStore(Store):
         return n
 
     def index_entries(self) -> int:
-        with self.env.begin() as txn:
+        with self._begin() as txn:
             return txn.stat(self.idx)["entries"]
 
+    @grows_map
     def rebuild_index(self, index_type: str) -> int:
         """Drop and rebuild the msg_id/correl_id index; returns entries made."""
         n = 0
-        with self.env.begin(write=True) as txn:
+        with self._begin(write=True) as txn:
             txn.drop(self.idx, delete=False)
             if index_type != "NONE":
                 cur = txn.cursor(db=self.msgs)
@@ -345,11 +491,12 @@ class CatalogStore(Store):
 
     def __init__(self, path: Path, map_size: int = 1 << 30):
         super().__init__(path, map_size, dbs=("objects",))
-        self.objects = self.db("objects")
+
+    objects = property(lambda self: self._dbs["objects"])
 
     def load(self) -> dict[str, dict]:
         try:
-            with self.env.begin(db=self.objects) as txn:
+            with self._begin(db="objects") as txn:
                 return {k.decode(): json.loads(unseal(k, v, self.path)) for k, v in txn.cursor()}
         except (lmdb.Error, ValueError) as exc:
             raise StoreDamaged(f"catalog store {self.path} is unreadable: {exc}",
@@ -362,8 +509,9 @@ class CatalogStore(Store):
             raise StoreDamaged(f"catalog store {self.path} is damaged: {exc}",
                                path=str(self.path)) from None
 
+    @grows_map
     def _apply(self, changes: dict[str, dict | None], recovery_lsn: int) -> None:
-        with self.env.begin(write=True) as txn:
+        with self._begin(write=True) as txn:
             for name, definition in changes.items():
                 if definition is None:
                     txn.delete(name.encode(), db=self.objects)
