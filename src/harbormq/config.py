@@ -47,6 +47,8 @@
     max_prefetch = 1024
     heartbeat_ms = 10000        # what the server offers and asks for
     auto_define_queues = true   # SEND/SUBSCRIBE to an undefined queue defines it
+    full_queue_wait_ms = 10000  # a SEND to a full queue holds its producer this long,
+                                #   then fails with MQRC 2053 (0 = at once, as MQPUT)
     connauth = "optional"       # or "required": every connection logs in
 """
 
@@ -125,6 +127,10 @@ class StompSettings:
     max_prefetch: int = _opt(1024, lo=1, hi=1_000_000)
     heartbeat_ms: int = _opt(10_000, lo=0, hi=86_400_000)
     auto_define_queues: bool = True
+    #: producer flow control: how long a SEND that finds its queue full holds its
+    #: connection (nothing more is read from it) waiting for room before it fails
+    #: with MQRC 2053; 0 fails at once, as MQ's MQPUT does
+    full_queue_wait_ms: int = _opt(10_000, lo=0, hi=86_400_000)
     connauth: str = _opt("optional", choices=("optional", "required"))
 
 

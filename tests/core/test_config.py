@@ -19,6 +19,14 @@ BAD_CONFIGS = [
     ("[nonsense]\nx = 1\n", "unknown key(s) nonsense"),
     ("[stomp]\nmax_frame = 1\n", "unknown key stomp.max_frame"),
     ("[stomp]\nconnauth = 'sometimes'\n", "stomp.connauth = 'sometimes' is not one of"),
+    ("[stomp]\nfull_queue_wait_ms = '10s'\n",
+     "stomp.full_queue_wait_ms = '10s' is not a whole number"),
+    ("[stomp]\nfull_queue_wait_ms = 2.5\n", "stomp.full_queue_wait_ms = 2.5 is not a whole number"),
+    ("[stomp]\nfull_queue_wait_ms = true\n",
+     "stomp.full_queue_wait_ms = True is not a whole number"),
+    ("[stomp]\nfull_queue_wait_ms = -1\n", "stomp.full_queue_wait_ms = -1 is out of range"),
+    ("[stomp]\nfull_queue_wait_ms = 86400001\n",
+     "stomp.full_queue_wait_ms = 86400001 is out of range"),
     ("[log]\ntype = 'spiral'\n", "log.type = 'spiral' is not one of"),
     ("[log]\nfile_pages = 3\n", "out of range"),
 ]
@@ -47,6 +55,27 @@ def test_an_empty_or_misnamed_qm_toml_is_refused(make_qm, home):
             QMConfig.load("QM1", home)
 
 
+def test_full_queue_wait_ms_default_zero_and_older_files(make_qm, home):
+    """Flow control's wait: 10 s by default (written by create), 0 allowed (fail at
+    once, as MQPUT), and a qm.toml from before the setting loads with the default."""
+    import tomllib
+
+    import tomli_w
+
+    from harbormq.config import QMConfig
+    make_qm()
+    path = home / "qmgrs" / "QM1" / "qm.toml"
+    data = tomllib.loads(path.read_text())
+    assert data["stomp"]["full_queue_wait_ms"] == 10_000
+    assert QMConfig.load("QM1", home).stomp.full_queue_wait_ms == 10_000
+    data["stomp"]["full_queue_wait_ms"] = 0
+    path.write_text(tomli_w.dumps(data))
+    assert QMConfig.load("QM1", home).stomp.full_queue_wait_ms == 0
+    del data["stomp"]["full_queue_wait_ms"]
+    path.write_text(tomli_w.dumps(data))
+    assert QMConfig.load("QM1", home).stomp.full_queue_wait_ms == 10_000
+
+
 _toml_values = st.recursive(
     st.one_of(st.integers(-2**40, 2**40), st.floats(allow_nan=False), st.booleans(),
               st.text(max_size=10)),
@@ -55,7 +84,7 @@ _toml_values = st.recursive(
     max_leaves=8)
 _known_keys = st.sampled_from(["log", "tuning", "image", "listeners", "stomp", "type", "port",
                                "flush_interval_ms", "file_pages", "schedule", "connauth",
-                               "heartbeat_ms", "x"])
+                               "heartbeat_ms", "full_queue_wait_ms", "x"])
 
 
 @given(st.dictionaries(_known_keys | st.text(max_size=6), _toml_values, max_size=5))

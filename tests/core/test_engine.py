@@ -83,6 +83,49 @@ def test_uncommitted_puts_count_against_maxdepth(qm):
     qm.put("TWO", b"c")
 
 
+def test_held_producers_are_told_of_room_first_come_one_at_a_time(qm):
+    """The queue's line of held producers (STOMP flow control): every way room is
+    made tells the first of them, on the next loop turn, and never the second
+    while the first is still in line. The API's own put still fails at once."""
+    qm.define_queue("LINE", MAXDEPTH=2)
+    q = qm.core.queues["LINE"]
+    told = []
+    qm._call_sync(q.producers.extend, [lambda: told.append("first"),
+                                       lambda: told.append("second")])
+
+    def after(op, *args, **kw):
+        result = op(*args, **kw)
+        qm._call_sync(lambda: None)      # the loop turn that tells the producer
+        return result
+    qm.put("LINE", b"1")
+    uow = qm.begin()
+    uow.put("LINE", b"2")
+    with pytest.raises(QueueFull, match="2053"):
+        after(qm.put, "LINE", b"3")
+    assert told == []
+    after(uow.backout)                                  # an uncommitted put backed out
+    assert told == ["first"]
+    qm.put("LINE", b"2")
+    assert after(qm.get, "LINE").body == b"1"            # a get outside a unit of work
+    assert told == ["first"] * 2
+    qm.put("LINE", b"3")
+    uow = qm.begin()
+    assert after(uow.get, "LINE").body == b"2"
+    assert told == ["first"] * 2       # got under a unit of work: still takes its place
+    after(uow.commit)                                   # ...until the get commits
+    assert told == ["first"] * 3
+    qm.put("LINE", b"4")
+    after(qm.alter_queue, "LINE", MAXDEPTH=3)           # a larger MAXDEPTH
+    assert told == ["first"] * 4
+    qm.put("LINE", b"5")
+    after(qm.clear_queue, "LINE")                       # CLEAR
+    assert told == ["first"] * 5
+    qm._call_sync(q.producers.popleft)                  # the first leaves: the next
+    qm._call_sync(q.room_check)
+    qm._call_sync(lambda: None)
+    assert told == ["first"] * 5 + ["second"]
+
+
 def test_put_and_get_inhibited(qm):
     qm.alter_queue("Q1", PUT="DISABLED")
     with pytest.raises(PutInhibited, match="2051"):

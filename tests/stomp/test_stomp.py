@@ -4,8 +4,8 @@ free loopback port (issue 3 §1-§4, §6).
 
 Servers are module-scoped and shared by every test whose configuration is the
 default one (``server``); a few configurations get their own process
-(``strict``: limits and auto-define off; ``required``: connauth required on a
-non-loopback listener; TLS; the SIGKILL durability test). Every test uses
+(``strict``: limits, auto-define and flow control off; ``required``: connauth
+required on a non-loopback listener; TLS; the SIGKILL durability test). Every test uses
 queues of its own, so tests sharing a server do not see each other's messages.
 """
 
@@ -898,7 +898,8 @@ def test_non_loopback_listener_refused_when_connauth_optional(tmp_path, host):
 def strict(tmp_path_factory):
     srv = QMServer(tmp_path_factory.mktemp("stompstrict") / "hmq", "QL")
     srv.create(auto_define_queues=False, max_frame_bytes=8192, max_headers=12,
-               max_header_bytes=2048, max_subscriptions=3, max_connections=5)
+               max_header_bytes=2048, max_subscriptions=3, max_connections=5,
+               full_queue_wait_ms=0)
     srv.start()
     srv.sc("DEFINE QLOCAL(LIM.Q)\nDEFINE QLOCAL(SMALL.Q) MAXMSGL(100)")
     yield srv
@@ -956,6 +957,18 @@ def test_too_many_subscriptions(strict, conns):
         subscribe(c, "LIM.Q", f"s{i}")
     c.send("SUBSCRIBE", {"destination": "/queue/LIM.Q", "id": "s3"})
     expect_error(c, "max_subscriptions")
+
+
+def test_queue_full_is_an_error_with_2053_at_once_without_flow_control(strict, conns):
+    """stomp.full_queue_wait_ms = 0: a SEND to a full queue fails at once, as
+    MQPUT does (the wait itself: test_stomp_flow_control.py)."""
+    strict.sc("DEFINE QLOCAL(FULL.Q) MAXDEPTH(2)")
+    c = conns.raw(strict.port)
+    send_all(c, "FULL.Q", ["1", "2"])
+    c.send("SEND", {"destination": "/queue/FULL.Q", "receipt": "r3"}, b"3")
+    err = expect_error(c, "2053", "FULL.Q")
+    assert err["receipt-id"] == "r3" and "full_queue_wait_ms" not in err["message"]
+    assert depth(strict, "FULL.Q") == 2
 
 
 def test_queue_maxmsgl(strict, conns):
@@ -1208,14 +1221,6 @@ def test_stop_conn_backs_out_its_deliveries(server, conns):
     subscribe(c2, "STOPC.Q", ack="auto")
     again = c2.messages(2)
     assert bodies(again) == [b"a", b"b"] and {m["redelivered"] for m in again} == {"true"}
-
-
-def test_queue_full_is_an_error_with_2053(server, conns):
-    server.sc("DEFINE QLOCAL(FULL.Q) MAXDEPTH(2)")
-    c = conns.raw(server.port)
-    send_all(c, "FULL.Q", ["1", "2"])
-    c.send("SEND", {"destination": "/queue/FULL.Q"}, b"3")
-    expect_error(c, "2053", "FULL.Q")
 
 
 def test_pipelined_frames_behind_an_authenticated_connect(server, conns):

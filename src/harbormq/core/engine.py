@@ -335,6 +335,7 @@ class QueueManagerCore:
         self.set_definition(name, definition, lsn)
         old_index = q.index_type
         q.definition = definition
+        q.room_check()           # MAXDEPTH may be larger, PUT disabled: held producers look again
         if definition["attrs"]["INDXTYPE"] != old_index:
             await self.flush_all()
             q.store.rebuild_index(definition["attrs"]["INDXTYPE"])
@@ -416,18 +417,27 @@ class QueueManagerCore:
 
     # ------------------------------------------------------------------ messages
 
-    def _prepare_message(self, q: LocalQueue, msg: Message) -> Message:
+    def check_put(self, q: LocalQueue, msg: Message) -> None:
+        """What refuses a put to ``q`` whatever its depth: puts inhibited, a message
+        too long, a bad priority. A protocol server checks this before it holds a
+        producer for room on a full queue (flow control): these fail at once."""
         attrs = q.attrs
+        if attrs["PUT"] != "ENABLED":
+            raise PutInhibited(f"puts are inhibited on queue {q.name} (MQRC 2051)",
+                               queue=q.name)
         limit = min(attrs["MAXMSGL"], self.qmgr_attrs["MAXMSGL"])
         if len(msg.body) > limit:
             raise MessageTooLong(
                 f"message of {len(msg.body)} bytes is longer than MAXMSGL {limit} of queue "
                 f"{q.name} (MQRC 2030 MSG_TOO_BIG_FOR_Q)", queue=q.name)
-        if q.depth + q.uncommitted_puts >= attrs["MAXDEPTH"]:
-            raise QueueFull(f"queue {q.name} is full: MAXDEPTH is {attrs['MAXDEPTH']} "
-                            "(MQRC 2053 Q_FULL)", queue=q.name)
         if not 0 <= msg.priority <= 9:
             raise InvalidAttribute(f"priority {msg.priority} is out of range 0..9")
+
+    def _prepare_message(self, q: LocalQueue, msg: Message) -> Message:
+        self.check_put(q, msg)
+        if q.full:
+            raise QueueFull(f"queue {q.name} is full: MAXDEPTH is {q.attrs['MAXDEPTH']} "
+                            "(MQRC 2053 Q_FULL)", queue=q.name)
         msg.raw = msg._key = None   # the fields below change: drop what was derived
         msg.msg_id = msg.msg_id or new_msg_id()
         msg.put_time_ns = time.time_ns()
@@ -455,8 +465,6 @@ class QueueManagerCore:
         while their forces are shared."""
         self.check_running()
         q = self.queue(queue)
-        if q.attrs["PUT"] != "ENABLED":
-            raise PutInhibited(f"puts are inhibited on queue {queue} (MQRC 2051)", queue=queue)
         msg = self._prepare_message(q, msg)
         q.last_put_ns = msg.put_time_ns
         if uow is None:
@@ -707,7 +715,7 @@ class QueueManagerCore:
             if op.kind == "put":
                 if op.lsn:
                     self._compensate(uow, op, op.msg.backout_count)
-                q.uncommitted_puts -= 1
+                q.put_backed_out()
                 uow.ops.pop()
                 continue
             msg = replace(op.msg, backout_count=op.msg.backout_count + 1)
@@ -771,7 +779,7 @@ class QueueManagerCore:
             if op.kind == "get":
                 op.queue.unlocked(op.msg.key)
             else:
-                op.queue.uncommitted_puts -= 1
+                op.queue.put_backed_out()
         uow.ops.clear()
         if uow.first_lsn:
             self.append_record(RecordType.UOW_BACKOUT, uow_id=uow.id, prev_lsn=uow.last_lsn)

@@ -14,6 +14,7 @@ by queue depth: message bodies on the queue live in the store.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 from sortedcontainers import SortedSet
 
@@ -69,6 +70,11 @@ class LocalQueue:
         #: available; each takes what its window allows
         self.listeners: list = []
         self._available_events = 0
+        #: producers held until the queue has room (STOMP flow control), first come
+        #: first served: each is a callback, and only the first is ever called. It
+        #: stays first until its producer has put (or given up) and leaves.
+        self.producers: deque = deque()
+        self._room_check_due = False
 
     # -- telling consumers ------------------------------------------------------------
 
@@ -92,6 +98,23 @@ class LocalQueue:
         for listener in list(self.listeners):
             listener()
 
+    # -- telling held producers -------------------------------------------------------
+
+    def room_check(self) -> None:
+        """Room may have been made (a get committed, a put backed out, a CLEAR, a
+        larger MAXDEPTH) or the first held producer left: on the next loop turn,
+        the first held producer is told if the queue has room (or puts were
+        inhibited meanwhile: its put fails at once). One at a time, in the order
+        they came: the next is told when the first has put and left."""
+        if self.producers and not self._room_check_due:
+            self._room_check_due = True
+            asyncio.get_running_loop().call_soon(self._tell_producer)
+
+    def _tell_producer(self) -> None:
+        self._room_check_due = False
+        if self.producers and (not self.full or self.attrs["PUT"] != "ENABLED"):
+            self.producers[0]()
+
     # -- attributes ------------------------------------------------------------------
 
     @property
@@ -101,6 +124,17 @@ class LocalQueue:
     @property
     def index_type(self) -> str:
         return self.attrs["INDXTYPE"]
+
+    @property
+    def full(self) -> bool:
+        """A put would exceed MAXDEPTH (MQRC 2053): committed messages, got ones
+        not yet committed included, plus uncommitted puts."""
+        return self.depth + self.uncommitted_puts >= self.attrs["MAXDEPTH"]
+
+    def put_backed_out(self) -> None:
+        """An uncommitted put is undone: its place is free again."""
+        self.uncommitted_puts -= 1
+        self.room_check()
 
     @property
     def curdepth(self) -> int:
@@ -240,6 +274,7 @@ class LocalQueue:
             self._mem_keys.discard(key)
         self.depth -= 1
         self._note_lsn(lsn)
+        self.room_check()
 
     def commit_update(self, msg: Message, lsn: int) -> None:
         """A new version of a message already on the queue (backout count)."""
@@ -265,6 +300,7 @@ class LocalQueue:
         self._scan_from = self._avail_from = None
         self.depth = 0
         self.store_hidden = True
+        self.room_check()
 
     # -- flushing ---------------------------------------------------------------------
 

@@ -7,7 +7,14 @@ be (``put_nowait``, ``get_nowait``, ``commit_nowait``); the force that makes a
 step durable is shared with everything else appended meanwhile (group commit),
 and its RECEIPT is sent once that force is done. Receipts leave in the order
 their frames came. A frame that needs to wait (a queue being defined on first
-use) holds back the frames behind it until it is done.
+use, a SEND to a full queue) holds back the frames behind it until it is done.
+
+Producer flow control: a SEND that finds its queue full (MAXDEPTH) holds its
+connection, reading nothing more from it, so a pipelining producer is slowed
+through TCP rather than dropped, until the queue has room or
+``stomp.full_queue_wait_ms`` passes; then it fails with MQRC 2053. Held
+producers of a queue take the room it makes one at a time, in the order they
+came (``LocalQueue.producers``).
 
 The connection is three parts: ``transport.py`` (bytes and frames, order,
 held frames, backpressure, heart-beats), ``delivery.py`` (subscriptions,
@@ -24,13 +31,15 @@ connection is closed (STOMP 1.2 §ERROR); what it left unfinished is backed out.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.connections import Connection, new_conn_id
 from ..core.engine import UnitOfWork
 from ..core.objects import DEFAULT_LOCAL_QUEUE, check_name
-from ..errors import HarbormqError, InvalidAttribute, UnknownObject
+from ..core.queue import LocalQueue
+from ..errors import HarbormqError, InvalidAttribute, QueueFull, UnknownObject
 from ..log.records import Message
 from .delivery import Delivery, DeliveryMixin
 from .frames import Frame, Limits, receipt_frame
@@ -59,6 +68,23 @@ class Transaction:
     nacks: list[Delivery] = field(default_factory=list)
 
 
+class HeldSend:
+    """A SEND held because its queue is full: its place in the queue's line of
+    held producers, and until when it may wait."""
+
+    __slots__ = ("queue", "deadline", "waker")
+
+    def __init__(self, queue: LocalQueue, deadline: float):
+        self.queue = queue
+        self.deadline = deadline
+        self.waker: asyncio.Future | None = None
+
+    def __call__(self) -> None:
+        """The queue has room and this producer is first in line."""
+        if self.waker is not None and not self.waker.done():
+            self.waker.set_result(None)
+
+
 class StompConnection(DeliveryMixin, FrameTransport):
     def __init__(self, service: "StompService", listener_name: str):
         s = service.settings
@@ -77,6 +103,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.transactions: dict[str, Transaction] = {}
         self._output_queues: set[str] = set()
         self._destinations: dict[str, str] = {}     # destination header -> queue name
+        #: the SEND waiting for room on a full queue (flow control), if any
+        self._held_send: HeldSend | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -107,6 +135,12 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.service.connections.discard(self)
         self.core.connections.remove(self.info)
         self._release_everything()
+
+    def fail(self, message: str, **kw) -> None:
+        # the held SEND will never be put: the next producer's turn, now, not
+        # when the client has read the ERROR and closed
+        self._leave_line()
+        super().fail(message, **kw)
 
     def stop(self, reason: str = "stopped by the administrator (STOP CONN)") -> None:
         """STOP CONN: end the connection; its unfinished work is backed out."""
@@ -241,11 +275,69 @@ class StompConnection(DeliveryMixin, FrameTransport):
             txn = self._transaction(frame)
         msg = self._message(frame, name)
         if name not in self._output_queues:
+            # open (OPPROCS) before any wait for room, as MQOPEN comes before MQPUT
             self._output_queues.add(name)
             self.info.open(name, "output")
+        if self.settings.full_queue_wait_ms:
+            q = self.core.queue(name)
+            self.core.check_put(q, msg)     # what depth cannot cure fails at once
+            if self._must_wait(q):
+                return self._wait_for_room(q)
+        self._leave_line()           # this SEND was held: it puts now, the next may go
         _msg, forced = self.core.put_nowait(name, msg, txn.uow if txn else None)
         self._receipt(frame, forced)
         return None
+
+    # -- flow control ------------------------------------------------------------------
+
+    def _must_wait(self, q: LocalQueue) -> bool:
+        """The SEND must wait for room: the queue is full, or other producers were
+        held on it first (they take the room first, in turn)."""
+        held = self._held_send
+        if held is not None and held.queue is not q:
+            self._leave_line()       # the queue was replaced (recreated) meanwhile
+            held = None
+        if held is not None and q.producers and q.producers[0] is held:
+            return q.full            # our turn: a put in between may have taken the room
+        return held is not None or q.full or bool(q.producers)
+
+    def _wait_for_room(self, q: LocalQueue):
+        """Hold this SEND (and so the connection: nothing more is read from it)
+        until the queue has room and it is first in line, then dispatch it again."""
+        held = self._held_send
+        if held is None:
+            held = HeldSend(q, time.monotonic() + self.settings.full_queue_wait_ms / 1000)
+            q.producers.append(held)
+            self._held_send = held
+        held.waker = self.loop.create_future()
+        q.room_check()               # room already, and first in line: go at once
+        return self._await_room(held)
+
+    async def _await_room(self, held: HeldSend) -> None:
+        try:
+            await asyncio.wait_for(held.waker, max(0.0, held.deadline - time.monotonic()))
+        except TimeoutError:
+            if self._held_send is held:
+                self._leave_line()
+            q = held.queue
+            raise QueueFull(f"queue {q.name} is full: MAXDEPTH is {q.attrs['MAXDEPTH']} "
+                            f"and it had no room for {self.settings.full_queue_wait_ms} ms "
+                            "(stomp.full_queue_wait_ms) (MQRC 2053 Q_FULL)",
+                            queue=q.name) from None
+
+    def _leave_line(self) -> None:
+        """This connection's SEND is no longer held: out of its queue's line,
+        and the next held producer may take the room."""
+        held, self._held_send = self._held_send, None
+        if held is None:
+            return
+        try:
+            held.queue.producers.remove(held)
+        except ValueError:
+            pass
+        if held.waker is not None and not held.waker.done():
+            held.waker.set_result(None)      # a waiting _await_room ends (closing)
+        held.queue.room_check()
 
     def _message(self, frame: Frame, queue: str) -> Message:
         h = frame.headers
@@ -340,6 +432,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
         return None
 
     def _release_everything(self) -> None:
+        self._leave_line()
         for txn in list(self.transactions.values()):
             for d in txn.acks + txn.nacks:
                 d.txn = None
