@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import pwd
 import socket
 import stat
 import sys
@@ -27,6 +28,7 @@ from harbormq.security import (
     endpoint,
     is_loopback,
     loopback_peer_uid,
+    os_owner,
     parse_proc_net_tcp,
     profile_matches,
     socket_owner_uid,
@@ -236,24 +238,90 @@ US = ("127.0.0.1", 61613)            # the listener's
 
 
 def test_authenticate(tmp_path):
-    sec = Security.for_dir(tmp_path, owner="qmowner")
+    sec = Security.for_dir(tmp_path, owner="qmowner", owner_uid=4242,
+                           peer_uid=lambda peer, local: 4242)
     sec.users.add("alice", "pw", groups=["apps"])
-    p = sec.authenticate("alice", "pw", connauth="required", peer_host="10.0.0.5")
-    assert (p.user, p.groups, p.anonymous) == ("alice", ("apps",), False)
+    p = sec.authenticate("alice", "pw", connauth="required", peer=("10.0.0.5", 5000))
+    assert (p.user, p.groups, p.anonymous, p.owner) == ("alice", ("apps",), False, False)
     with pytest.raises(NotAuthorized, match="authentication failed.*2035"):
-        sec.authenticate("alice", "bad", connauth="optional", peer_host="127.0.0.1")
-    anon = sec.authenticate(None, None, connauth="optional", peer_host="127.0.0.1")
-    assert anon.user == "qmowner" and anon.anonymous
+        sec.authenticate("alice", "bad", connauth="optional", peer=LOOP, local=US)
+    anon = sec.authenticate(None, None, connauth="optional", peer=LOOP, local=US)
+    assert anon.user == "qmowner" and anon.anonymous and anon.owner
     assert sec.check(anon, "QUEUE", "ANY", "PUT")
     assert not sec.check(p, "QUEUE", "ANY", "PUT")
     with pytest.raises(NotAuthorized, match="2035"):
-        sec.authenticate(None, None, connauth="required", peer_host="127.0.0.1")
+        sec.authenticate(None, None, connauth="required", peer=LOOP, local=US)
     with pytest.raises(NotAuthorized, match="2035"):
-        sec.authenticate("", None, connauth="optional", peer_host="192.168.1.9")
+        sec.authenticate("", None, connauth="optional", peer=("192.168.1.9", 5000), local=US)
     sec.authorities.set("Q1", "QUEUE", group="apps", add=["PUT"])
     sec.require(p, "QUEUE", "Q1", "PUT")
     with pytest.raises(NotAuthorized):
         sec.require(p, "QUEUE", "Q1", "GET")
+
+
+def _other_os_user():
+    """An OS user that is not the one running the tests (nobody, usually)."""
+    for e in pwd.getpwall():
+        if e.pw_uid != os.geteuid() and e.pw_name not in ("root", os_owner()):
+            return e
+    pytest.fail("this machine has a single OS user: no other one to test with")
+
+
+def test_anonymous_connection_acts_as_its_os_user_never_the_owner(tmp_path):
+    """The hardening issue: an anonymous loopback connection of another OS user
+    used to be the owner. Now it is that user, holding only its records."""
+    other = _other_os_user()
+    seen = []
+
+    def peer_uid(peer, local):
+        seen.append((peer, local))
+        return other.pw_uid
+    sec = Security.for_dir(tmp_path, owner="qmowner", owner_uid=4242, peer_uid=peer_uid)
+    p = sec.authenticate(None, None, connauth="optional", peer=LOOP, local=US)
+    assert seen == [(LOOP, US)]
+    assert (p.user, p.groups, p.anonymous, p.owner) == (other.pw_name, (), True, False)
+    for authority in ("GET", "PUT", "BROWSE"):
+        assert not sec.check(p, "QUEUE", "ANY.Q", authority)
+    assert not sec.check(p, "QMGR", "QM1", "CRT")
+    with pytest.raises(NotAuthorized, match=f"user {other.pw_name} is not authorized.*2035"):
+        sec.require(p, "QUEUE", "ANY.Q", "GET")
+    # exactly the records naming it, and its groups as a harbormq user of that name
+    sec.authorities.set("MINE.*", "QUEUE", principal=other.pw_name, add=["GET"])
+    assert sec.check(p, "QUEUE", "MINE.Q", "GET") and not sec.check(p, "QUEUE", "MINE.Q", "PUT")
+    assert not sec.check(p, "QUEUE", "ANY.Q", "GET")
+    sec.users.add(other.pw_name, "pw", groups=["apps"])
+    sec.authorities.set("APPS.Q", "QUEUE", group="apps", add=["PUT"])
+    p = sec.authenticate(None, None, connauth="optional", peer=LOOP, local=US)
+    assert p.groups == ("apps",) and not p.owner
+    assert sec.check(p, "QUEUE", "APPS.Q", "PUT") and not sec.check(p, "QUEUE", "ANY.Q", "PUT")
+
+
+@pytest.mark.parametrize("peer_uid, local, why", [
+    ("unknown", US, "no socket of this machine"),
+    ("nameless", US, "has no user name"),
+    ("owner-name", US, "has the owner's user name"),
+    (4242, None, "own address is not known"),
+])
+def test_anonymous_connection_whose_os_user_is_not_identified_is_refused(
+        tmp_path, peer_uid, local, why):
+    """Fail closed: no peer, no principal; the refusal says to log in."""
+    other = _other_os_user()
+
+    def lookup(peer, local):
+        if peer_uid == "unknown":
+            raise PeerUnknown("no socket of this machine is connected from x to y")
+        if peer_uid == "nameless":
+            return next(u for u in range(60001, 65000) if u not in known)
+        return other.pw_uid if peer_uid == "owner-name" else peer_uid
+    known = {e.pw_uid for e in pwd.getpwall()}
+    owner = other.pw_name if peer_uid == "owner-name" else "qmowner"
+    sec = Security.for_dir(tmp_path, owner=owner, owner_uid=4242, peer_uid=lookup)
+    with pytest.raises(NotAuthorized) as info:
+        sec.authenticate(None, None, connauth="optional", peer=LOOP, local=local)
+    exc = info.value
+    assert exc.msgid == "HMQ5540E" and exc.reason == 2035
+    assert why in str(exc) and "127.0.0.1:40000" in str(exc)
+    assert "cannot be identified" in str(exc) and "log in" in str(exc), str(exc)
 
 
 def test_peer_lookup_is_linux_only(monkeypatch):
