@@ -749,6 +749,16 @@ class Security:
             groups = []                       # the usual case: no harbormq user of that name
         return Principal(name, tuple(groups), anonymous=True)
 
+    @staticmethod
+    def is_os_user(name: str) -> bool:
+        """A user of this machine: a principal its anonymous loopback connections
+        act as."""
+        try:
+            pwd.getpwnam(name)
+        except (KeyError, ValueError):
+            return False
+        return True
+
     def check(self, principal: Principal, objtype: str, name: str, authority: str) -> bool:
         return self.authorities.check(principal.user, principal.groups, objtype, name,
                                       authority)
