@@ -15,8 +15,19 @@ Principal model (see docs/administration.md):
 * the OS user that owns the queue manager (whoever can reach the 0600 admin
   socket) has every authority;
 * an anonymous STOMP connection, allowed only on a loopback listener with
-  ``connauth = "optional"``, acts as that owner (MQ's local bindings for a
-  member of ``mqm``);
+  ``connauth = "optional"``, acts as the OS user at the other end, as an MQ
+  local bindings application does. On Linux the client's socket is found in
+  /proc/net/tcp or /proc/net/tcp6 (local address = our peer's, remote address
+  = ours), and its uid column is the uid of the process that created it. The
+  owner's uid (the uid the queue manager runs as) is the owner; any other uid
+  is the principal of its user name, holding exactly the authority records
+  that name it or, when a harbormq user of that name exists, its groups;
+  normally none, so it is refused with MQRC 2035. When the user at the other
+  end cannot be identified (not Linux, /proc unreadable, the socket gone) the
+  connection is refused (HMQ5540E, MQRC 2035): fail closed, log in instead.
+  The choice, against requiring a login by default: local tools, scripts and
+  the tour keep working without passwords for the owner, and no other user
+  can borrow the owner's authority;
 * an authenticated user is checked against the authority records: no record,
   no authority, except for a member of the group ``mqm``, an administrator.
 
@@ -48,8 +59,11 @@ import os
 import pwd
 import re
 import secrets
+import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
 from .errors import ConfigError, HarbormqError
 from .fsutil import atomic_write, make_dirs
@@ -494,6 +508,143 @@ def check_listener(host: str, connauth: str) -> None:
                           "loopback listeners only)")
 
 
+# -- the OS user at the other end of a loopback TCP connection ------------------------
+#
+# TCP has no SO_PEERCRED, but on Linux the kernel lists every socket of the
+# network namespace in /proc/net/tcp and /proc/net/tcp6, with the uid that
+# created it. The client's socket is the one whose local address is our peer's
+# address and whose remote address is ours. One line of those files:
+#
+#   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+#    3: 0100007F:C488 0100007F:EA60 01 00000000:00000000 00:00000000 00000000  1001   0 48213
+#
+# An address is hex, each 32-bit word in the kernel's (host) byte order: IPv4
+# 127.0.0.1 is 0100007F on a little-endian machine; IPv6 is four such words.
+# The port is plain big-endian hex. st is the TCP state, uid the socket's owner
+# (the fsuid of the process that created it; only root can change it), inode 0
+# means no process holds the socket any more (TIME_WAIT, an orphan): such an
+# entry names no live process and reports uid 0, so it never identifies anyone.
+
+#: TCP states (include/net/tcp_states.h) whose entries never identify a peer
+_TCP_TIME_WAIT, _TCP_LISTEN = 0x06, 0x0A
+PROC_NET = Path("/proc/net")
+
+
+class PeerUnknown(Exception):
+    """The OS user at the other end of a connection cannot be identified (the
+    text says why). Authentication turns it into a refusal."""
+
+
+@dataclass(frozen=True)
+class ProcTcpEntry:
+    """One socket of /proc/net/tcp or /proc/net/tcp6 (IPv4-mapped IPv6
+    addresses given as IPv4)."""
+    local: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]
+    remote: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]
+    state: int
+    uid: int
+    inode: int
+
+
+def _plain_address(addr) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
+
+
+def endpoint(host: str, port: int) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+    """``(address, port)`` as the /proc parser gives it: a socket address from
+    asyncio (an IPv6 scope such as ``%lo`` dropped, IPv4-mapped made IPv4)."""
+    return _plain_address(ipaddress.ip_address(str(host).strip("[]").split("%")[0])), int(port)
+
+
+def _proc_endpoint(text: str):
+    host, port = text.split(":")
+    if len(host) == 8:
+        packed = struct.pack("=I", int(host, 16))
+    elif len(host) == 32:
+        packed = b"".join(struct.pack("=I", int(host[i:i + 8], 16)) for i in range(0, 32, 8))
+    else:
+        raise ValueError(f"address {host!r} is neither IPv4 nor IPv6")
+    return _plain_address(ipaddress.ip_address(packed)), int(port, 16)
+
+
+def parse_proc_net_tcp(line: str) -> ProcTcpEntry | None:
+    """One line of /proc/net/tcp or /proc/net/tcp6; None for the header line or
+    a line that does not parse."""
+    fields = line.split()
+    if len(fields) < 10 or not fields[0].endswith(":"):
+        return None
+    try:
+        return ProcTcpEntry(_proc_endpoint(fields[1]), _proc_endpoint(fields[2]),
+                            int(fields[3], 16), int(fields[7]), int(fields[9]))
+    except ValueError:
+        return None
+
+
+def socket_owner_uid(lines: Iterable[str], local, remote) -> int | None:
+    """The uid owning the live socket whose local address is ``local`` and whose
+    remote address is ``remote`` (``endpoint`` pairs), among ``lines`` of
+    /proc/net/tcp[6]; None when there is none. Sockets of several uids
+    matching (impossible for one live connection) raise PeerUnknown."""
+    needle = f":{local[1]:04X} "           # the local port: skip other lines unparsed
+    uids = set()
+    for line in lines:
+        if needle not in line:
+            continue
+        e = parse_proc_net_tcp(line)
+        if e is None or e.local != local or e.remote != remote:
+            continue
+        if e.inode == 0 or e.state in (_TCP_TIME_WAIT, _TCP_LISTEN):
+            continue
+        uids.add(e.uid)
+    if len(uids) > 1:
+        raise PeerUnknown(f"sockets of several users ({', '.join(map(str, sorted(uids)))}) "
+                          f"have the address {_show(local)} towards {_show(remote)}")
+    return uids.pop() if uids else None
+
+
+def _show(ep) -> str:
+    addr, port = ep
+    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+
+
+def loopback_peer_uid(peer: tuple, local: tuple, *, proc_net: Path | None = None) -> int:
+    """The uid of the process at the other end of a loopback TCP connection, from
+    the addresses as our socket sees them (``peer``: getpeername, ``local``:
+    getsockname, ``(host, port, ...)``). PeerUnknown when it cannot be told: not
+    Linux, /proc unreadable, or the client's socket not found (it closed
+    meanwhile, or lives in another network namespace)."""
+    if proc_net is None:
+        if not sys.platform.startswith("linux"):
+            raise PeerUnknown(f"the peer of a TCP connection can be identified on Linux only, "
+                              f"not on {sys.platform}")
+        proc_net = PROC_NET
+    try:
+        them, us = endpoint(*peer[:2]), endpoint(*local[:2])
+    except (TypeError, ValueError) as exc:
+        raise PeerUnknown(f"not a TCP connection ({peer!r} to {local!r}): {exc}") from None
+    # the client's socket is usually of the family we see it in; an IPv6 socket
+    # connected to an IPv4 address (v4-mapped) is listed in tcp6
+    files = ("tcp", "tcp6") if them[0].version == 4 else ("tcp6", "tcp")
+    unreadable = []
+    for name in files:
+        try:
+            with open(Path(proc_net) / name, encoding="ascii", errors="replace") as f:
+                uid = socket_owner_uid(f, them, us)
+        except FileNotFoundError:             # no IPv6 in this kernel
+            continue
+        except OSError as exc:
+            unreadable.append(f"{Path(proc_net) / name}: {exc.strerror or exc}")
+            continue
+        if uid is not None:
+            return uid
+    if unreadable:
+        raise PeerUnknown(f"cannot read {'; '.join(unreadable)}")
+    raise PeerUnknown(f"no socket of this machine is connected from {_show(them)} to "
+                      f"{_show(us)} (the client may have closed it)")
+
+
 def os_owner() -> str:
     try:
         return pwd.getpwuid(os.getuid()).pw_name
@@ -506,45 +657,107 @@ class Principal:
     """Who a connection acts as."""
     user: str
     groups: tuple[str, ...] = ()
+    #: connected without a login (its OS user identified it)
     anonymous: bool = False
+    #: the queue manager's owner: every authority, never checked
+    owner: bool = False
 
 
 class Security:
-    """The users and the authority records of one queue manager."""
+    """The users and the authority records of one queue manager.
 
-    def __init__(self, users: UserStore, authorities: AuthorityStore, owner: str | None = None):
+    ``owner`` is the OS user owning the queue manager (by default the one this
+    process runs as) and ``owner_uid`` its uid (by default this process's
+    effective uid: the uid its sockets and files belong to). ``peer_uid`` finds
+    the uid at the other end of a loopback connection (``loopback_peer_uid``;
+    the tests give their own)."""
+
+    def __init__(self, users: UserStore, authorities: AuthorityStore, owner: str | None = None,
+                 *, owner_uid: int | None = None,
+                 peer_uid: Callable[[tuple, tuple], int] = loopback_peer_uid):
         self.users = users
         self.authorities = authorities
         self.owner = owner or os_owner()
+        self.owner_uid = os.geteuid() if owner_uid is None else owner_uid
         self.authorities.owner = self.owner
+        self.peer_uid = peer_uid
 
     @classmethod
     def for_config(cls, config) -> "Security":
         return cls.for_dir(config.qm_dir)
 
     @classmethod
-    def for_dir(cls, qm_dir: Path, owner: str | None = None) -> "Security":
+    def for_dir(cls, qm_dir: Path, owner: str | None = None, **kw) -> "Security":
         qm_dir = Path(qm_dir)
         return cls(UserStore(qm_dir / "users.json"), AuthorityStore(qm_dir / "authrecs.json"),
-                   owner)
+                   owner, **kw)
 
     def owner_principal(self) -> Principal:
-        return Principal(self.owner, (ADMIN_GROUP,), anonymous=True)
+        return Principal(self.owner, (ADMIN_GROUP,), anonymous=True, owner=True)
 
     def authenticate(self, user: str | None, password: str | None, *, connauth: str,
-                     peer_host: str) -> Principal:
-        """A STOMP CONNECT's login/passcode. Without a login: the owner on a loopback
-        connection with connauth optional, else refused (MQRC 2035)."""
+                     peer: tuple, local: tuple | None = None) -> Principal:
+        """A STOMP CONNECT's login/passcode; ``peer`` and ``local`` are the
+        connection's addresses as our socket sees them (``(host, port, ...)``).
+
+        With a login: that harbormq user, or MQRC 2035. Without one: refused
+        (MQRC 2035) unless connauth is optional and the peer is on loopback;
+        then the OS user at the other end (``anonymous_principal``)."""
         if not user:
-            if connauth == "optional" and is_loopback(peer_host):
-                return self.owner_principal()
-            raise NotAuthorized("a user id and password are required on this listener "
-                                "(connauth required, or a non-loopback client) "
-                                "(MQRC 2035 NOT_AUTHORIZED)", msgid="HMQ5534E")
+            peer_host = str(peer[0])
+            if connauth != "optional" or not is_loopback(peer_host):
+                raise NotAuthorized("a user id and password are required on this listener "
+                                    "(connauth required, or a non-loopback client) "
+                                    "(MQRC 2035 NOT_AUTHORIZED)", msgid="HMQ5534E")
+            return self.anonymous_principal(peer, local)
         if not self.users.verify(user, password or ""):
             raise NotAuthorized(f"user id {user} authentication failed "
                                 "(MQRC 2035 NOT_AUTHORIZED)", msgid="HMQ5534E", user=user)
         return Principal(user, tuple(self.users.groups_of(user)))
+
+    def anonymous_principal(self, peer: tuple, local: tuple | None) -> Principal:
+        """An anonymous loopback connection acts as the OS user at the other end,
+        as an MQ local bindings application does: the owner's uid is the owner;
+        another uid is the principal of that user's name, with the groups of
+        the harbormq user of that name if there is one, and so exactly the
+        authority records naming it or them. When the user cannot be
+        identified the connection is refused (HMQ5540E, MQRC 2035): log in."""
+        host = f"[{peer[0]}]" if ":" in str(peer[0]) else str(peer[0])
+        where = f"{host}:{peer[1]}" if len(peer) > 1 else host
+        try:
+            if local is None:
+                raise PeerUnknown("the connection's own address is not known")
+            uid = self.peer_uid(peer, local)
+            if uid == self.owner_uid:
+                return self.owner_principal()
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except KeyError:
+                raise PeerUnknown(f"its uid {uid} has no user name") from None
+            if name == self.owner:
+                raise PeerUnknown(f"its uid {uid} has the owner's user name {name} but not "
+                                  f"the owner's uid {self.owner_uid}")
+        except PeerUnknown as exc:
+            raise NotAuthorized(f"anonymous connection from {where} refused: the OS user at "
+                                f"the other end cannot be identified ({exc}) "
+                                "(MQRC 2035 NOT_AUTHORIZED)", msgid="HMQ5540E",
+                                hint="log in: send a user id and password (STOMP login and "
+                                     "passcode)") from None
+        try:
+            groups = self.users.groups_of(name)
+        except UnknownUser:
+            groups = []                       # the usual case: no harbormq user of that name
+        return Principal(name, tuple(groups), anonymous=True)
+
+    @staticmethod
+    def is_os_user(name: str) -> bool:
+        """A user of this machine: a principal its anonymous loopback connections
+        act as."""
+        try:
+            pwd.getpwnam(name)
+        except (KeyError, ValueError):
+            return False
+        return True
 
     def check(self, principal: Principal, objtype: str, name: str, authority: str) -> bool:
         return self.authorities.check(principal.user, principal.groups, objtype, name,

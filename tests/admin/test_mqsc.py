@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pwd
 import re
 import time
 
@@ -30,7 +31,7 @@ from harbormq.cli.admin import sc, user
 from harbormq.core.connections import Connection, new_conn_id
 from harbormq.errors import QueueManagerNotRunning
 from harbormq.log.records import extent_file_name
-from harbormq.security import Security, UserExists, UserStore
+from harbormq.security import Security, UserExists, UserStore, os_owner
 
 # -- parser ------------------------------------------------------------------------------
 
@@ -685,6 +686,20 @@ def test_authrec_for_an_unknown_principal_warns_and_suggests_the_quoted_name(qm)
              security=security)
     assert "HMQ8866W" not in out
     assert security.authorities.check("alice", [], "QUEUE", "Q1", "PUT")
+
+
+def test_authrec_for_an_os_user_does_not_warn(qm):
+    """An OS user's anonymous loopback connections act as that user, so a
+    record naming one applies without any harbormq user of that name."""
+    security = Security.for_config(qm.config)
+    os_user = next(e.pw_name for e in pwd.getpwall() if e.pw_name != os_owner())
+    assert not security.users.exists(os_user)
+    out = ok(qm, f"SET AUTHREC PROFILE(Q1) OBJTYPE(QUEUE) PRINCIPAL('{os_user}') AUTHADD(GET)",
+             security=security)
+    assert "HMQ8862I" in out and "HMQ8866W" not in out, out
+    out = ok(qm, "SET AUTHREC PROFILE(Q1) OBJTYPE(QUEUE) PRINCIPAL('no-such-user.x') "
+             "AUTHADD(GET)", security=security)
+    assert "HMQ8866W" in out and "neither a harbormq user nor an OS user" in out, out
 
 
 def test_mqsc_scripts_of_any_size_and_a_clear_error_past_the_limit(tmp_path):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import pwd
+import socket
 import stat
+import sys
 
 import pytest
 
@@ -13,14 +17,21 @@ from harbormq.security import (
     AuthorityStore,
     InvalidAuthority,
     NotAuthorized,
+    PeerUnknown,
+    ProcTcpEntry,
     Security,
     SecurityError,
     UnknownUser,
     UserExists,
     UserStore,
     check_listener,
+    endpoint,
     is_loopback,
+    loopback_peer_uid,
+    os_owner,
+    parse_proc_net_tcp,
     profile_matches,
+    socket_owner_uid,
     specificity,
 )
 
@@ -222,25 +233,221 @@ def test_not_authorized_names_2035(auth):
 
 # -- connection authentication -----------------------------------------------------------
 
+LOOP = ("127.0.0.1", 40000)          # an anonymous client's address
+US = ("127.0.0.1", 61613)            # the listener's
+
+
 def test_authenticate(tmp_path):
-    sec = Security.for_dir(tmp_path, owner="qmowner")
+    sec = Security.for_dir(tmp_path, owner="qmowner", owner_uid=4242,
+                           peer_uid=lambda peer, local: 4242)
     sec.users.add("alice", "pw", groups=["apps"])
-    p = sec.authenticate("alice", "pw", connauth="required", peer_host="10.0.0.5")
-    assert (p.user, p.groups, p.anonymous) == ("alice", ("apps",), False)
+    p = sec.authenticate("alice", "pw", connauth="required", peer=("10.0.0.5", 5000))
+    assert (p.user, p.groups, p.anonymous, p.owner) == ("alice", ("apps",), False, False)
     with pytest.raises(NotAuthorized, match="authentication failed.*2035"):
-        sec.authenticate("alice", "bad", connauth="optional", peer_host="127.0.0.1")
-    anon = sec.authenticate(None, None, connauth="optional", peer_host="127.0.0.1")
-    assert anon.user == "qmowner" and anon.anonymous
+        sec.authenticate("alice", "bad", connauth="optional", peer=LOOP, local=US)
+    anon = sec.authenticate(None, None, connauth="optional", peer=LOOP, local=US)
+    assert anon.user == "qmowner" and anon.anonymous and anon.owner
     assert sec.check(anon, "QUEUE", "ANY", "PUT")
     assert not sec.check(p, "QUEUE", "ANY", "PUT")
     with pytest.raises(NotAuthorized, match="2035"):
-        sec.authenticate(None, None, connauth="required", peer_host="127.0.0.1")
+        sec.authenticate(None, None, connauth="required", peer=LOOP, local=US)
     with pytest.raises(NotAuthorized, match="2035"):
-        sec.authenticate("", None, connauth="optional", peer_host="192.168.1.9")
+        sec.authenticate("", None, connauth="optional", peer=("192.168.1.9", 5000), local=US)
     sec.authorities.set("Q1", "QUEUE", group="apps", add=["PUT"])
     sec.require(p, "QUEUE", "Q1", "PUT")
     with pytest.raises(NotAuthorized):
         sec.require(p, "QUEUE", "Q1", "GET")
+
+
+def _other_os_user():
+    """An OS user that is not the one running the tests (nobody, usually)."""
+    for e in pwd.getpwall():
+        if e.pw_uid != os.geteuid() and e.pw_name not in ("root", os_owner()):
+            return e
+    pytest.fail("this machine has a single OS user: no other one to test with")
+
+
+def test_anonymous_connection_acts_as_its_os_user_never_the_owner(tmp_path):
+    """The hardening issue: an anonymous loopback connection of another OS user
+    used to be the owner. Now it is that user, holding only its records."""
+    other = _other_os_user()
+    seen = []
+
+    def peer_uid(peer, local):
+        seen.append((peer, local))
+        return other.pw_uid
+    sec = Security.for_dir(tmp_path, owner="qmowner", owner_uid=4242, peer_uid=peer_uid)
+    p = sec.authenticate(None, None, connauth="optional", peer=LOOP, local=US)
+    assert seen == [(LOOP, US)]
+    assert (p.user, p.groups, p.anonymous, p.owner) == (other.pw_name, (), True, False)
+    for authority in ("GET", "PUT", "BROWSE"):
+        assert not sec.check(p, "QUEUE", "ANY.Q", authority)
+    assert not sec.check(p, "QMGR", "QM1", "CRT")
+    with pytest.raises(NotAuthorized, match=f"user {other.pw_name} is not authorized.*2035"):
+        sec.require(p, "QUEUE", "ANY.Q", "GET")
+    # exactly the records naming it, and its groups as a harbormq user of that name
+    sec.authorities.set("MINE.*", "QUEUE", principal=other.pw_name, add=["GET"])
+    assert sec.check(p, "QUEUE", "MINE.Q", "GET") and not sec.check(p, "QUEUE", "MINE.Q", "PUT")
+    assert not sec.check(p, "QUEUE", "ANY.Q", "GET")
+    sec.users.add(other.pw_name, "pw", groups=["apps"])
+    sec.authorities.set("APPS.Q", "QUEUE", group="apps", add=["PUT"])
+    p = sec.authenticate(None, None, connauth="optional", peer=LOOP, local=US)
+    assert p.groups == ("apps",) and not p.owner
+    assert sec.check(p, "QUEUE", "APPS.Q", "PUT") and not sec.check(p, "QUEUE", "ANY.Q", "PUT")
+
+
+@pytest.mark.parametrize("peer_uid, local, why", [
+    ("unknown", US, "no socket of this machine"),
+    ("nameless", US, "has no user name"),
+    ("owner-name", US, "has the owner's user name"),
+    (4242, None, "own address is not known"),
+])
+def test_anonymous_connection_whose_os_user_is_not_identified_is_refused(
+        tmp_path, peer_uid, local, why):
+    """Fail closed: no peer, no principal; the refusal says to log in."""
+    other = _other_os_user()
+
+    def lookup(peer, local):
+        if peer_uid == "unknown":
+            raise PeerUnknown("no socket of this machine is connected from x to y")
+        if peer_uid == "nameless":
+            return next(u for u in range(60001, 65000) if u not in known)
+        return other.pw_uid if peer_uid == "owner-name" else peer_uid
+    known = {e.pw_uid for e in pwd.getpwall()}
+    owner = other.pw_name if peer_uid == "owner-name" else "qmowner"
+    sec = Security.for_dir(tmp_path, owner=owner, owner_uid=4242, peer_uid=lookup)
+    with pytest.raises(NotAuthorized) as info:
+        sec.authenticate(None, None, connauth="optional", peer=LOOP, local=local)
+    exc = info.value
+    assert exc.msgid == "HMQ5540E" and exc.reason == 2035
+    assert why in str(exc) and "127.0.0.1:40000" in str(exc)
+    assert "cannot be identified" in str(exc) and "log in" in str(exc), str(exc)
+
+
+def test_peer_lookup_is_linux_only(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(PeerUnknown, match="Linux only"):
+        loopback_peer_uid(LOOP, US)
+
+
+# -- the /proc/net/tcp parser ---------------------------------------------------------------
+
+#: addresses as the kernel prints them on this machine (each 32-bit word in host order)
+if sys.byteorder == "little":
+    V4_LO, V4_LO2 = "0100007F", "0200007F"                        # 127.0.0.1, 127.0.0.2
+    V6_LO = "00000000000000000000000001000000"                    # ::1
+    V6_MAPPED_LO = "0000000000000000FFFF00000100007F"             # ::ffff:127.0.0.1
+else:
+    V4_LO, V4_LO2 = "7F000001", "7F000002"
+    V6_LO = "00000000000000000000000000000001"
+    V6_MAPPED_LO = "00000000000000000000FFFF7F000001"
+HEADER = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+          "timeout inode")
+
+
+def tcp_line(sl, local, remote, state, uid, inode):
+    return (f"{sl:4d}: {local} {remote} {state:02X} 00000000:00000000 00:00000000 00000000 "
+            f"{uid:5d}        0 {inode} 1 0000000000000000 20 4 30 10 -1")
+
+
+def ep(host, port):
+    return (ipaddress.ip_address(host), port)
+
+
+def test_proc_net_tcp_lines_parse_ipv4_ipv6_and_v4_mapped():
+    assert parse_proc_net_tcp(HEADER) is None and parse_proc_net_tcp("") is None
+    e = parse_proc_net_tcp(tcp_line(3, f"{V4_LO}:C488", f"{V4_LO2}:EA60", 1, 1001, 48213))
+    assert e == ProcTcpEntry(ep("127.0.0.1", 50312), ep("127.0.0.2", 60000), 1, 1001, 48213)
+    e = parse_proc_net_tcp(tcp_line(0, f"{V6_LO}:0050", f"{V6_LO}:D431", 1, 0, 7))
+    assert (e.local, e.remote) == (ep("::1", 80), ep("::1", 54321))
+    # an IPv6 socket connected to an IPv4 address: given as IPv4
+    e = parse_proc_net_tcp(tcp_line(1, f"{V6_MAPPED_LO}:9C40", f"{V6_MAPPED_LO}:EA60", 1, 999,
+                                    5))
+    assert (e.local, e.remote) == (ep("127.0.0.1", 40000), ep("127.0.0.1", 60000))
+    assert parse_proc_net_tcp(tcp_line(1, "0100:0050", f"{V4_LO}:0050", 1, 0, 7)) is None
+    assert parse_proc_net_tcp("   1: garbage") is None
+
+
+def test_socket_owner_found_by_both_addresses_live_sockets_only():
+    us, them = ep("127.0.0.1", 60000), ep("127.0.0.1", 40000)
+    lines = [
+        HEADER,
+        tcp_line(0, f"{V4_LO}:EA60", "00000000:0000", 0x0A, 0, 100),        # our listener
+        tcp_line(1, f"{V4_LO}:EA60", f"{V4_LO}:9C40", 1, 0, 101),           # our end (root)
+        tcp_line(2, f"{V4_LO}:9C40", f"{V4_LO2}:EA60", 1, 0, 102),          # other remote
+        tcp_line(3, f"{V4_LO}:9C41", f"{V4_LO}:EA60", 1, 0, 103),           # other port
+        tcp_line(4, f"{V4_LO}:9C40", f"{V4_LO}:EA60", 6, 0, 0),             # TIME_WAIT: uid 0
+        tcp_line(5, f"{V4_LO}:9C40", f"{V4_LO}:EA60", 1, 1001, 104),        # the client
+    ]
+    assert socket_owner_uid(lines, them, us) == 1001
+    assert socket_owner_uid(lines[:5], them, us) is None          # only root's lookalikes
+    # an orphan (no inode) reports uid 0: never taken for root
+    orphan = tcp_line(6, f"{V4_LO}:9C40", f"{V4_LO}:EA60", 5, 0, 0)
+    assert socket_owner_uid([*lines[:5], orphan], them, us) is None
+    with pytest.raises(PeerUnknown, match="several users"):
+        socket_owner_uid([*lines, tcp_line(7, f"{V4_LO}:9C40", f"{V4_LO}:EA60", 1, 7, 105)],
+                         them, us)
+    # the client's socket as an IPv6 one (v4-mapped); asyncio's IPv6 peer with a scope
+    mapped = [tcp_line(0, f"{V6_MAPPED_LO}:9C40", f"{V6_MAPPED_LO}:EA60", 1, 1002, 200)]
+    assert socket_owner_uid(mapped, them, us) == 1002
+    assert socket_owner_uid(mapped, endpoint("::ffff:127.0.0.1", 40000),
+                            endpoint("127.0.0.1%lo", 60000)) == 1002
+
+
+def test_peer_lookup_reads_tcp_then_tcp6(tmp_path):
+    (tmp_path / "tcp").write_text(HEADER + "\n")
+    (tmp_path / "tcp6").write_text(
+        HEADER + "\n" + tcp_line(0, f"{V6_MAPPED_LO}:9C40", f"{V6_MAPPED_LO}:EA60", 1, 1003, 9)
+        + "\n")
+    assert loopback_peer_uid(("127.0.0.1", 40000), ("127.0.0.1", 60000),
+                             proc_net=tmp_path) == 1003
+    with pytest.raises(PeerUnknown, match=r"no socket .* from 127.0.0.1:40001 to "):
+        loopback_peer_uid(("127.0.0.1", 40001), ("127.0.0.1", 60000), proc_net=tmp_path)
+    (tmp_path / "tcp6").unlink()                          # a kernel without IPv6
+    (tmp_path / "tcp6").mkdir()                           # unreadable as a file
+    with pytest.raises(PeerUnknown, match="cannot read .*tcp6"):
+        loopback_peer_uid(("127.0.0.1", 40000), ("127.0.0.1", 60000), proc_net=tmp_path)
+    with pytest.raises(PeerUnknown, match="not a TCP connection"):
+        loopback_peer_uid(("/run/x.sock",), ("127.0.0.1", 60000), proc_net=tmp_path)
+
+
+def _pair(family, listen_host, connect_host):
+    """(client socket, accepted socket) over loopback."""
+    srv = socket.socket(family)
+    srv.bind((listen_host, 0))
+    srv.listen()
+    client = socket.socket(socket.AF_INET6 if ":" in connect_host else socket.AF_INET)
+    client.connect((connect_host, srv.getsockname()[1]))
+    accepted, _ = srv.accept()
+    srv.close()
+    return client, accepted
+
+
+@pytest.mark.parametrize("family, listen_host, connect_host", [
+    (socket.AF_INET, "127.0.0.1", "127.0.0.1"),
+    (socket.AF_INET, "127.0.0.1", "::ffff:127.0.0.1"),       # an IPv6 client socket, v4-mapped
+    (socket.AF_INET6, "::1", "::1"),
+])
+def test_peer_lookup_on_real_sockets(family, listen_host, connect_host):
+    """This process's own loopback connections: their peer is this process's
+    uid; once the client has closed, nobody (fail closed)."""
+    if not sys.platform.startswith("linux"):
+        pytest.fail("the peer lookup is for Linux; elsewhere anonymous connections are refused")
+    try:
+        client, accepted = _pair(family, listen_host, connect_host)
+    except OSError as exc:
+        if family == socket.AF_INET6 or ":" in connect_host:
+            pytest.skip(f"no IPv6 loopback here: {exc}")
+        raise
+    try:
+        peer, local = accepted.getpeername(), accepted.getsockname()
+        assert loopback_peer_uid(peer, local) == os.geteuid()
+        client.close()
+        with pytest.raises(PeerUnknown, match="no socket"):
+            loopback_peer_uid(peer, local)
+    finally:
+        client.close()
+        accepted.close()
 
 
 def test_listener_rules():

@@ -412,12 +412,16 @@ class Executor:
                   remove=cmd.attrs.get("AUTHRMV", ()))
         out = [mqsc.format_message("HMQ8862I", "harbormq authority record set.")]
         principal = target.get("principal")
-        if principal and not self.security.users.exists(principal):
+        # a record may name a harbormq user, or an OS user (its anonymous loopback
+        # connections act as that user)
+        if principal and not self.security.users.exists(principal) and \
+                not self.security.is_os_user(principal):
             # MQSC folds unquoted values to upper case; user names keep their case
             hint = next((u for u in self.security.users.names()
                          if u.upper() == principal.upper()), None)
             out.append(mqsc.format_message(
-                "HMQ8866W", f"principal {principal} is not a harbormq user" +
+                "HMQ8866W", f"principal {principal} is neither a harbormq user nor an OS "
+                "user of this machine" +
                 (f"; did you mean PRINCIPAL('{hint}')? Unquoted names are folded to upper "
                  "case" if hint else "; the record applies once a user of that name exists")))
         return out

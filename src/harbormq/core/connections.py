@@ -47,7 +47,7 @@ class Connection:
     conn_id: str
     kind: str                  # "stomp" | "api"
     peer: str = ""             # address:port of the client
-    user: str = ""             # authenticated user, or the owner for local/anonymous
+    user: str = ""             # authenticated user; for anonymous: its OS user
     app: str = ""              # what the client says it is (STOMP 'host' / client-id)
     listener: str = ""
     started_ns: int = field(default_factory=time.time_ns)

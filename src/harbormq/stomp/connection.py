@@ -98,8 +98,9 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.info: Connection | None = None
         self.user = ""
         self.groups: list[str] = []
-        self.is_admin = False                # anonymous loopback: the owner, unchecked
+        self.is_admin = False                # the owner (anonymous, its uid): unchecked
         self._principal = None               # set by CONNECT's authentication
+        self._addresses: tuple = ((), None)  # (peer, local) as the socket sees them
         self.transactions: dict[str, Transaction] = {}
         self._output_queues: set[str] = set()
         self._destinations: dict[str, str] = {}     # destination header -> queue name
@@ -110,6 +111,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
+        self._addresses = (peer if isinstance(peer, tuple) else (str(peer or ""),),
+                           transport.get_extra_info("sockname"))
         self.info = Connection(new_conn_id(), "stomp", peer=peer_text,
                                listener=self.listener_name, uows=self._owned_uows,
                                stop=self.stop)
@@ -179,7 +182,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
         principal = self._principal
         self.user = principal.user
         self.groups = list(principal.groups)
-        self.is_admin = principal.anonymous
+        self.is_admin = principal.owner
         self.version = version
         self.parser.version = version
         self.info.user = self.user
@@ -206,17 +209,22 @@ class StompConnection(DeliveryMixin, FrameTransport):
 
     async def _authenticate(self, frame: Frame, version: str) -> None:
         login = frame.headers.get("login")
-        peer_host = self.info.peer.rsplit(":", 1)[0]
+        peer, local = self._addresses
         try:
+            # an anonymous connection's OS user is looked up in /proc: not on the loop either
             self._principal = await self.loop.run_in_executor(None, lambda: (
                 self.service.security.authenticate(
                     login, frame.headers.get("passcode", ""), connauth=self.settings.connauth,
-                    peer_host=peer_host)))
-        except HarbormqError:
+                    peer=peer, local=local)))
+        except HarbormqError as exc:
             self.version = version
-            self.core.oplog.emit("HMQ5534E", f"STOMP connection from {self.info.peer} refused: "
-                                 f"{'user ' + repr(login) if login else 'anonymous'} failed "
-                                 "authentication")
+            if exc.msgid == "HMQ5540E":           # anonymous, its OS user not identified
+                self.core.oplog.emit("HMQ5540E", f"STOMP connection from {self.info.peer} "
+                                     f"refused: {exc.message}")
+            else:
+                self.core.oplog.emit("HMQ5534E", f"STOMP connection from {self.info.peer} "
+                                     f"refused: {'user ' + repr(login) if login else 'anonymous'}"
+                                     " failed authentication")
             raise
 
     def _queue_name(self, frame: Frame) -> str:
