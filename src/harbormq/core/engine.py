@@ -35,7 +35,7 @@ from ..errors import (
     UnknownObject,
     UnknownUnitOfWork,
 )
-from ..log.checkpoint import part_limit, split_table
+from ..log.checkpoint import pack_store_lsns, part_limit, split_table
 from ..log.manager import RecoveryLog
 from ..log.records import (
     Compensation,
@@ -926,6 +926,11 @@ class QueueManagerCore:
                 "stores": {q.name: {"object_id": q.object_id, "recovery_lsn": q.recovery_lsn,
                                     "next_seq": q.next_seq} for q in self.queues.values()
                            if q.recovery_lsn is not None or q.next_seq != q.stored_next_seq},
+                # every store's recovery LSN as written: a store found older at
+                # restart was put back from an older copy (recovery/restart.py)
+                "store_lsns": pack_store_lsns({
+                    q.object_id: q.store.recovery_lsn for q in self.queues.values()
+                    if not (q.damaged or q.recreating or q.store_hidden)}),
                 "next_uow_id": self.next_uow_id,
                 "next_object_id": self.next_object_id,
                 "reason": reason,

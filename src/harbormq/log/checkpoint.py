@@ -14,17 +14,43 @@ as it does after a crash between CHECKPOINT_BEGIN and CHECKPOINT_END.
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
+import zlib
 from typing import Callable
 
 from ..errors import HarbormqError, LogCorrupt
 from .records import RecordType, decode_json, encode_json
 
 #: the sections that grow with the number of objects or units of work
-LIST_SECTIONS = ("uows",)
+LIST_SECTIONS = ("uows", "store_lsns")
 DICT_SECTIONS = ("stores", "media")
 #: the largest part: small enough for the smallest extent several times over
 MAX_PART = 64 * 1024
+
+
+#: (object id, recovery LSN) of a store, packed
+STORE_LSN = struct.Struct("<IQ")
+STORES_PER_CHUNK = 1000
+
+
+def pack_store_lsns(lsns: dict[int, int]) -> list[str]:
+    """Every store's recovery LSN, about 4 bytes each once compressed (ids in
+    order, LSNs shared by the stores one flush wrote): chunks of text for the
+    ``store_lsns`` section."""
+    items = sorted(lsns.items())
+    return [base64.b64encode(zlib.compress(b"".join(
+        STORE_LSN.pack(oid, lsn) for oid, lsn in items[i:i + STORES_PER_CHUNK]))).decode()
+        for i in range(0, len(items), STORES_PER_CHUNK)]
+
+
+def unpack_store_lsns(chunks: list[str]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for chunk in chunks:
+        raw = zlib.decompress(base64.b64decode(chunk))
+        out.update(STORE_LSN.iter_unpack(raw))
+    return out
 
 
 def part_limit(extent_payload: int) -> int:

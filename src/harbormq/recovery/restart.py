@@ -29,7 +29,7 @@ from ..core.queue import LocalQueue
 from ..crashpoints import crash_point
 from ..errors import HarbormqError, ObjectDamaged, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
-from ..log.checkpoint import read_checkpoint
+from ..log.checkpoint import read_checkpoint, unpack_store_lsns
 from ..log.records import (
     LogRecord,
     Message,
@@ -307,6 +307,8 @@ class Restart:
             core.media_points = {
                 n: mp for n, mp in table.get("media", {}).items()
                 if n in core.objects and core.objects[n]["object_id"] == mp["object_id"]}
+            redo_start = self._bring_forward_restored_stores(
+                unpack_store_lsns(table.get("store_lsns", [])), redo_start)
         else:
             redo_start = core.log.chain()[0].first_lsn
         r.checkpoint_lsn = st.checkpoint_lsn
@@ -318,6 +320,69 @@ class Restart:
                   f"checkpoint at LSN {st.checkpoint_lsn or '-'}, "
                   f"{len(table.get('uows', []))} unit(s) of work active at it, redo starts at "
                   f"LSN {redo_start}" + (f" in {extent_file_name(ext.number)}" if ext else ""))
+
+    def _bring_forward_restored_stores(self, written: dict[int, int], redo_start: int) -> int:
+        """A store whose recovery LSN is older than the one the last checkpoint
+        saw written was put back from an older copy. Redo goes back for it, as
+        MQ's restart reads page 0 of every page set (redbook §2.1.3): to the
+        restart point of a checkpoint taken before that LSN, which covers every
+        unit of work in flight then. A store the log on disk can no longer
+        bring forward is damaged (HMQ6767E): recreated from its media image on
+        a linear log, reported on a circular one. Returns where redo starts."""
+        core = self.core
+        behind = {q.name: self.redo_from.get(q.object_id, 0) for q in core.queues.values()
+                  if not q.damaged and q.object_id in written
+                  and self.redo_from.get(q.object_id, 0) < written[q.object_id]}
+        if not behind:
+            return redo_start
+        oldest, starts = self._checkpoint_starts()
+        for name, have in sorted(behind.items(), key=lambda item: item[1]):
+            q = core.queues[name]
+            # the latest checkpoint begun at or before the store's LSN
+            start = max((r for b, r in starts if b <= have and r >= oldest), default=None)
+            if start is None and oldest == 0:
+                start = 0        # the log is whole from its very first record
+            if start is not None:
+                self.emit("HMQ7234W", f"the store of queue {name} was put back from an older "
+                          f"copy: its recovery LSN is {have}, the queue manager had written "
+                          f"{written[q.object_id]}; redo brings it forward from LSN {start}")
+                redo_start = min(redo_start, start)
+                continue
+            ext = core.log.extent_of(have)
+            self.emit("HMQ6767E", f"the store of queue {name} was put back from an older copy "
+                      f"(recovery LSN {have}, the queue manager had written "
+                      f"{written[q.object_id]}) and the log from LSN {have} is no longer on "
+                      "disk" + (f" ({extent_file_name(ext.number)})" if ext else "") +
+                      f"; the oldest extent kept starts at LSN {oldest}")
+            q.damaged, q.damage_reason = True, (
+                f"its store was put back from an older copy (recovery LSN {have}) that the "
+                "log on disk cannot bring forward")
+            try:
+                q.store.mark_damaged(q.damage_reason)
+            except HarbormqError:
+                pass
+            q = self._check_queue_store(q)      # a linear log recreates it now
+            self.redo_from[q.object_id] = q.store.recovery_lsn
+        return redo_start
+
+    def _checkpoint_starts(self) -> tuple[int, list[tuple[int, int]]]:
+        """(the oldest LSN whose extent is on disk, [(begin LSN, restart LSN) of
+        every checkpoint in the log on disk]): a full read of the log, done
+        only when a store was put back from an older copy."""
+        log = self.core.log
+        chain = log.chain()
+        kept = chain
+        for i, e in enumerate(chain):
+            if not log.extent_path(e.number).exists():
+                kept = chain[i + 1:]
+        if not kept:
+            return log.state.active.first_lsn, []
+        starts = []
+        for rec in log.read_from(kept[0].first_lsn):
+            if rec.type == RecordType.CHECKPOINT_END:
+                head = decode_json(rec.payload)
+                starts.append((head["begin_lsn"], head["restart_lsn"]))
+        return kept[0].first_lsn, starts
 
     # -- phase 3 --------------------------------------------------------------------
 

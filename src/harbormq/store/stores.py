@@ -128,6 +128,8 @@ class Store:
         self._env: lmdb.Environment | None = None
         self._pins = 0
         self._closed = False
+        self._known_lsn: int | None = None
+        self._lsn_written: int | None = None
         # the store's directory and the names of its files are durable before
         # anything is written into it: a synced store nobody can find is lost
         make_dirs(self.path)
@@ -195,8 +197,14 @@ class Store:
         with self._pinned() as env:
             if db is not None:
                 kwargs["db"] = self.meta if db == "meta" else self._dbs[db]
-            with env.begin(**kwargs) as txn:
-                yield txn
+            self._lsn_written = None
+            try:
+                with env.begin(**kwargs) as txn:
+                    yield txn
+            finally:
+                written, self._lsn_written = self._lsn_written, None
+            if written is not None:          # committed
+                self._known_lsn = written
 
     def pinned(self):
         """``with store.pinned() as env:`` for a caller that holds a transaction
@@ -245,14 +253,25 @@ class Store:
 
     @property
     def recovery_lsn(self) -> int:
-        text = self.get_meta(b"recovery_lsn", "0")
-        if not text.isdigit():
-            raise StoreDamaged(f"store {self.path} has an unreadable recovery LSN {text!r}",
-                               path=str(self.path))
-        return int(text)
+        """Read once, then known from this object's own writes (a checkpoint asks
+        every store: it must not open every environment to answer)."""
+        if self._known_lsn is None:
+            text = self.get_meta(b"recovery_lsn", "0")
+            if not text.isdigit():
+                raise StoreDamaged(f"store {self.path} has an unreadable recovery LSN "
+                                   f"{text!r}", path=str(self.path))
+            self._known_lsn = int(text)
+        return self._known_lsn
 
     def _set_lsn(self, txn, lsn: int) -> None:
         txn.put(b"recovery_lsn", str(lsn).encode(), db=self.meta)
+        self._lsn_written = lsn      # known once the transaction commits (_begin)
+
+    def stamp(self, lsn: int) -> None:
+        """Move an idle store's recovery LSN forward (nothing of it is waiting in
+        the log below ``lsn``), so that it never looks older than it is."""
+        with self._begin(write=True) as txn:
+            self._set_lsn(txn, lsn)
 
     @staticmethod
     def destroy(path: Path) -> None:
