@@ -20,7 +20,11 @@
     secondary = 2
     path = "/disk2/log/QM1"     # optional: the log on another disk
     checkpoint_records = 10000
-    management = "manual"       # linear logs: extents are kept
+    management = "manual"       # linear logs: "manual" (extents stay until 'harbormq log
+                                #   delete'), "automatic" (deleted once unneeded) or
+                                #   "archive" (archived, then deleted once unneeded)
+    archive_path = ["/backup/arch1", "/backup/arch2"]   # one or two (a string for one)
+    max_archives = 500          # deleted extents the control file lists (MAXARCH; 0 = all)
     [tuning]
     flush_interval_ms = 1000    # lazy store flush
     flush_max_entries = 20000   # flush a queue early when this many changes wait
@@ -141,10 +145,22 @@ class QMConfig:
     log: LogSettings = field(default_factory=LogSettings)
     log_path: Path | None = None
     log_management: str = "manual"
+    log_archive_paths: list[Path] = field(default_factory=list)
+    max_archives: int = 500
     tuning: Tuning = field(default_factory=Tuning)
     listeners: list[Listener] = field(default_factory=lambda: [Listener()])
     stomp: StompSettings = field(default_factory=StompSettings)
     image: ImageSettings = field(default_factory=ImageSettings)
+
+    def check_log_management(self) -> None:
+        if self.log_management == "archive" and not self.log_archive_paths:
+            raise ConfigError("log.management = \"archive\" needs log.archive_path (one or "
+                              "two directories)")
+        if self.log_archive_paths and self.log.log_type != "linear":
+            raise ConfigError("log archiving needs a linear log (a circular log reuses its "
+                              "extents and is never archived)")
+        if len(self.log_archive_paths) > 2:
+            raise ConfigError("at most two archive paths (log.archive_path)")
 
     # -- paths --------------------------------------------------------------------
     @property
@@ -203,6 +219,9 @@ class QMConfig:
                "management": self.log_management}
         if self.log_path:
             log["path"] = str(self.log_path)
+        if self.log_archive_paths:
+            log["archive_path"] = [str(p) for p in self.log_archive_paths]
+        log["max_archives"] = self.max_archives
         t = self.tuning
         return {"name": self.name, "log": log,
                 "tuning": {"flush_interval_ms": t.flush_interval_ms,
@@ -246,6 +265,15 @@ class QMConfig:
         for key in set(log) - set(LOG_KEYS):
             raise ConfigError(f"{where}: unknown key log.{key}; known: "
                               f"{', '.join(sorted(LOG_KEYS))}", path=where)
+        archive_paths = log.pop("archive_path", [])
+        if isinstance(archive_paths, str):
+            archive_paths = [archive_paths]
+        if not isinstance(archive_paths, list) or len(archive_paths) > 2 or not all(
+                isinstance(p, str) and p for p in archive_paths):
+            raise ConfigError(f"{where}: log.archive_path must be one or two directory "
+                              f"names, not {archive_paths!r}", path=where)
+        max_archives = log.pop("max_archives", 500)
+        _check_value("log.max_archives", max_archives, "int", None, where, 0, 1_000_000)
         for key, value in log.items():
             _check_value(f"log.{key}", value, *LOG_KEYS[key], where)
         listeners = data.get("listeners", [{}])
@@ -261,6 +289,8 @@ class QMConfig:
                             checkpoint_records=log.get("checkpoint_records", 10_000)),
             log_path=Path(log["path"]) if log.get("path") else None,
             log_management=log.get("management", "manual"),
+            log_archive_paths=[Path(p) for p in archive_paths],
+            max_archives=max_archives,
             tuning=_section(Tuning, data.get("tuning", {}), "tuning", where),
             image=_section(ImageSettings, data.get("image", {}), "image", where),
             listeners=[_section(Listener, li, f"listeners[{i}]", where)
@@ -268,6 +298,7 @@ class QMConfig:
             stomp=_section(StompSettings, data.get("stomp", {}), "stomp", where))
         try:
             cfg.log.validate()
+            cfg.check_log_management()
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc.message}", path=where) from None
         for li in cfg.listeners:
@@ -283,6 +314,7 @@ LOG_KEYS = {
     "primary": ("int", None), "secondary": ("int", None),
     "checkpoint_records": ("int", None), "path": ("str", None),
     "management": ("str", ("manual", "automatic", "archive")),
+    "archive_path": ("list", None), "max_archives": ("int", None),
 }
 
 

@@ -47,15 +47,24 @@ def cli():
 @click.option("--log-path", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="put the log in this directory (another disk)")
 @click.option("--checkpoint-records", type=int, default=10_000, show_default=True)
+@click.option("--log-management", type=click.Choice(["manual", "automatic", "archive"]),
+              default="manual", show_default=True,
+              help="linear logs: keep extents until 'log delete', delete them once "
+                   "unneeded, or archive them and then delete them")
+@click.option("--log-archive-path", "log_archive_paths", multiple=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="archive directory (give it twice for two copies)")
 @click.option("--port", type=click.IntRange(0, 65535), default=61613, show_default=True,
               help="STOMP listener port on 127.0.0.1 (0: any free port)")
 def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
-           checkpoint_records, port):
+           checkpoint_records, log_management, log_archive_paths, port):
     """Create queue manager QM (crtmqm)."""
     from ..qmgr import lifecycle as qmgr
     config = qmgr.create(qm, log_type=log_type, log_file_pages=log_file_pages,
                          log_primary=log_primary, log_secondary=log_secondary,
-                         log_path=log_path, checkpoint_records=checkpoint_records, port=port)
+                         log_path=log_path, checkpoint_records=checkpoint_records,
+                         log_management=log_management, log_archive_paths=log_archive_paths,
+                         port=port)
     console.print(f"HMQ8001I Queue manager {qm} created in {config.qm_dir} "
                   f"({log_type} log in {config.log_dir}).")
 

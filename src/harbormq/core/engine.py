@@ -49,6 +49,7 @@ from ..log.records import (
 from ..store.dirs import set_aside
 from ..store.stores import CatalogStore, QueueStore
 from .connections import ConnectionRegistry
+from .log_management import LogManagement
 from .media_points import media_lsn, media_table
 from .objects import (
     DEAD_LETTER_QUEUE,
@@ -162,6 +163,8 @@ class QueueManagerCore:
         #: called with the reason when the queue manager must stop at once
         #: (damage to the queue manager object); set by whoever runs the core
         self.on_fatal = None
+        #: linear log housekeeping: archiving and deleting closed extents
+        self.log_management = LogManagement(self)
 
     # ------------------------------------------------------------------ helpers
 
@@ -954,6 +957,7 @@ class QueueManagerCore:
             await self.log.set_checkpoint(end, restart_lsn, media_lsn)
             self.last_checkpoint = table | {"end_lsn": end}
             self.report_log_need()
+            self.log_management.after_checkpoint()
             return self.last_checkpoint
 
     def report_log_need(self) -> None:
@@ -978,6 +982,10 @@ class QueueManagerCore:
         has no spare extent left, back out the units of work that pin it."""
         if self.stopping == "preemptive" or not self.started:
             return
+        first = self.log.state.extent(number).first_lsn
+        self.log_management.on_switch(next(
+            (e for e in self.log.state.extents if e.state == "full" and e.end_lsn == first),
+            None))
         if self.log.available_extents() == 0:
             if not self._relieving:
                 self._relieving = True

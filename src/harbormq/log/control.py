@@ -49,6 +49,12 @@ class ExtentInfo:
     end_lsn: int | None = None
     #: "active" (being written), "full" (closed), "free" (reusable, circular only)
     state: str = "active"
+    #: a linear log's closed extent: copied to the archive (or said to be by
+    #: the operator: ``harbormq log archived``)
+    archived: bool = False
+    #: its file was deleted from the log directory (log management): the entry
+    #: stays as the archive inventory, up to ``log.max_archives`` of them
+    deleted: bool = False
 
 
 @dataclass

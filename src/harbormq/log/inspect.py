@@ -110,6 +110,7 @@ def log_map(config: QMConfig) -> dict:
             "needed_for_media_recovery": needed_media,
             "needed": "restart" if needed_restart else "media" if needed_media else "none",
             "present": log.extent_path(e.number).exists(),
+            "archived": e.archived, "deleted": e.deleted,
         })
     return {
         "queue_manager": config.name, "log_type": st.log_type, "pages": st.pages,

@@ -454,6 +454,66 @@ class RecoveryLog:
         self._writer.add_control(copy.deepcopy(st), fut)
         return fut
 
+    def switch_now(self) -> None:
+        """Close the active extent now (ARCHIVE LOG); runs on the loop thread."""
+        if self.failed is not None:
+            raise LogError(f"the log can no longer be written: {self.failed}")
+        self._switch()
+
+    def update_control(self) -> asyncio.Future:
+        """Write the control file as it is now (after an archive or delete
+        changed an extent's entry); the future completes once it is durable."""
+        st = self.state
+        st.sequence += 1
+        fut = self._loop.create_future()
+        if self.failed is not None:
+            fut.set_exception(LogError(f"the log can no longer be written: {self.failed}"))
+            return fut
+        self._writer.add_control(copy.deepcopy(st), fut)
+        return fut
+
+    def closed_extents(self) -> list[ExtentInfo]:
+        """A linear log's closed extents still in the log directory, oldest first."""
+        return [e for e in self.chain() if e.state == "full" and not e.deleted]
+
+    def deletable(self, *, archived_only: bool) -> list[ExtentInfo]:
+        """Closed extents neither restart nor media recovery needs (wholly below
+        the restart and media LSNs on disk), oldest first and without a hole:
+        extents go in the order they were written (the iSeries rule)."""
+        st = self.state
+        needed_from = min(st.restart_lsn, st.media_lsn) if st.media_lsn else st.restart_lsn
+        out = []
+        for e in self.closed_extents():
+            if e.end_lsn > needed_from or (archived_only and not e.archived):
+                break
+            out.append(e)
+        return out
+
+    def forget_deleted(self, keep: int) -> None:
+        """Keep the newest ``keep`` deleted entries as the archive inventory
+        (0: all of them)."""
+        gone = [e for e in self.chain() if e.deleted]
+        if keep and len(gone) > keep:
+            drop = {e.number for e in gone[:len(gone) - keep]}
+            self.state.extents = [e for e in self.state.extents if e.number not in drop]
+
+    def recall_missing(self, from_lsn: int, archive_paths: list, say) -> int:
+        """Fetch back from the archive every extent from ``from_lsn`` on that the
+        control file lists but the log directory lacks (restart, recreate and
+        restore read them then like any other); returns how many. LogMissing
+        names the first that no archive holds (with a good hash)."""
+        from .archive import recall
+        n = 0
+        for e in self.chain():
+            if e.end_lsn is not None and e.end_lsn <= from_lsn:
+                continue
+            if self.extent_path(e.number).exists():
+                continue
+            recall(list(archive_paths), self.qm_name, e.number, e.first_lsn, self.dir, say)
+            e.deleted = False
+            n += 1
+        return n
+
     def close(self) -> None:
         if self._writer is not None:
             self._writer.stop()

@@ -33,7 +33,7 @@ from ..core.objects import (
     check_name,
 )
 from ..core.operator_log import OperatorLog
-from ..errors import QueueManagerExists, QueueManagerNotFound, QueueManagerRunning
+from ..errors import ConfigError, QueueManagerExists, QueueManagerNotFound, QueueManagerRunning
 from ..fsutil import fsync_dir, make_dirs, make_private, name_of_file, remove_tree
 from ..log.manager import LogSettings, RecoveryLog
 from ..log.records import RecordType, encode_json
@@ -107,6 +107,7 @@ def is_instance(config: QMConfig, pid: int | None) -> bool:
 def create(name: str, *, home: Path | None = None, log_type: str = "circular",
            log_file_pages: int = 4096, log_primary: int = 3, log_secondary: int = 2,
            log_path: Path | None = None, checkpoint_records: int = 10_000,
+           log_management: str = "manual", log_archive_paths: list | tuple = (),
            port: int = 61613, console=None) -> QMConfig:
     """crtmqm: directories, configuration, preallocated log, default objects."""
     check_name(name, "queue manager")
@@ -116,7 +117,13 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
     settings.validate()
     config = QMConfig(name=name, home=home, log=settings,
                       log_path=Path(log_path).resolve() if log_path else None,
+                      log_management=log_management,
+                      log_archive_paths=[Path(p).resolve() for p in log_archive_paths],
                       listeners=[Listener(port=port)])
+    if log_management not in ("manual", "automatic", "archive"):
+        raise ConfigError(f"log management must be manual, automatic or archive, not "
+                          f"{log_management!r}")
+    config.check_log_management()
     if config.config_path.exists():
         raise QueueManagerExists(f"queue manager {name} already exists in {home}")
     if config.log_dir.exists() and any(config.log_dir.iterdir()):
@@ -217,6 +224,11 @@ class RunningQueueManager:
             lock.release()
             raise
         self._flusher = core.spawn(self._flush_loop())
+        if core.log_management.enabled:
+            core.log_management.sweep()
+            if core.config.log_management == "archive":
+                core.log_management.start_archiving()   # what a stop left unarchived
+            core.log_management.after_checkpoint()
         core.on_fatal = self._stop_preemptive
         if config.image.schedule == "auto" and config.log.log_type == "linear":
             from ..recovery.images import auto_image_loop

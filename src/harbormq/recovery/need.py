@@ -42,7 +42,8 @@ def log_need_facts(log: RecoveryLog, media: dict | None) -> dict:
         media_needed = linear and (e.end_lsn is None or e.end_lsn > st.media_lsn)
         need = "restart" if restart else "media" if media_needed else "none"
         extents.append({"extent": path.name, "first_lsn": e.first_lsn, "end_lsn": e.end_lsn,
-                        "state": e.state, "present": path.exists(), "needed": need})
+                        "state": e.state, "present": path.exists(), "needed": need,
+                        "archived": e.archived, "deleted": e.deleted})
         if restart:
             rec_bytes += size
         if media_needed:

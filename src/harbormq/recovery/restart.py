@@ -27,7 +27,7 @@ from ..core.engine import QueueManagerCore, UnitOfWork, UowOp
 from ..core.objects import QMGR_OBJECT
 from ..core.queue import LocalQueue
 from ..crashpoints import crash_point
-from ..errors import HarbormqError, ObjectDamaged, StoreDamaged
+from ..errors import HarbormqError, LogMissing, ObjectDamaged, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
 from ..log.checkpoint import read_checkpoint, unpack_store_lsns
 from ..log.records import (
@@ -131,6 +131,8 @@ class Restart:
                       f"of {core.name} is {st.log_type}: the log's type holds (a log cannot "
                       "change type; create a new queue manager for the other type)")
             settings.log_type = st.log_type
+        if core.config.log_archive_paths:     # a needed extent gone: fetch it back
+            log.recall_missing(st.restart_lsn, core.config.log_archive_paths, self.emit)
         chain = log.verify_chain(needed_from=st.restart_lsn)
         r.control_sequence = st.sequence
         r.extents = [extent_file_name(e.number) for e in chain
@@ -335,6 +337,13 @@ class Restart:
                   and self.redo_from.get(q.object_id, 0) < written[q.object_id]}
         if not behind:
             return redo_start
+        if core.config.log_archive_paths:
+            try:        # the log those stores need, back from the archive where it went
+                core.log.recall_missing(min(behind.values()), core.config.log_archive_paths,
+                                        self.emit)
+            except LogMissing as exc:
+                self.emit("HMQ6767E", f"{exc.message}; stores that need it cannot be "
+                          "brought forward from the archive")
         oldest, starts = self._checkpoint_starts()
         for name, have in sorted(behind.items(), key=lambda item: item[1]):
             q = core.queues[name]

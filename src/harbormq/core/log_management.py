@@ -1,0 +1,200 @@
+"""Linear log housekeeping while the queue manager runs (MQ's LogManagement):
+which closed extents are archived, and when they leave the log directory.
+
+* ``manual``: extents stay until the operator deletes them (``delete``).
+* ``automatic``: an extent is deleted once neither restart nor media recovery
+  needs it (after each checkpoint).
+* ``archive``: the built-in archiver copies each closed extent to the archive
+  path(s) (``log/archive.py``); an extent is deleted once it is both
+  archived and unneeded.
+
+A deleted extent's entry stays in the control file as the archive inventory
+(``deleted``), the newest ``log.max_archives`` of them, so that restart,
+recreate and restore can recall it. The control file is written (and
+durable) before any file is removed: a crash in between leaves a file the
+control file no longer lists, never a listed file that is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError, ObjectError
+from ..fsutil import fsync_dir
+from ..log import archive
+from ..log.control import ExtentInfo
+from ..log.records import extent_file_name
+
+if TYPE_CHECKING:
+    from .engine import QueueManagerCore
+
+
+class LogManagement:
+    def __init__(self, core: QueueManagerCore):
+        self.core = core
+        self.lock = asyncio.Lock()      # one archive or delete at a time
+        self._archiving = False
+
+    @property
+    def mode(self) -> str:
+        return self.core.config.log_management
+
+    @property
+    def enabled(self) -> bool:
+        return self.core.config.log.log_type == "linear"
+
+    # -- events -----------------------------------------------------------------------
+
+    def on_switch(self, closed: ExtentInfo | None) -> None:
+        """An extent was closed: say it is ready for archive, and archive it."""
+        if not self.enabled or closed is None:
+            return
+        self.core.oplog.emit("HMQ7480I", f"log extent {extent_file_name(closed.number)} of "
+                             f"queue manager {self.core.name} is full and ready for archive "
+                             f"(LSN {closed.first_lsn}..{closed.end_lsn})")
+        if self.mode == "archive":
+            self.start_archiving()
+
+    def after_checkpoint(self) -> None:
+        if self.enabled and self.mode in ("automatic", "archive") and self.deletable():
+            self.core.spawn(self.delete())
+
+    def start_archiving(self) -> None:
+        if not self._archiving:
+            self._archiving = True
+            self.core.spawn(self._archive_all())
+
+    async def _archive_all(self) -> None:
+        try:
+            await self.archive_pending()
+        finally:
+            self._archiving = False
+
+    # -- archiving --------------------------------------------------------------------
+
+    async def archive_pending(self) -> list[str]:
+        """Archive every closed extent not archived yet, oldest first; returns
+        their names. Then deletes what the mode allows."""
+        core = self.core
+        paths = core.config.log_archive_paths
+        if not paths:
+            raise ConfigError(f"queue manager {core.name} has no log archive path",
+                              hint="set log.archive_path in qm.toml (one or two directories)")
+        done = []
+        async with self.lock:
+            for e in core.log.closed_extents():
+                if e.archived:
+                    continue
+                await core.log.force(e.end_lsn)   # the closed extent is whole on disk
+                await core.loop.run_in_executor(
+                    None, archive.archive_extent, core.log.extent_path(e.number), e.number,
+                    e.first_lsn, e.end_lsn, core.log.control.paths[0], list(paths), core.name)
+                e.archived = True
+                await core.log.update_control()
+                name = extent_file_name(e.number)
+                done.append(name)
+                core.oplog.emit("HMQ7481I", f"log extent {name} of queue manager {core.name} "
+                                f"archived to {', '.join(map(str, paths))}")
+        if done and self.mode in ("automatic", "archive"):
+            await self.delete()
+        return done
+
+    async def archive_now(self) -> list[str]:
+        """ARCHIVE LOG: close the active extent, then archive every closed one:
+        the point of recovery a backup procedure needs (redbook §2.3.1)."""
+        core = self.core
+        if not self.enabled:
+            raise ObjectError("ARCHIVE LOG needs a linear log (a circular log is never "
+                              "archived)")
+        core.log.switch_now()
+        return await self.archive_pending()
+
+    async def mark_archived(self, name: str) -> None:
+        """SET LOG ARCHIVED: an external archiver has copied this extent."""
+        core = self.core
+        e = self._closed_extent(name)
+        async with self.lock:
+            e.archived = True
+            await core.log.update_control()
+        core.oplog.emit("HMQ7481I", f"log extent {name} of queue manager {core.name} marked "
+                        "archived by the operator")
+        if self.mode in ("automatic", "archive"):
+            await self.delete()
+
+    def _closed_extent(self, name: str) -> ExtentInfo:
+        for e in self.core.log.state.extents:
+            if extent_file_name(e.number) == name.upper():
+                if e.state != "full":
+                    raise ObjectError(f"log extent {name} is {e.state}, not closed")
+                return e
+        raise ObjectError(f"log extent {name} is not in the log of queue manager "
+                          f"{self.core.name}")
+
+    # -- deletion ---------------------------------------------------------------------
+
+    def deletable(self, through: str | None = None) -> list[ExtentInfo]:
+        archived_only = self.mode == "archive"
+        out = self.core.log.deletable(archived_only=archived_only)
+        if through is not None:
+            last = self._closed_extent(through).number
+            out = [e for e in out if e.number <= last]
+        return out
+
+    async def delete(self, through: str | None = None) -> dict:
+        """Delete unneeded closed extents, oldest first (through ``through`` when
+        the operator names one). Returns what was deleted and which of those
+        were never archived (the operator is warned: HMQ7483W)."""
+        core = self.core
+        async with self.lock:
+            victims = self.deletable(through)
+            if through is not None and (not victims or
+                                        extent_file_name(victims[-1].number) != through.upper()):
+                needed = self._closed_extent(through)
+                if self.mode == "archive" and not needed.archived:
+                    why = "it is not archived yet"
+                else:
+                    why = "restart or media recovery still needs it (harbormq log need)"
+                raise ObjectError(f"log extent {through} cannot be deleted: {why}"
+                                  + (f"; {len(victims)} older extent(s) could be"
+                                     if victims else ""))
+            if not victims:
+                return {"deleted": [], "never_archived": []}
+            for e in victims:
+                e.deleted = True
+            core.log.forget_deleted(core.config.max_archives)
+            await core.log.update_control()     # durable before any file goes
+            names = [extent_file_name(e.number) for e in victims]
+            await core.loop.run_in_executor(None, _remove_files, core.log,
+                                            [e.number for e in victims])
+        never = [extent_file_name(e.number) for e in victims if not e.archived]
+        core.oplog.emit("HMQ7482I", f"log extent(s) {', '.join(names)} of queue manager "
+                        f"{core.name} deleted: neither restart nor media recovery needs them")
+        if never:
+            core.oplog.emit("HMQ7483W", f"log extent(s) {', '.join(never)} were deleted "
+                            "without ever being archived: a store put back from an older "
+                            "copy, or a restore, cannot be brought forward through them")
+        return {"deleted": names, "never_archived": never}
+
+    def sweep(self) -> None:
+        """Files of extents the control file lists as deleted (a crash between
+        the control-file write and the removal): remove them now."""
+        log = self.core.log
+        _remove_files(log, [e.number for e in log.state.extents
+                            if e.deleted and log.extent_path(e.number).exists()])
+
+    def status(self) -> list[dict]:
+        """Every extent the control file lists, with its archive state."""
+        log = self.core.log
+        return [{"extent": extent_file_name(e.number), "first_lsn": e.first_lsn,
+                 "end_lsn": e.end_lsn, "state": e.state, "archived": e.archived,
+                 "deleted": e.deleted, "on_disk": log.extent_path(e.number).exists()}
+                for e in sorted(log.state.extents, key=lambda e: e.first_lsn)
+                if e.state != "free"]
+
+
+def _remove_files(log, numbers: list[int]) -> None:
+    for n in numbers:
+        log.extent_path(n).unlink(missing_ok=True)
+    if numbers:
+        fsync_dir(log.dir)

@@ -1,0 +1,245 @@
+"""Archived extents: the copy, the manifest, recall and scrub.
+
+An archive path holds, per queue manager (``<path>/<QM>/``, the name mapped by
+``fsutil.file_name``)::
+
+    S0000003.LOG      a closed extent, copied whole
+    control.archived  the control file as it was at the latest archive (MQ
+                      writes the BSDS into every archive)
+    manifest.jsonl    one line per archived extent, oldest first
+
+A manifest line names the extent, its LSN range, the times of its first and
+last records, its size and SHA-256, when it was archived, and ``prev``: the
+SHA-256 of the previous line. A gap, a line edited or a file changed is found
+by ``scrub``. Every file is written as a temporary file, fsynced, renamed
+into place and its directory fsynced, and the manifest line is appended (and
+fsynced) only after the extent it names is durable: there is never an entry
+for a file that is not there.
+
+Up to two archive paths (MQ's dual archive): each gets its own copy and its
+own manifest. Recall takes the first copy whose hash is right.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import LogCorrupt, LogMissing
+from ..fsutil import FILE_MODE, atomic_write, file_name, fsync_dir, make_dirs
+from .reader import ExtentReader
+from .records import extent_file_name
+
+MANIFEST = "manifest.jsonl"
+CONTROL_COPY = "control.archived"
+COPY_CHUNK = 4 << 20
+
+
+@dataclass(frozen=True)
+class ArchiveEntry:
+    name: str
+    number: int
+    first_lsn: int
+    end_lsn: int
+    first_ns: int
+    last_ns: int
+    size: int
+    sha256: str
+    archived_ns: int
+    prev: str
+
+    def line(self) -> bytes:
+        return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def archive_dir(path: Path, qm_name: str) -> Path:
+    return Path(path) / file_name(qm_name)
+
+
+def read_manifest(directory: Path) -> list[tuple[ArchiveEntry, bytes]]:
+    """(entry, its line) in order; LogCorrupt names a line that is not one."""
+    path = directory / MANIFEST
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for n, line in enumerate(data.splitlines(keepends=True), 1):
+        if not line.endswith(b"\n"):
+            break       # a line whose append was cut short: it names nothing durable
+        try:
+            out.append((ArchiveEntry(**json.loads(line)), line))
+        except (ValueError, TypeError) as exc:
+            raise LogCorrupt(f"archive manifest {path} line {n} is unreadable: {exc}",
+                             path=str(path)) from None
+    return out
+
+
+def _copy_durably(src: Path, dst: Path) -> tuple[int, str]:
+    """Copy ``src`` to ``dst`` (temporary file, fsync, rename, directory fsync);
+    returns (size, SHA-256 of what was copied)."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    digest, size = hashlib.sha256(), 0
+    with open(src, "rb") as fin, open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                              FILE_MODE), "wb") as fout:
+        while chunk := fin.read(COPY_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            fout.write(chunk)
+        fout.flush()
+        os.fsync(fout.fileno())
+    os.replace(tmp, dst)
+    fsync_dir(dst.parent)
+    return size, digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(COPY_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _record_times(path: Path) -> tuple[int, int]:
+    first = last = 0
+    for rec in ExtentReader(path, newest=False).records():
+        first = first or rec.timestamp_ns
+        last = rec.timestamp_ns
+    return first, last
+
+
+def archive_extent(extent_path: Path, number: int, first_lsn: int, end_lsn: int,
+                   control_path: Path, paths: list[Path], qm_name: str) -> list[ArchiveEntry]:
+    """Copy one closed extent into every archive path, then the control file,
+    then the manifest line. An extent already in a manifest with the same hash
+    is not copied again there. Returns the entries written or found."""
+    first_ns, last_ns = _record_times(extent_path)
+    done = []
+    for base in paths:
+        directory = archive_dir(base, qm_name)
+        make_dirs(directory)
+        entries = read_manifest(directory)
+        known = next((e for e, _ in entries if e.number == number), None)
+        if known is not None and (directory / known.name).exists():
+            done.append(known)
+            continue
+        size, sha = _copy_durably(extent_path, directory / extent_file_name(number))
+        atomic_write(directory / CONTROL_COPY, control_path.read_bytes())
+        prev = hashlib.sha256(entries[-1][1]).hexdigest() if entries else ""
+        entry = ArchiveEntry(name=extent_file_name(number), number=number,
+                             first_lsn=first_lsn, end_lsn=end_lsn, first_ns=first_ns,
+                             last_ns=last_ns, size=size, sha256=sha,
+                             archived_ns=time.time_ns(), prev=prev)
+        fd = os.open(directory / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        try:
+            os.write(fd, entry.line())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if not entries:
+            fsync_dir(directory)      # the manifest's name, the first time
+        done.append(entry)
+    return done
+
+
+def find(paths: list[Path], qm_name: str, number: int) -> list[tuple[Path, ArchiveEntry]]:
+    """Every archived copy of extent ``number``: (file, entry)."""
+    out = []
+    for base in paths:
+        directory = archive_dir(base, qm_name)
+        for entry, _ in read_manifest(directory):
+            if entry.number == number:
+                out.append((directory / entry.name, entry))
+    return out
+
+
+def recall(paths: list[Path], qm_name: str, number: int, first_lsn: int, dest: Path,
+           say: Callable[[str, str], None]) -> Path:
+    """Fetch extent ``number`` back into the log directory ``dest`` from the
+    first archived copy whose hash is right; LogMissing when none is."""
+    problems = []
+    for src, entry in find(paths, qm_name, number):
+        if entry.first_lsn != first_lsn:
+            problems.append(f"{src} holds LSN {entry.first_lsn}.., not {first_lsn}..")
+            continue
+        if not src.exists():
+            problems.append(f"{src} is missing")
+            continue
+        target = dest / entry.name
+        size, sha = _copy_durably(src, target)
+        if sha != entry.sha256 or size != entry.size:
+            target.unlink()
+            fsync_dir(dest)
+            problems.append(f"{src} fails its hash (SHA-256 {sha[:16]}.., the manifest says "
+                            f"{entry.sha256[:16]}..)")
+            continue
+        say("HMQ7484I", f"log extent {entry.name} (LSN {entry.first_lsn}..{entry.end_lsn}) "
+            f"recalled from the archive {src.parent} (SHA-256 verified)")
+        return target
+    where = "; ".join(problems) or ("no archive path holds it (" +
+                                    (", ".join(map(str, paths)) or "none configured") + ")")
+    raise LogMissing(f"log extent {extent_file_name(number)} (LSN {first_lsn}..) is not in the "
+                     f"log directory and cannot be recalled: {where}", lsn=first_lsn,
+                     hint="put a copy of it back in the log directory or an archive path")
+
+
+def scrub(paths: list[Path], qm_name: str) -> list[dict]:
+    """Check every archive path: the manifest's hash chain, every file's size
+    and SHA-256, every record's CRC. One report per path; ``bad`` names the
+    first problem (None when all is well)."""
+    reports = []
+    for base in paths:
+        directory = archive_dir(base, qm_name)
+        report = {"path": str(directory), "extents": 0, "bytes": 0, "bad": None}
+        reports.append(report)
+        try:
+            entries = read_manifest(directory)
+        except LogCorrupt as exc:
+            report["bad"] = exc.message
+            continue
+        prev_line = b""
+        prev_end = None
+        for entry, line in entries:
+            expected = hashlib.sha256(prev_line).hexdigest() if prev_line else ""
+            problem = None
+            if entry.prev != expected:
+                problem = (f"manifest entry {entry.name}: the chain of hashes is broken (an "
+                           "entry before it was removed or edited)")
+            elif prev_end is not None and entry.first_lsn != prev_end:
+                problem = (f"manifest entry {entry.name} starts at LSN {entry.first_lsn}, the "
+                           f"one before ends at {prev_end}: a gap in the archive")
+            else:
+                problem = _check_file(directory / entry.name, entry)
+            if problem:
+                report["bad"] = problem
+                break
+            report["extents"] += 1
+            report["bytes"] += entry.size
+            prev_line, prev_end = line, entry.end_lsn
+    return reports
+
+
+def _check_file(path: Path, entry: ArchiveEntry) -> str | None:
+    if not path.exists():
+        return f"{path} is missing"
+    if path.stat().st_size != entry.size:
+        return f"{path} is {path.stat().st_size} bytes, the manifest says {entry.size}"
+    if file_sha256(path) != entry.sha256:
+        return f"{path} fails its SHA-256"
+    try:
+        reader = ExtentReader(path, newest=False)
+        for _rec in reader.records():
+            pass
+    except LogCorrupt as exc:
+        return f"{path}: {exc.message}"
+    end = reader.end
+    if end is None or end.how != "extent_end" or end.lsn != entry.end_lsn:
+        return (f"{path} ends at LSN {end.lsn if end else '?'} "
+                f"({end.how if end else 'unread'}), the manifest says {entry.end_lsn}")
+    return None
