@@ -235,3 +235,25 @@ def test_scrub_names_a_changed_file_and_a_broken_chain(make_qm, open_qm, tmp_pat
     first["end_lsn"] += 1
     (d / archive.MANIFEST).write_bytes(json.dumps(first).encode() + b"\n" + b"".join(lines[1:]))
     assert archive.scrub(arch, "QM1")[0]["bad"] is not None
+
+
+def test_a_torn_manifest_line_is_no_entry_and_the_next_append_drops_it(make_qm, open_qm,
+                                                                       tmp_path):
+    """Each manifest append is fsynced before the next, so a crash can tear only
+    the last line: it names nothing, and the next archive writes over it."""
+    arch = make_archiving_qm(make_qm, tmp_path, management="manual", paths=1)
+    qm = open_qm()
+    qm.define_queue("FILL", DEFPSIST="YES")
+    fill(qm, 150)
+    qm._call(qm.core.log_management.archive_now())
+    d = archive.archive_dir(arch[0], "QM1")
+    before = archive.read_manifest(d)
+    with open(d / archive.MANIFEST, "ab") as f:
+        f.write(b'{"name":"S00000')          # an append cut short
+    assert archive.read_manifest(d) == before
+    fill(qm, 150)
+    qm._call(qm.core.log_management.archive_now())
+    after = archive.read_manifest(d)
+    assert after[:len(before)] == before and len(after) > len(before)
+    assert archive.scrub(arch, "QM1")[0]["bad"] is None
+    qm.close()

@@ -55,29 +55,34 @@ def cut_count(request) -> int:
 
 
 def create_server(home: Path, log_type: str, console_dir: Path,
-                  durable_home: bool = True, log_pages: int = 128) -> QMServer:
+                  durable_home: bool = True, log_pages: int = 128,
+                  create_args: tuple = ()) -> QMServer:
     srv = QMServer(home, "PC", console_dir=console_dir)
     home.mkdir(parents=True, exist_ok=True)
     if durable_home:    # as an operator's home directory would be, long made
         fsync_dir(home.parent)
     srv.cli("create", srv.name, "--port", "0", "--log", log_type,
-            "--log-file-pages", str(log_pages), "--log-primary", "3", "--log-secondary", "2")
+            "--log-file-pages", str(log_pages), "--log-primary", "3", "--log-secondary", "2",
+            *create_args)
     return srv
 
 
 def run_power_cuts(tmp_path: Path, log_type: str, cuts: int, seed: int, *,
                    lies: dict | None = None, log_pages: int = 128,
-                   torn: float = 0.5) -> tuple[list[str], dict]:
+                   torn: float = 0.5, create_args: tuple = (),
+                   after=None) -> tuple[list[str], dict]:
     """Cut the power ``cuts`` times under STOMP load; returns (violations, stats).
     ``lies`` (kind -> glob, see LazyFS.lie) start once the queue manager runs;
-    ``torn`` is the share of cuts that keep some unsynced sectors."""
+    ``torn`` is the share of cuts that keep some unsynced sectors; ``after(fs,
+    srv)`` returns more violations, checked on the file system at the end."""
     rng = random.Random(seed)
     violations: list[str] = []
     stats = {"cuts": 0, "torn cuts": 0}
     journal, stop = tmp_path / "journal", tmp_path / "stop"
     journal.mkdir()
     with LazyFS(tmp_path / "lazyfs") as fs:
-        srv = create_server(fs.mount / "hmq", log_type, tmp_path, log_pages=log_pages)
+        srv = create_server(fs.mount / "hmq", log_type, tmp_path, log_pages=log_pages,
+                            create_args=tuple(a.format(mount=fs.mount) for a in create_args))
         srv.start()
         # queues are defined on first use (the workload's SEND or SUBSCRIBE),
         # from a default deep enough for the backlog
@@ -131,6 +136,8 @@ def run_power_cuts(tmp_path: Path, log_type: str, cuts: int, seed: int, *,
         said = [f"{m} {t}" for m, t in oplog if BAD_SIGN.search(f"{m} {t}")]
         if said:
             violations.append(f"the last start said: {said}")
+        if after is not None:
+            violations += after(fs, srv)
     found, counts = verify(read_journals(journal), left)
     stats.update({k: counts[k] for k in ("receipted", "acked", "left on queues",
                                          "redelivered after restart", "tx commit unknown")})
@@ -149,6 +156,32 @@ def test_power_cuts_under_stomp_load(tmp_path, request, log_type):
     # the cuts really took something: unsynced sectors and unsynced names
     assert stats["lost_sectors"] > 0 and stats["lost_entries"] > 0, stats
     assert stats["unexpected_unmounts"] == 0, stats
+
+
+ARCHIVE_CUTS = 20
+
+
+def test_power_cuts_while_archiving(tmp_path):
+    """A linear log in archive mode on the smallest extents, its archive path
+    on the same cut disk: the archiver copies, appends to the manifest and
+    deletes extents all through the load. Besides the journal checks: every
+    manifest entry names a file that is there, whole (scrub), and extents
+    were really archived and deleted."""
+    def archive_checks(fs, srv) -> list[str]:
+        from harbormq.log import archive
+        reports = archive.scrub([fs.mount / "arch"], srv.name)
+        problems = [f"archive: {r['bad']}" for r in reports if r["bad"]]
+        if not reports or reports[0]["extents"] < 3:
+            problems.append(f"too little was archived to prove anything: {reports}")
+        return problems
+
+    violations, stats = run_power_cuts(
+        tmp_path, "linear", ARCHIVE_CUTS, SEED, log_pages=32, after=archive_checks,
+        create_args=("--log-management", "archive", "--log-archive-path", "{mount}/arch"))
+    print(f"power cuts while archiving: {stats}; seed {SEED}")
+    assert not violations, (f"seed {SEED}: {len(violations)} violations:\n" +
+                            "\n".join(violations[:40]))
+    assert stats["cuts"] == ARCHIVE_CUTS and stats["receipted"] > 10 * ARCHIVE_CUTS
 
 
 def test_queue_manager_survives_a_cut_after_create_start_stop(tmp_path):

@@ -309,3 +309,29 @@ def test_create_refuses_bad_log_file_pages(home):
     with pytest.raises(ConfigError, match="log-file-pages 10 is out of range"):
         qmgr.create("QM1", home=home, log_file_pages=10)
     assert not (home / "qmgrs" / "QM1").exists()
+
+
+def test_a_store_written_before_its_definition_reached_the_catalog_is_not_an_orphan(
+        make_qm, open_qm, home):
+    """A flush writes the queues' stores, then the catalog: a power cut between
+    the two (seen under the power-cut harness) leaves a store with messages
+    that the catalog does not know yet, while its define is in the log. Restart
+    once kept it aside as an orphan (HMQ7511W) before redo defined the queue;
+    now redo opens it as the queue's store."""
+    make_qm()
+    qm = open_qm()
+    catalog = qm.core.config.catalog_dir
+    before = home / "catalog-before-define"
+    shutil.copytree(catalog, before)        # the catalog as a cut would leave it
+    qm.define_queue("NEW.Q", DEFPSIST="YES")
+    for i in range(3):
+        qm.put("NEW.Q", f"m{i}")
+    qm.flush()
+    qm.close("preemptive")
+    shutil.rmtree(catalog)
+    shutil.copytree(before, catalog)
+    qm = open_qm()
+    assert bodies(qm.browse("NEW.Q")) == ["m0", "m1", "m2"]
+    assert "HMQ7511W" not in errlog(home)
+    assert not list(qm.core.config.queues_dir.glob("*.orphan"))
+    qm.close()

@@ -15,7 +15,9 @@ import functools
 import itertools
 import os
 import time
+import traceback
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ..config import QMConfig
 from ..crashpoints import crash_point
@@ -182,7 +184,11 @@ class QueueManagerCore:
 
     def _report_failure(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
-            self.oplog.emit("HMQ5008E", f"background task failed: {task.exception()!r}")
+            exc = task.exception()
+            tb = traceback.extract_tb(exc.__traceback__)
+            where = " at " + " < ".join(f"{Path(f.filename).name}:{f.lineno}"
+                                       for f in reversed(tb[-3:])) if tb else ""
+            self.oplog.emit("HMQ5008E", f"background task failed: {exc!r}{where}")
 
     def check_running(self) -> None:
         if self.stopping:

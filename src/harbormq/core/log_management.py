@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError, ObjectError
 from ..fsutil import fsync_dir
 from ..log import archive
-from ..log.control import ExtentInfo
+from ..log.control import ExtentInfo, encode_copy
 from ..log.records import extent_file_name
 
 if TYPE_CHECKING:
@@ -87,9 +87,10 @@ class LogManagement:
                 if e.archived:
                     continue
                 await core.log.force(e.end_lsn)   # the closed extent is whole on disk
+                control = encode_copy(core.log.state)    # the control file as it is now
                 await core.loop.run_in_executor(
                     None, archive.archive_extent, core.log.extent_path(e.number), e.number,
-                    e.first_lsn, e.end_lsn, core.log.control.paths[0], list(paths), core.name)
+                    e.first_lsn, e.end_lsn, control, list(paths), core.name)
                 e.archived = True
                 await core.log.update_control()
                 name = extent_file_name(e.number)

@@ -62,22 +62,33 @@ def archive_dir(path: Path, qm_name: str) -> Path:
 
 
 def read_manifest(directory: Path) -> list[tuple[ArchiveEntry, bytes]]:
-    """(entry, its line) in order; LogCorrupt names a line that is not one."""
+    """(entry, its line) in order. Every append is fsynced before the next, so
+    only the last line can be torn (a crash mid-append): it is not an entry.
+    LogCorrupt names any other line that is not one."""
+    return _read_manifest(directory)[0]
+
+
+def _read_manifest(directory: Path) -> tuple[list[tuple[ArchiveEntry, bytes]], int]:
+    """(entries, bytes of the manifest that hold them)."""
     path = directory / MANIFEST
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return []
-    out = []
-    for n, line in enumerate(data.splitlines(keepends=True), 1):
-        if not line.endswith(b"\n"):
-            break       # a line whose append was cut short: it names nothing durable
+        return [], 0
+    out, good = [], 0
+    lines = data.splitlines(keepends=True)
+    for n, line in enumerate(lines, 1):
         try:
+            if not line.endswith(b"\n"):
+                raise ValueError("no end of line")
             out.append((ArchiveEntry(**json.loads(line)), line))
+            good += len(line)
         except (ValueError, TypeError) as exc:
+            if n == len(lines):
+                break       # the torn tail of an append cut short: it names nothing
             raise LogCorrupt(f"archive manifest {path} line {n} is unreadable: {exc}",
                              path=str(path)) from None
-    return out
+    return out, good
 
 
 def _copy_durably(src: Path, dst: Path) -> tuple[int, str]:
@@ -115,22 +126,23 @@ def _record_times(path: Path) -> tuple[int, int]:
 
 
 def archive_extent(extent_path: Path, number: int, first_lsn: int, end_lsn: int,
-                   control_path: Path, paths: list[Path], qm_name: str) -> list[ArchiveEntry]:
-    """Copy one closed extent into every archive path, then the control file,
-    then the manifest line. An extent already in a manifest with the same hash
-    is not copied again there. Returns the entries written or found."""
+                   control: bytes, paths: list[Path], qm_name: str) -> list[ArchiveEntry]:
+    """Copy one closed extent into every archive path, then ``control`` (an
+    encoded control-file copy), then the manifest line. An extent already in a
+    manifest with the same hash is not copied again there. Returns the
+    entries written or found."""
     first_ns, last_ns = _record_times(extent_path)
     done = []
     for base in paths:
         directory = archive_dir(base, qm_name)
         make_dirs(directory)
-        entries = read_manifest(directory)
+        entries, good = _read_manifest(directory)
         known = next((e for e, _ in entries if e.number == number), None)
         if known is not None and (directory / known.name).exists():
             done.append(known)
             continue
         size, sha = _copy_durably(extent_path, directory / extent_file_name(number))
-        atomic_write(directory / CONTROL_COPY, control_path.read_bytes())
+        atomic_write(directory / CONTROL_COPY, control)
         prev = hashlib.sha256(entries[-1][1]).hexdigest() if entries else ""
         entry = ArchiveEntry(name=extent_file_name(number), number=number,
                              first_lsn=first_lsn, end_lsn=end_lsn, first_ns=first_ns,
@@ -138,6 +150,8 @@ def archive_extent(extent_path: Path, number: int, first_lsn: int, end_lsn: int,
                              archived_ns=time.time_ns(), prev=prev)
         fd = os.open(directory / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         try:
+            if os.fstat(fd).st_size != good:
+                os.ftruncate(fd, good)      # drop a torn tail before appending after it
             os.write(fd, entry.line())
             os.fsync(fd)
         finally:

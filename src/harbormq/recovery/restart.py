@@ -261,15 +261,22 @@ class Restart:
                   f"{result['effects']} later effects; {result['messages']} messages")
         return fresh
 
-    def _sweep_orphan_stores(self) -> None:
+    def _sweep_orphan_stores(self, *, after_redo: bool = False) -> None:
         """Store directories with no catalog entry: a define whose record never got
         to disk, or a delete interrupted before removing the directory. Empty ones
-        are removed; any with messages are kept aside, never destroyed."""
+        are removed; any with messages are kept aside, never destroyed.
+
+        Before redo, a store of an object newer than any the catalog knows is
+        left alone: its define is in the log after the catalog's last flush (a
+        power cut between a flush's store writes and its catalog write), and
+        redo opens it as that queue's store. After redo, what is still unknown
+        is an orphan."""
         core = self.core
         qdir = core.config.queues_dir
         if not qdir.is_dir():
             return
         known = {core.config.queue_dir(n) for n in core.queues}
+        newest_known = max((d["object_id"] for d in core.objects.values()), default=0)
         for path in qdir.iterdir():
             if path in known or not path.is_dir() or path.name.endswith(".orphan") or \
                     dirs.DAMAGED in path.name:     # damaged stores kept as evidence
@@ -278,8 +285,10 @@ class Restart:
                 QueueStore.destroy(path)      # an interrupted media recovery's work files
                 continue
             store = QueueStore(path)
-            count = store.count()
+            count, oid = store.count(), store.object_id
             store.close()
+            if not after_redo and oid is not None and oid > newest_known:
+                continue
             if count == 0:
                 QueueStore.destroy(path)
             else:
@@ -440,6 +449,7 @@ class Restart:
                       f"{scan.end.reason}; {scan.end.torn_length} bytes kept in "
                       f"{scan.torn_copy.name}")
         self._flush_during_redo(scan.end_lsn)
+        self._sweep_orphan_stores(after_redo=True)
         damaged = [q.name for q in core.queues.values() if q.damaged]
         for q in core.queues.values():
             if q.damaged:
