@@ -31,6 +31,7 @@
     store_map_size_mb = 16384   # LMDB address space per store (files grow as needed)
     qindxbld = "wait"           # or "nowait": index rebuild at restart
     verify_store_mb = 128       # restart checks every message seal of stores up to this size
+    long_uow_checkpoints = 3    # name a unit of work in the log through this many checkpoints
     [image]                     # media images (linear logs; MQ's IMGSCHED/IMGINTVL/IMGLOGLN)
     schedule = "manual"         # or "auto"
     interval_minutes = 60       # auto: image an object this long after its last image
@@ -97,6 +98,9 @@ class Tuning:
     store_map_size_mb: int = _opt(16_384, lo=1, hi=1 << 30)
     qindxbld: str = _opt("wait", choices=("wait", "nowait"))
     verify_store_mb: int = _opt(128, lo=0)
+    #: name a unit of work in the log through every this many checkpoints
+    #: (HMQ7465W; MQ's URCHKTH); 0 = never
+    long_uow_checkpoints: int = _opt(3, lo=0, hi=1_000_000)
 
 
 @dataclass
@@ -227,7 +231,8 @@ class QMConfig:
                 "tuning": {"flush_interval_ms": t.flush_interval_ms,
                            "flush_max_entries": t.flush_max_entries,
                            "store_map_size_mb": t.store_map_size_mb, "qindxbld": t.qindxbld,
-                           "verify_store_mb": t.verify_store_mb},
+                           "verify_store_mb": t.verify_store_mb,
+                           "long_uow_checkpoints": t.long_uow_checkpoints},
                 "image": {"schedule": self.image.schedule,
                           "interval_minutes": self.image.interval_minutes,
                           "log_length_mb": self.image.log_length_mb},

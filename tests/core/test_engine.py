@@ -464,3 +464,26 @@ def test_a_store_whose_map_fills_grows_it(home, make_qm, open_qm):
     qm = open_qm()
     assert [m.body for m in qm.browse("BIG", limit=1000)] == bodies
     qm.close()
+
+
+def test_a_long_unit_of_work_is_named_every_few_checkpoints(home, make_qm, open_qm):
+    """MQ's CSQJ160I (URCHKTH): a unit of work in the log through
+    ``tuning.long_uow_checkpoints`` checkpoints is named, with its owner, each
+    time that many more pass; one that ends is not."""
+    from support.oplog import operator_log
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("Q", DEFPSIST="YES")
+    long = qm.begin(owner="batch job 7")
+    long.put("Q", b"held")
+    short = qm.begin(owner="quick")
+    short.put("Q", b"done")
+    qm.checkpoint()
+    short.commit()
+    for _ in range(5):
+        qm.checkpoint()
+    warned = [t for m, t in operator_log(home, "QM1") if m == "HMQ7465W"]
+    assert len(warned) == 2, warned                   # after checkpoints 3 and 6
+    assert all(f"unit of work {long.id}" in t and "batch job 7" in t for t in warned)
+    assert "through 3 checkpoints" in warned[0] and "through 6 checkpoints" in warned[1]
+    qm.close("immediate")       # (a controlled stop waits for the unit of work)

@@ -101,6 +101,8 @@ class UnitOfWork:
     first_log_ns: int = 0
     #: why the queue manager backed it out on its own (HMQ7469W), if it did
     rolled_back: str | None = None
+    #: checkpoints taken while it was in the log (HMQ7465W, MQ's URCHKTH)
+    checkpoints: int = 0
 
     @property
     def in_doubt(self) -> bool:
@@ -963,8 +965,30 @@ class QueueManagerCore:
             await self.log.set_checkpoint(end, restart_lsn, media_lsn)
             self.last_checkpoint = table | {"end_lsn": end}
             self.report_log_need()
+            self._warn_long_units_of_work()
             self.log_management.after_checkpoint()
             return self.last_checkpoint
+
+    def _warn_long_units_of_work(self) -> None:
+        """Name every unit of work in the log through each ``long_uow_checkpoints``
+        checkpoints (MQ's CSQJ160I and URCHKTH): it pins the restart point, and
+        on a circular log it will be backed out when the log is full."""
+        every = self.config.tuning.long_uow_checkpoints
+        if not every:
+            return
+        now = time.time_ns()
+        for u in self.uows.values():
+            if not u.first_lsn:
+                continue
+            u.checkpoints += 1
+            if u.checkpoints % every == 0:
+                ext = self.log.extent_of(u.first_lsn)
+                where = f" in {self.log.extent_path(ext.number).name}" if ext else ""
+                age = (now - (u.first_log_ns or u.started_ns)) / 1e9
+                self.oplog.emit("HMQ7465W", f"unit of work {u.id} ({u.state}, owner "
+                                f"{u.owner or '-'}) has been in the log through {u.checkpoints} "
+                                f"checkpoints, for {age:.0f} s since LSN {u.first_lsn}{where}: "
+                                "it pins the restart point; commit or back it out")
 
     def report_log_need(self) -> None:
         st = self.log.state
