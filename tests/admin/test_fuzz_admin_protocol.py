@@ -30,8 +30,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.admin_fuzz import GUARD_S, AdminConn, FuzzServer
 
+from harbormq.admin.client import call
 from harbormq.admin.protocol import MAX_REQUEST_BYTES, AdminProtocol
 from harbormq.core.operator_log import OperatorLog
+from harbormq.errors import HarbormqError
 from harbormq.qmgr.lifecycle import STOP_MODES
 
 REFUSAL = re.compile(r"HMQ\d{4}E: \S")
@@ -265,6 +267,17 @@ def test_a_failure_inside_a_request_is_answered_and_logged(tmp_path):
     assert "ZeroDivisionError('a defect')" in failed["error"]
     assert ping["ok"] and ping["pid"] == os.getpid()
     assert [m for m, _text in oplog.entries] == ["HMQ8152E"]
+
+
+def test_the_client_raises_a_refusal_with_its_own_message_id(served):
+    """The CLI printed "HMQ0001E: HMQ8147E: ..." for every refusal."""
+    target = SimpleNamespace(name="QA", admin_socket=served.sock)
+    for req, msgid in (({"cmd": "image", "type": "queue", "name": "NOPE"}, "HMQ8147E"),
+                       ({"cmd": "stop", "mode": "later"}, "HMQ8151E")):
+        with pytest.raises(HarbormqError) as info:
+            call(target, req)
+        assert info.value.msgid == msgid, info.value
+        assert str(info.value).startswith(msgid + ": ") and str(info.value).count("HMQ") == 1
 
 
 def test_a_client_that_goes_away_mid_request_is_forgotten(served):
