@@ -61,6 +61,12 @@ class QueueManagerStopping(HarbormqError):
     reason = 2161
 
 
+class AdminRequestError(HarbormqError):
+    """An admin socket request that cannot be read or is not a valid request: not
+    a JSON object, an unknown ``cmd``, a field of the wrong type."""
+    msgid = "HMQ8151E"
+
+
 # --- the recovery log ----------------------------------------------------------
 
 class LogError(HarbormqError):

@@ -9,6 +9,7 @@ server side and lists the requests.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from typing import Callable
 
@@ -53,11 +54,23 @@ def request(target, req: dict, *, timeout: float | None = 10.0,
                         "a reply", msgid="HMQ8146E")
 
 
+#: a refusal that names its message id: "HMQ8147E: queue Q is not defined"
+_REFUSAL = re.compile(r"(HMQ\d{4}[IWE]): (.*)", re.S)
+
+
+def refusal(reply: dict, default: str, msgid: str | None = None) -> HarbormqError:
+    """The queue manager's refusal as an error with its own message id (not
+    "HMQ0001E: HMQ8147E: ...", as the CLI printed it before)."""
+    text = reply.get("error") or default
+    m = _REFUSAL.fullmatch(text)
+    return HarbormqError(m.group(2), msgid=m.group(1)) if m else HarbormqError(text, msgid=msgid)
+
+
 def call(target, req: dict, **kw) -> dict:
     """``request``, raising the queue manager's refusal as an error."""
     reply = request(target, req, **kw)
     if not reply.get("ok"):
-        raise HarbormqError(reply.get("error", "the queue manager refused the request"))
+        raise refusal(reply, "the queue manager refused the request")
     return reply
 
 
@@ -72,6 +85,5 @@ def send_mqsc(target, text: str, continue_on_error: bool = False,
     reply = request(target, {"cmd": "mqsc", "text": text, "continue": continue_on_error},
                     timeout=timeout, needs="MQSC commands need a running queue manager")
     if "output" not in reply:
-        raise HarbormqError(reply.get("error", "the queue manager refused the MQSC request"),
-                            msgid="HMQ8400E")
+        raise refusal(reply, "the queue manager refused the MQSC request", "HMQ8400E")
     return reply

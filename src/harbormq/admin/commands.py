@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from ..core.engine import QueueManagerCore
 from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS
-from ..errors import HarbormqError, ObjectExists, UnknownObject
+from ..errors import AdminRequestError, HarbormqError, ObjectExists, UnknownObject
 from ..log.records import PAGE_SIZE, extent_file_name, key_parts
 from ..recovery.need import log_need_facts
 from . import mqsc
@@ -508,7 +508,8 @@ async def handle_admin_mqsc(core: QueueManagerCore, request: dict, security, *,
     text = request.get("text")
     if not isinstance(text, str):
         return {"ok": False, "output": "", "errors": 1,
-                "error": "the mqsc request needs 'text' (the MQSC commands)"}
+                "error": str(AdminRequestError("the mqsc request needs 'text' (the MQSC "
+                                               "commands) as a string"))}
     result = await run_mqsc(core, text, security=security,
                             continue_on_error=bool(request.get("continue")), qm_info=qm_info)
     reply = {"ok": result["errors"] == 0, "output": result["output"],

@@ -23,7 +23,6 @@ per line in columns of 40, and the closing "N MQSC commands read." lines.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from ..core.objects import QLOCAL_DEFAULTS, QMGR_DEFAULTS
@@ -454,8 +453,20 @@ def generic_match(pattern: str, name: str) -> bool:
     elsewhere ``*`` is taken the same way, which MQ does not allow."""
     if "*" not in pattern:
         return pattern == name
-    regex = "".join(".*" if c == "*" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, name, re.S) is not None
+    # no regex: one '.*' per star backtracks exponentially, and DIS QL('***...*A')
+    # held the queue manager's loop for hours. The leftmost match of each part
+    # between stars is the one that leaves the most for the rest.
+    first, *middle, last = pattern.split("*")
+    if len(first) + len(last) > len(name) or not name.startswith(first) or \
+            not name.endswith(last):
+        return False
+    pos, end = len(first), len(name) - len(last)
+    for part in middle:
+        found = name.find(part, pos, end)
+        if found < 0:
+            return False
+        pos = found + len(part)
+    return True
 
 
 def _num(v):

@@ -17,7 +17,11 @@ One JSON object per line each way:
     {"cmd": "load", "queue": "Q", "path": "/x/Q.hmqload"}
                                              -> {"ok": true, "result": {"loaded": n, ...}}
 
-A refused request gets ``{"ok": false, "error": "..."}``. A request line may be
+A refused request gets ``{"ok": false, "error": "HMQnnnnE: ..."}`` and the
+connection serves on: HMQ8151E for a line that is not a request (not UTF-8
+JSON, not an object, an unknown ``cmd``, a field of the wrong type), the
+queue manager's own error otherwise, and HMQ8152E for a failure of the queue
+manager itself (written to the operator log as well). A request line may be
 up to MAX_REQUEST_BYTES long (an MQSC script of any practical size); a longer
 one is refused with HMQ8148E and the connection closed.
 """
@@ -27,10 +31,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import HarbormqError
+from ..errors import AdminRequestError, HarbormqError
 from ..qmgr.lifecycle import STOP_MODES
 from ..recovery.images import image_objects
 from ..recovery.need import log_need_facts
@@ -46,6 +51,35 @@ if TYPE_CHECKING:
 
 #: the longest request line the server reads (the stream reader's limit)
 MAX_REQUEST_BYTES = 64 << 20
+#: the requests ``AdminProtocol.handle`` answers
+COMMANDS = ("ping", "status", "mqsc", "load", "log_need", "image", "recreate", "stop")
+
+
+def read_request(line: bytes) -> dict:
+    """The request object of one line, or AdminRequestError saying why not."""
+    try:
+        req = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise AdminRequestError(f"the request is not UTF-8 text: {exc}") from None
+    except RecursionError:      # json's parser recurses once per level of nesting
+        raise AdminRequestError("the request is nested too deeply to be read") from None
+    except ValueError as exc:
+        raise AdminRequestError(f"the request is not JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise AdminRequestError(f"the request is a JSON {type(req).__name__}, not an object "
+                                'such as {"cmd": "ping"}')
+    return req
+
+
+def _text(req: dict, key: str, default: str | None = None) -> str | None:
+    """A string field of the request (``default`` when it is absent or null)."""
+    value = req.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise AdminRequestError(f"the {req['cmd']} request's '{key}' must be a string, not "
+                                f"{json.dumps(value)[:80]}")
+    return value
 
 
 async def _close_politely(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -91,11 +125,17 @@ class AdminProtocol:
                 if not line:
                     return
                 try:
-                    reply = await self.handle(json.loads(line), send)
-                except (ValueError, HarbormqError) as exc:
+                    reply = await self.handle(read_request(line), send)
+                except HarbormqError as exc:
                     reply = {"ok": False, "error": str(exc)}
+                except Exception as exc:  # noqa: BLE001 - a bug must not cost the reply
+                    self.core.oplog.emit("HMQ8152E", f"admin request failed: {exc!r}")
+                    reply = {"ok": False, "error": f"HMQ8152E: the queue manager failed to "
+                                                   f"process the request: {exc!r}"}
                 writer.write(json.dumps(reply, default=str).encode() + b"\n")
                 await writer.drain()
+        except ConnectionError:
+            pass        # the client went away: there is no one left to answer
         finally:
             writer.close()
 
@@ -118,21 +158,29 @@ class AdminProtocol:
         if cmd in ("image", "recreate"):
             return await self._media(req, send)
         if cmd == "stop":
-            mode = req.get("mode", "controlled")
+            mode = _text(req, "mode", "controlled")
             if mode not in STOP_MODES:
-                raise ValueError(f"unknown stop mode {mode!r}")
+                raise AdminRequestError(f"unknown stop mode {mode!r}; known: "
+                                        f"{', '.join(STOP_MODES)}")
             self.request_stop(mode)
             return {"ok": True}
-        raise ValueError(f"unknown admin command {cmd!r}")
+        raise AdminRequestError(f"unknown admin command {json.dumps(cmd)[:80]}; known: "
+                                f"{', '.join(COMMANDS)}")
 
     async def _load(self, req: dict) -> dict:
-        if not req.get("queue") or not req.get("path"):
-            raise ValueError("load needs 'queue' and 'path'")
+        queue, path = _text(req, "queue"), _text(req, "path")
+        if not queue or not path:
+            raise AdminRequestError("load needs 'queue' and 'path'")
         try:
-            return await load_into_core(self.core, str(req["queue"]), Path(req["path"]))
-        except OSError as exc:
-            raise ValueError(f"cannot read load file {req['path']}: "
-                             f"{exc.strerror or exc}") from None
+            # a regular file only: opening a FIFO blocked the loop until something
+            # wrote to it, and reading /dev/zero filled the memory
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise AdminRequestError(f"cannot read load file {path}: it is not a regular "
+                                        "file")
+            return await load_into_core(self.core, queue, Path(path))
+        except (OSError, ValueError) as exc:     # ValueError: a NUL in the path, not UTF-8
+            raise AdminRequestError(f"cannot read load file {path}: "
+                                    f"{getattr(exc, 'strerror', None) or exc}") from None
 
     async def _media(self, req: dict, send: Callable[[dict], None]) -> dict:
         """Image and recreate send ``{"progress": {...}}`` lines (at most one per
@@ -145,11 +193,10 @@ class AdminProtocol:
                 last[obj] = pct
                 send({"progress": {"object": obj, "done": done, "total": total}})
 
+        obj_type, name = _text(req, "type", "all"), _text(req, "name")
         if req["cmd"] == "image":
-            results = await image_objects(self.core, req.get("type", "all"), req.get("name"),
-                                          progress)
+            results = await image_objects(self.core, obj_type, name, progress)
         else:
-            results = await recreate_objects(self.core, req.get("type", "all"),
-                                             req.get("name"), progress,
+            results = await recreate_objects(self.core, obj_type, name, progress,
                                              dry_run=bool(req.get("dry_run")))
         return {"ok": True, "results": results}
