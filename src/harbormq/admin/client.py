@@ -9,6 +9,7 @@ server side and lists the requests.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from typing import Callable
 
@@ -54,11 +55,19 @@ def request(target, req: dict, *, timeout: float | None = 10.0,
 
 
 def call(target, req: dict, **kw) -> dict:
-    """``request``, raising the queue manager's refusal as an error."""
+    """``request``, raising the queue manager's refusal as an error (with the
+    message id the queue manager gave it)."""
     reply = request(target, req, **kw)
     if not reply.get("ok"):
-        raise HarbormqError(reply.get("error", "the queue manager refused the request"))
+        error = reply.get("error", "the queue manager refused the request")
+        m = _MSGID.match(error)
+        if m:
+            raise HarbormqError(m[2], msgid=m[1])
+        raise HarbormqError(error)
     return reply
+
+
+_MSGID = re.compile(r"(HMQ\d{4}[IWE]): (.*)", re.S)
 
 
 #: how long ``sc`` waits for the queue manager's reply (a CLEAR of a deep queue,
