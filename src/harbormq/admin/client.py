@@ -67,7 +67,8 @@ def refusal(reply: dict, default: str, msgid: str | None = None) -> HarbormqErro
 
 
 def call(target, req: dict, **kw) -> dict:
-    """``request``, raising the queue manager's refusal as an error."""
+    """``request``, raising the queue manager's refusal as an error (with the
+    message id the queue manager gave it)."""
     reply = request(target, req, **kw)
     if not reply.get("ok"):
         raise refusal(reply, "the queue manager refused the request")

@@ -95,6 +95,9 @@ class Executor:
             ("SET", "AUTHREC"): self.set_authrec,
             ("DELETE", "AUTHREC"): self.delete_authrec,
             ("DISPLAY", "AUTHREC"): self.display_authrec,
+            ("DISPLAY", "LOG"): self.display_log,
+            ("SET", "LOG"): self.set_log,
+            ("ARCHIVE", "LOG"): self.archive_log,
         }
 
     async def execute(self, cmd: Command) -> list[str]:
@@ -382,6 +385,72 @@ class Executor:
         return [mqsc.format_message("HMQ8415I", "Ping harbormq queue manager command "
                                     "complete.")]
 
+    # -- the log: DISPLAY LOG, ARCHIVE LOG, SET LOG ARCHIVED -------------------------------
+
+    def display_log(self, cmd: Command) -> list[str]:
+        """The log as a whole, then every extent the control file lists (free
+        circular extents aside) with its state; WHERE and attribute names
+        select among the extents."""
+        core = self.core
+        log = core.log
+        st = log.state
+        linear = st.log_type == "linear"
+        status = core.log_management.status()
+        oldest_unarchived = next((e["extent"] for e in status if e["state"] == "full"
+                                  and not e["archived"] and not e["deleted"]), "")
+        paths = [str(p) for p in core.config.log_archive_paths]
+        values = {"QMNAME": core.name, "LOGTYPE": st.log_type.upper(),
+                  "LOGMGMT": core.config.log_management.upper() if linear else "",
+                  "LOGPATH": str(log.dir), "ARCHPATH": paths if linear else "",
+                  "MAXARCH": core.config.max_archives if linear else "",
+                  "CURRLOG": extent_file_name(st.active.number),
+                  "RECLOG": _holding(log, st.restart_lsn),
+                  "MEDIALOG": _holding(log, st.media_lsn) if linear else "",
+                  "ARCHLOG": oldest_unarchived if linear else ""}
+        out = [mqsc.format_object("HMQ8322I", "Display log details.",
+                                  [(a, values[a]) for a in mqsc.LOG_ATTRS])]
+        shown = _select(cmd, mqsc.LOG_EXTENT_ATTRS, ("EXTENT",), mqsc.LOG_EXTENT_ATTRS)
+        for e in status:
+            end = e["end_lsn"]
+            if end is None or end > st.restart_lsn:
+                needed = "RESTART"
+            elif linear and end > st.media_lsn:
+                needed = "MEDIA"
+            else:
+                needed = "NO"
+            ext = {"EXTENT": e["extent"], "STATUS": e["state"].upper(),
+                   "ARCHIVED": e["archived"], "DELETED": e["deleted"], "ONDISK": e["on_disk"],
+                   "NEEDED": needed, "FIRSTLSN": e["first_lsn"],
+                   "ENDLSN": "" if end is None else end}
+            if not mqsc.where_matches(cmd.where, {k: mqsc.format_value(v)
+                                                  for k, v in ext.items()}):
+                continue
+            out.append(mqsc.format_object("HMQ8323I", "Display log extent details.",
+                                          [(a, ext[a]) for a in shown]))
+        return out
+
+    async def archive_log(self, cmd: Command) -> list[str]:
+        r = await archive_log(self.core)
+        out = [mqsc.format_message("HMQ7480I", f"log extent {r['closed']} closed and ready "
+                                   f"for archive; {r['current']} is now the current extent.")]
+        where = ", ".join(r["paths"])
+        if r["archived"]:
+            out.append(mqsc.format_message("HMQ7481I", f"log extent(s) "
+                                           f"{', '.join(r['archived'])} archived to {where}."))
+        else:
+            out.append(mqsc.format_message("HMQ7481I", f"every closed log extent is archived "
+                                           f"(to {where})."))
+        return out + _deleted_lines(r["deleted"])
+
+    async def set_log(self, cmd: Command) -> list[str]:
+        name = cmd.attrs.get("ARCHIVED")
+        if not name:
+            raise MqscError("SET LOG needs ARCHIVED(extent), the name of a closed log extent "
+                            "an archiver has copied, e.g. ARCHIVED(S0000003.LOG)")
+        r = await mark_log_archived(self.core, name)
+        return [mqsc.format_message("HMQ7481I", f"log extent {r['extent']} marked "
+                                    "archived.")] + _deleted_lines(r["deleted"])
+
     # -- authority records -------------------------------------------------------------
 
     def _authority_store(self):
@@ -449,6 +518,61 @@ class Executor:
         if not out:
             out.append(mqsc.format_message("HMQ8865I", "No matching authority records."))
         return out
+
+
+# -- log management: the work behind ARCHIVE LOG and SET LOG ARCHIVED, shared with the
+#    admin socket's log_archive, log_archived and log_delete requests -----------------------
+
+def _holding(log, lsn: int) -> str:
+    """The extent holding ``lsn`` (LSN 0 too: the first extent)."""
+    e = log.extent_of(lsn)
+    return extent_file_name(e.number) if e is not None else ""
+
+
+def _deleted_now(core: QueueManagerCore, before: set[int]) -> list[str]:
+    return [extent_file_name(e.number) for e in core.log.chain()
+            if e.deleted and e.number not in before]
+
+
+def _deleted_set(core: QueueManagerCore) -> set[int]:
+    return {e.number for e in core.log.state.extents if e.deleted}
+
+
+def _deleted_lines(names: list[str]) -> list[str]:
+    if not names:
+        return []
+    return [mqsc.format_message("HMQ7482I", f"log extent(s) {', '.join(names)} deleted: "
+                                "neither restart nor media recovery needs them.")]
+
+
+async def archive_log(core: QueueManagerCore) -> dict:
+    """ARCHIVE LOG: close the active extent, archive every closed one. Returns the
+    extent closed, the new current one, those archived now, those the mode
+    then deleted and the archive paths."""
+    closed = extent_file_name(core.log.state.active.number)
+    before = _deleted_set(core)
+    archived = await core.log_management.archive_now()
+    return {"closed": closed, "current": extent_file_name(core.log.state.active.number),
+            "archived": archived, "deleted": _deleted_now(core, before),
+            "paths": [str(p) for p in core.config.log_archive_paths]}
+
+
+async def mark_log_archived(core: QueueManagerCore, name: str) -> dict:
+    """SET LOG ARCHIVED(name): an external archiver copied this closed extent.
+    In automatic and archive modes what is then deletable is deleted."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("the name of a log extent is needed, e.g. S0000003.LOG")
+    before = _deleted_set(core)
+    await core.log_management.mark_archived(name)
+    return {"extent": name.upper(), "deleted": _deleted_now(core, before)}
+
+
+async def delete_log(core: QueueManagerCore, through: str | None) -> dict:
+    """Delete the closed extents nothing needs, oldest first, through ``through``
+    (every one when None); ``{"deleted": [...], "never_archived": [...]}``."""
+    if through is not None and not isinstance(through, str):
+        raise ValueError("'through' must name a log extent, e.g. S0000007.LOG")
+    return await core.log_management.delete(through or None)
 
 
 # -- scripts -------------------------------------------------------------------------------

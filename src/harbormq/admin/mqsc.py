@@ -12,7 +12,7 @@ Input rules (IBM MQ's):
   quotes keeps its case and blanks, ``''`` inside it being one quote;
 * a keyword's value is in parentheses directly or after blanks:
   ``MAXDEPTH(100)``, ``AUTHADD(PUT, GET)``;
-* short forms: ``DEF``, ``DIS``, ``ALT``, ``DEL``, ``QL``, ``Q``, ``QS``.
+* short forms: ``DEF``, ``DIS``, ``ALT``, ``DEL``, ``ARC``, ``QL``, ``Q``, ``QS``.
 
 :func:`parse_script` returns one :class:`Command` or :class:`MqscSyntaxError`
 per command; a syntax error names the line and column and what was expected
@@ -49,11 +49,13 @@ class MqscSyntaxError(HarbormqError):
 
 VERBS = {"DEFINE": "DEFINE", "DEF": "DEFINE", "ALTER": "ALTER", "ALT": "ALTER",
          "DELETE": "DELETE", "DEL": "DELETE", "DISPLAY": "DISPLAY", "DIS": "DISPLAY",
-         "CLEAR": "CLEAR", "STOP": "STOP", "PING": "PING", "SET": "SET", "END": "END"}
-VERB_ORDER = ("DEFINE", "ALTER", "DELETE", "DISPLAY", "CLEAR", "STOP", "PING", "SET", "END")
+         "CLEAR": "CLEAR", "STOP": "STOP", "PING": "PING", "SET": "SET",
+         "ARCHIVE": "ARCHIVE", "ARC": "ARCHIVE", "END": "END"}
+VERB_ORDER = ("DEFINE", "ALTER", "DELETE", "DISPLAY", "CLEAR", "STOP", "PING", "SET",
+              "ARCHIVE", "END")
 OBJTYPES = {"QLOCAL": "QLOCAL", "QL": "QLOCAL", "QUEUE": "QUEUE", "Q": "QUEUE",
             "QSTATUS": "QSTATUS", "QS": "QSTATUS", "CONN": "CONN", "QMSTATUS": "QMSTATUS",
-            "QMGR": "QMGR", "AUTHREC": "AUTHREC"}
+            "QMGR": "QMGR", "AUTHREC": "AUTHREC", "LOG": "LOG"}
 
 QLOCAL_ATTRS = tuple(QLOCAL_DEFAULTS)
 QMGR_ATTRS = tuple(QMGR_DEFAULTS)
@@ -74,6 +76,11 @@ QMSTATUS_LOG_ATTRS = ("LOGTYPE", "LOGPATH", "LOGPRIM", "LOGSEC", "LOGEXTSZ", "CU
                       "CURRLSN", "RECLSN", "MEDIALSN")
 DISPLAY_QMGR_ATTRS = ("QMNAME",) + QMGR_ATTRS + ("CONNAUTH",)
 AUTHREC_ATTRS = ("PROFILE", "ENTITY", "ENTTYPE", "OBJTYPE", "AUTHLIST")
+#: DISPLAY LOG: the log as a whole (always shown), then one block per extent
+LOG_ATTRS = ("QMNAME", "LOGTYPE", "LOGMGMT", "LOGPATH", "ARCHPATH", "MAXARCH", "CURRLOG",
+             "RECLOG", "MEDIALOG", "ARCHLOG")
+LOG_EXTENT_ATTRS = ("EXTENT", "STATUS", "ARCHIVED", "DELETED", "ONDISK", "NEEDED",
+                    "FIRSTLSN", "ENDLSN")
 
 WHERE_OPS = ("EQ", "NE", "LT", "GT", "LE", "GE", "LK", "NL", "CT", "EX")
 
@@ -115,6 +122,9 @@ SPECS: dict[tuple[str, str], Spec] = {
     ("DELETE", "AUTHREC"): Spec("", ("PROFILE", "OBJTYPE", "PRINCIPAL", "GROUP")),
     ("DISPLAY", "AUTHREC"): Spec("", ("PROFILE", "OBJTYPE", "PRINCIPAL", "GROUP"),
                                  AUTHREC_ATTRS + ("ALL",)),
+    ("DISPLAY", "LOG"): Spec("", _DISPLAY_COMMON, LOG_EXTENT_ATTRS + ("ALL",)),
+    ("SET", "LOG"): Spec("", ("ARCHIVED",)),
+    ("ARCHIVE", "LOG"): Spec(""),
 }
 #: object types each verb takes, in the order error messages list them
 VERB_OBJTYPES: dict[str, tuple[str, ...]] = {}
@@ -126,7 +136,7 @@ for (_v, _o) in SPECS:
 @dataclass
 class Command:
     verb: str                         # DEFINE, DISPLAY, ... (long form)
-    objtype: str = ""                 # QLOCAL, QUEUE, QSTATUS, CONN, QMSTATUS, QMGR, AUTHREC
+    objtype: str = ""                 # QLOCAL, QUEUE, ..., AUTHREC, LOG (long forms)
     name: str | None = None           # the (name) after the object type
     attrs: dict = field(default_factory=dict)     # KEYWORD -> str (or list for AUTHADD ...)
     flags: list = field(default_factory=list)     # bare keywords, in the order given

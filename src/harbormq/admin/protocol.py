@@ -16,6 +16,15 @@ One JSON object per line each way:
     {"cmd": "log_need"}                      -> {"ok": true, "log_need": {...}}
     {"cmd": "load", "queue": "Q", "path": "/x/Q.hmqload"}
                                              -> {"ok": true, "result": {"loaded": n, ...}}
+    {"cmd": "log_archive"}                   -> {"ok": true, "result": {"closed": "S..LOG",
+                                                "current": ..., "archived": [...],
+                                                "deleted": [...], "paths": [...]}}
+    {"cmd": "log_archived", "extent": "S0000003.LOG"}
+                                             -> {"ok": true, "result": {"extent": ...,
+                                                "deleted": [...]}}
+    {"cmd": "log_delete", "through": "S0000007.LOG" | null}
+                                             -> {"ok": true, "result": {"deleted": [...],
+                                                "never_archived": [...]}}
 
 A refused request gets ``{"ok": false, "error": "HMQnnnnE: ..."}`` and the
 connection serves on: HMQ8151E for a line that is not a request (not UTF-8
@@ -41,7 +50,7 @@ from ..recovery.images import image_objects
 from ..recovery.need import log_need_facts
 from ..recovery.recreate import recreate_objects
 from ..unload.loadfile import load_into_core
-from .commands import handle_admin_mqsc
+from .commands import archive_log, delete_log, handle_admin_mqsc, mark_log_archived
 
 if TYPE_CHECKING:
     from ..config import QMConfig
@@ -155,6 +164,13 @@ class AdminProtocol:
         if cmd == "log_need":
             return {"ok": True, "log_need": log_need_facts(
                 self.core.log, self.core.last_checkpoint.get("media"))}
+        if cmd == "log_archive":
+            return {"ok": True, "result": await archive_log(self.core)}
+        if cmd == "log_archived":
+            return {"ok": True, "result": await mark_log_archived(self.core,
+                                                                  req.get("extent"))}
+        if cmd == "log_delete":
+            return {"ok": True, "result": await delete_log(self.core, req.get("through"))}
         if cmd in ("image", "recreate"):
             return await self._media(req, send)
         if cmd == "stop":

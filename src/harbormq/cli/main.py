@@ -199,7 +199,8 @@ def status(qm, as_json):
 
 @cli.group()
 def log():
-    """Look at the recovery log (works with the queue manager stopped or running)."""
+    """Look at the recovery log and manage its extents: archive, delete, scrub
+    (works with the queue manager stopped or running)."""
 
 
 @log.command("dump")
@@ -244,13 +245,15 @@ def log_map_cmd(qm, as_json):
                   f"in {m['restart_extent']}" + (f"; media recovery LSN {m['media_lsn']} in "
                                                  f"{m['media_extent']}" if m['media_lsn']
                                                  is not None else ""))
-    table = Table("EXTENT", "STATE", "FIRST LSN", "END LSN", "NEEDED FOR", "ON DISK")
+    table = Table("EXTENT", "STATE", "FIRST LSN", "END LSN", "NEEDED FOR", "ON DISK",
+                  "ARCHIVED", "DELETED")
     for e in m["extents"]:
         table.add_row(e["extent"], e["state"], "" if e["first_lsn"] is None else
                       str(e["first_lsn"]), "" if e["end_lsn"] is None else str(e["end_lsn"]),
                       {"restart": "restart", "media": "media recovery",
-                       "none": "not needed"}[e["needed"]], "yes" if e["present"] else "no")
-    console.print(table)
+                       "none": "not needed"}[e["needed"]], _yes(e["present"]),
+                      _yes(e["archived"]), _yes(e["deleted"]))
+    _print_table(table)
     for w in m["warnings"]:
         err_console.print(w)
 
@@ -333,12 +336,153 @@ def log_need(qm, as_json):
                   f"record was written {facts['oldest_entry_time']}).")
     console.print("Can be archived or deleted now: " + (", ".join(facts["removable"]) or
                                                          "none"))
+    table = Table("EXTENT", "STATE", "NEEDED FOR", "ON DISK", "ARCHIVED", "DELETED")
+    for e in facts["extents"]:
+        table.add_row(e["extent"], e["state"], {"restart": "restart", "media": "media recovery",
+                                                "none": "not needed"}[e["needed"]],
+                      _yes(e["present"]), _yes(e["archived"]), _yes(e["deleted"]))
+    _print_table(table)
     if facts["pinned_by"]:
         console.print(f"The media recovery point stays in {facts['MEDIALOG']} because of:")
         for p in facts["pinned_by"]:
             console.print(f"  {p['object']}: {p['why']} (LSN {p['replay_from']}, since "
                           f"{p['since'] or 'its creation'})")
         console.print(f"  To move it: harbormq image {qm} --type queue NAME (or --type all).")
+
+
+def _say(text: str, *, err: bool = False) -> None:
+    """One message, never broken into lines by rich: paths stay whole for
+    scripts (a terminal still wraps it)."""
+    (err_console if err else console).print(text, soft_wrap=True)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _print_table(table: Table) -> None:
+    """A table of extents, extent names never cut short (min_width); 120
+    columns wide when the output is no terminal (rich would assume 80)."""
+    table.columns[0].min_width = 12
+    if console.is_terminal or console.width >= 120:
+        console.print(table)
+    else:
+        Console(width=120, highlight=False).print(table)
+
+
+@log.command("archive")
+@click.argument("qm")
+def log_archive(qm):
+    """Archive the log (ARCHIVE LOG): close the active extent, then copy every
+    closed extent not archived yet to the archive path(s). With the queue
+    manager stopped, the closed extents only (the active one stays open)."""
+    config = QMConfig.load(qm)
+    try:
+        r = call(config, {"cmd": "log_archive"}, timeout=None)["result"]
+    except QueueManagerNotRunning:
+        from ..qmgr.log_offline import archive_stopped
+        r = archive_stopped(config)
+    if r["closed"]:
+        _say(f"HMQ7480I Log extent {r['closed']} closed and ready for archive; "
+             f"{r['current']} is now the current extent.")
+    where = ", ".join(r["paths"])
+    if r["archived"]:
+        _say(f"HMQ7481I Log extent(s) {', '.join(r['archived'])} archived to {where}.")
+    else:
+        _say(f"HMQ7481I Every closed log extent was already archived (to {where}).")
+    if r["closed"] is None:
+        _say(f"Queue manager {qm} is not running: the active extent {r['current']} "
+             "stays open and is archived once it is closed.")
+    _print_deleted(r["deleted"])
+
+
+@log.command("archived")
+@click.argument("qm")
+@click.argument("extent")
+def log_archived(qm, extent):
+    """Say that an archiver copied closed extent EXTENT (SET LOG ARCHIVED)."""
+    config = QMConfig.load(qm)
+    try:
+        r = call(config, {"cmd": "log_archived", "extent": extent})["result"]
+    except QueueManagerNotRunning:
+        from ..qmgr.log_offline import mark_archived_stopped
+        r = mark_archived_stopped(config, extent)
+    _say(f"HMQ7481I Log extent {r['extent']} marked archived.")
+    _print_deleted(r["deleted"])
+
+
+@log.command("delete")
+@click.argument("qm")
+@click.option("--through", metavar="EXTENT",
+              help="delete this extent and every older one (all must be unneeded)")
+@click.option("--all", "everything", is_flag=True,
+              help="delete every extent that neither restart nor media recovery needs")
+def log_delete(qm, through, everything):
+    """Delete closed extents nothing needs any more, oldest first. In archive
+    mode only archived ones; an extent never archived is deleted with a
+    warning (HMQ7483W)."""
+    if bool(through) == everything:
+        raise click.UsageError("give --through EXTENT (that extent and every older one) or "
+                               "--all (every extent nothing needs)")
+    config = QMConfig.load(qm)
+    try:
+        r = call(config, {"cmd": "log_delete", "through": through})["result"]
+    except QueueManagerNotRunning:
+        from ..qmgr.log_offline import delete_stopped
+        r = delete_stopped(config, through)
+    if not r["deleted"]:
+        if through:
+            why = f"{through.upper()} and every extent before it are deleted already."
+        else:
+            why = ("every closed extent left is still needed" +
+                   (" or not archived yet" if config.log_management == "archive" else "") +
+                   f" (harbormq log need {qm}).")
+        _say(f"HMQ7482I No log extent deleted: {why}")
+        return
+    _print_deleted(r["deleted"])
+    if r["never_archived"]:
+        _say(f"HMQ7483W Log extent(s) {', '.join(r['never_archived'])} were deleted "
+             "without ever being archived.", err=True)
+
+
+def _print_deleted(names: list[str]) -> None:
+    if names:
+        _say(f"HMQ7482I Log extent(s) {', '.join(names)} deleted: neither restart "
+             "nor media recovery needs them.")
+
+
+@log.command("scrub")
+@click.argument("qm")
+@click.option("--json", "as_json", is_flag=True)
+def log_scrub(qm, as_json):
+    """Check the archive: each archive path's manifest (its chain of hashes),
+    every archived extent's size, SHA-256 and records. Exit status 1 when
+    anything is bad."""
+    from ..errors import ConfigError
+    from ..log.archive import scrub
+    config = QMConfig.load(qm)
+    if not config.log_archive_paths:
+        raise ConfigError(f"queue manager {qm} has no log archive path: there is no archive "
+                          "to scrub", hint="set log.archive_path in qm.toml (one or two "
+                                           "directories)")
+    reports = scrub(list(config.log_archive_paths), config.name)
+    if as_json:
+        console.print_json(json.dumps(reports))
+    else:
+        for r in reports:
+            checked = f"{r['extents']} extent(s), {r['bytes']} bytes checked"
+            if r["bad"] is None:
+                _say(f"HMQ7485I Archive {r['path']}: {checked}, all good.")
+            else:
+                _say(f"HMQ7486E Archive {r['path']}: {checked} before the first bad "
+                     f"entry: {r['bad']}")
+    bad = [r for r in reports if r["bad"] is not None]
+    if bad:
+        raise HarbormqError(f"{len(bad)} of {len(reports)} archive path(s) of queue manager "
+                            f"{qm} hold a bad entry; the first: {bad[0]['bad']}",
+                            msgid="HMQ7486E",
+                            hint="copy the extent back from the other archive path or a "
+                                 "backup; the manifest says what it must hash to")
 
 
 @cli.command()

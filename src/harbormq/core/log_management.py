@@ -77,10 +77,7 @@ class LogManagement:
         """Archive every closed extent not archived yet, oldest first; returns
         their names. Then deletes what the mode allows."""
         core = self.core
-        paths = core.config.log_archive_paths
-        if not paths:
-            raise ConfigError(f"queue manager {core.name} has no log archive path",
-                              hint="set log.archive_path in qm.toml (one or two directories)")
+        paths = self.archive_paths()
         done = []
         async with self.lock:
             for e in core.log.closed_extents():
@@ -104,17 +101,16 @@ class LogManagement:
     async def archive_now(self) -> list[str]:
         """ARCHIVE LOG: close the active extent, then archive every closed one:
         the point of recovery a backup procedure needs (redbook §2.3.1)."""
-        core = self.core
-        if not self.enabled:
-            raise ObjectError("ARCHIVE LOG needs a linear log (a circular log is never "
-                              "archived)")
-        core.log.switch_now()
+        self.need_linear("ARCHIVE LOG")
+        self.archive_paths()         # refused before the switch, not after it
+        self.core.log.switch_now()
         return await self.archive_pending()
 
     async def mark_archived(self, name: str) -> None:
         """SET LOG ARCHIVED: an external archiver has copied this extent."""
         core = self.core
-        e = self._closed_extent(name)
+        self.need_linear("SET LOG ARCHIVED")
+        e = self.closed_extent(name)
         async with self.lock:
             e.archived = True
             await core.log.update_control()
@@ -123,7 +119,20 @@ class LogManagement:
         if self.mode in ("automatic", "archive"):
             await self.delete()
 
-    def _closed_extent(self, name: str) -> ExtentInfo:
+    def need_linear(self, what: str) -> None:
+        if not self.enabled:
+            raise ObjectError(f"{what} needs a linear log: the log of queue manager "
+                              f"{self.core.name} is circular (its extents are reused, never "
+                              "archived or deleted)")
+
+    def archive_paths(self) -> list:
+        paths = self.core.config.log_archive_paths
+        if not paths:
+            raise ConfigError(f"queue manager {self.core.name} has no log archive path",
+                              hint="set log.archive_path in qm.toml (one or two directories)")
+        return paths
+
+    def closed_extent(self, name: str) -> ExtentInfo:
         for e in self.core.log.state.extents:
             if extent_file_name(e.number) == name.upper():
                 if e.state != "full":
@@ -138,27 +147,38 @@ class LogManagement:
         archived_only = self.mode == "archive"
         out = self.core.log.deletable(archived_only=archived_only)
         if through is not None:
-            last = self._closed_extent(through).number
+            last = self.closed_extent(through).number
             out = [e for e in out if e.number <= last]
         return out
+
+    def plan_delete(self, through: str | None = None) -> list[ExtentInfo]:
+        """The extents ``delete`` removes, oldest first. ObjectError when
+        ``through`` names an extent that cannot go (not in the log, not closed,
+        still needed, or in archive mode not archived yet); none when it is
+        deleted already (and so is every extent before it)."""
+        victims = self.deletable(through)
+        if through is not None and (not victims or
+                                    extent_file_name(victims[-1].number) != through.upper()):
+            needed = self.closed_extent(through)
+            if needed.deleted:
+                return []
+            if self.mode == "archive" and not needed.archived:
+                why = "it is not archived yet"
+            else:
+                why = "restart or media recovery still needs it (harbormq log need)"
+            raise ObjectError(f"log extent {through} cannot be deleted: {why}"
+                              + (f"; {len(victims)} older extent(s) could be"
+                                 if victims else ""))
+        return victims
 
     async def delete(self, through: str | None = None) -> dict:
         """Delete unneeded closed extents, oldest first (through ``through`` when
         the operator names one). Returns what was deleted and which of those
         were never archived (the operator is warned: HMQ7483W)."""
         core = self.core
+        self.need_linear("deleting log extents")
         async with self.lock:
-            victims = self.deletable(through)
-            if through is not None and (not victims or
-                                        extent_file_name(victims[-1].number) != through.upper()):
-                needed = self._closed_extent(through)
-                if self.mode == "archive" and not needed.archived:
-                    why = "it is not archived yet"
-                else:
-                    why = "restart or media recovery still needs it (harbormq log need)"
-                raise ObjectError(f"log extent {through} cannot be deleted: {why}"
-                                  + (f"; {len(victims)} older extent(s) could be"
-                                     if victims else ""))
+            victims = self.plan_delete(through)
             if not victims:
                 return {"deleted": [], "never_archived": []}
             for e in victims:
@@ -166,23 +186,18 @@ class LogManagement:
             core.log.forget_deleted(core.config.max_archives)
             await core.log.update_control()     # durable before any file goes
             names = [extent_file_name(e.number) for e in victims]
-            await core.loop.run_in_executor(None, _remove_files, core.log,
+            await core.loop.run_in_executor(None, remove_files, core.log,
                                             [e.number for e in victims])
         never = [extent_file_name(e.number) for e in victims if not e.archived]
-        core.oplog.emit("HMQ7482I", f"log extent(s) {', '.join(names)} of queue manager "
-                        f"{core.name} deleted: neither restart nor media recovery needs them")
-        if never:
-            core.oplog.emit("HMQ7483W", f"log extent(s) {', '.join(never)} were deleted "
-                            "without ever being archived: a store put back from an older "
-                            "copy, or a restore, cannot be brought forward through them")
+        say_deleted(core.oplog, core.name, names, never)
         return {"deleted": names, "never_archived": never}
 
     def sweep(self) -> None:
         """Files of extents the control file lists as deleted (a crash between
         the control-file write and the removal): remove them now."""
         log = self.core.log
-        _remove_files(log, [e.number for e in log.state.extents
-                            if e.deleted and log.extent_path(e.number).exists()])
+        remove_files(log, [e.number for e in log.state.extents
+                           if e.deleted and log.extent_path(e.number).exists()])
 
     def status(self) -> list[dict]:
         """Every extent the control file lists, with its archive state."""
@@ -194,7 +209,20 @@ class LogManagement:
                 if e.state != "free"]
 
 
-def _remove_files(log, numbers: list[int]) -> None:
+def say_deleted(oplog, qm_name: str, names: list[str], never: list[str]) -> None:
+    """The operator messages of a deletion: HMQ7482I, and HMQ7483W for the
+    extents that were never archived."""
+    oplog.emit("HMQ7482I", f"log extent(s) {', '.join(names)} of queue manager "
+               f"{qm_name} deleted: neither restart nor media recovery needs them")
+    if never:
+        oplog.emit("HMQ7483W", f"log extent(s) {', '.join(never)} were deleted "
+                   "without ever being archived: a store put back from an older "
+                   "copy, or a restore, cannot be brought forward through them")
+
+
+def remove_files(log, numbers: list[int]) -> None:
+    """Remove the files of these extents from the log directory (their control
+    file entries already say deleted, durably), then make that durable."""
     for n in numbers:
         log.extent_path(n).unlink(missing_ok=True)
     if numbers:
