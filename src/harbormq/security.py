@@ -295,17 +295,31 @@ def is_generic(profile: str) -> bool:
     return any(c in profile for c in "*?")
 
 
-def profile_regex(profile: str) -> re.Pattern:
-    parts = []
-    for tok in _profile_tokens(profile):
-        parts.append({"**": ".*", "*": r"[^.]*", "?": r"[^.]"}.get(tok, re.escape(tok)))
-    return re.compile("".join(parts) + r"\Z")
-
-
 def profile_matches(profile: str, name: str) -> bool:
+    """``**`` any characters, ``*`` any run without a dot, ``?`` one character
+    other than a dot. Matched by one pass per token over the positions of the
+    name (at most 48 × 48 steps): a regex of ``.*`` per ``**`` backtracks
+    exponentially, and a record with many of them stalled every authority
+    check (found by fuzzing DISPLAY AUTHREC)."""
     if not is_generic(profile):
         return profile == name
-    return profile_regex(profile).match(name) is not None
+    n = len(name)
+    reach = [True] + [False] * n        # reach[j]: the tokens so far match name[:j]
+    for tok in _profile_tokens(profile):
+        nxt = [False] * (n + 1)
+        if tok in ("**", "*"):
+            run = False
+            for j in range(n + 1):
+                if tok == "*" and j > 0 and name[j - 1] == ".":
+                    run = False
+                run = run or reach[j]
+                nxt[j] = run
+        else:
+            for j in range(n):
+                if reach[j] and (name[j] == tok or tok == "?" and name[j] != "."):
+                    nxt[j + 1] = True
+        reach = nxt
+    return reach[n]
 
 
 def specificity(profile: str) -> tuple:

@@ -43,6 +43,31 @@ def test_a_cut_short_or_foreign_file_is_refused(tmp_path):
         read_load_file(path)
 
 
+@pytest.mark.parametrize("line,problem", [
+    ("[1, 2]", "is not a JSON object"),
+    ('{"body": "AA=="}', "field 'msg_id' is missing"),
+    ("MSG:priority=10", "priority 10 is not 0..9"),
+    ("MSG:priority=true", "field 'priority' is missing or not int"),
+    ("MSG:body=!!", "line 2"),
+    ("MSG:msg_id=zz", "line 2"),
+])
+def test_a_malformed_message_line_is_named(tmp_path, line, problem):
+    """Found by fuzzing the admin protocol: such lines once failed inside the
+    load with KeyError or AttributeError (HMQ8152E), not HMQ7620E."""
+    path = tmp_path / "Q.hmqload"
+    write_load_file(path, "Q", 1, [ROW])
+    lines = path.read_text().splitlines()
+    if line.startswith("MSG:"):
+        key, value = line[4:].split("=")
+        good = json.loads(lines[1])
+        good[key] = json.loads(value) if value in ("10", "true") else value
+        line = json.dumps(good)
+    path.write_text("\n".join([lines[0], line, lines[2]]) + "\n")
+    with pytest.raises(LoadFileError, match=problem) as info:
+        list(read_load_file(path)[1])
+    assert info.value.msgid == "HMQ7620E"
+
+
 def rec(lsn, type_, uow=0, obj="Q", **kw):
     base = {"lsn": lsn, "ts_ns": lsn * 1000, "type": type_, "auto_commit": uow == 0,
             "uow_id": uow, "object": obj, "priority": 5, "seq": 1, "backout_count": None,

@@ -100,16 +100,46 @@ def read_load_file(path: Path):
                 except json.JSONDecodeError as exc:
                     raise LoadFileError(f"{path} line {lineno} is not JSON: {exc}",
                                         path=str(path), line=lineno) from None
+                if not isinstance(obj, dict):
+                    raise LoadFileError(f"{path} line {lineno} is not a JSON object",
+                                        path=str(path), line=lineno)
                 if obj.get("end"):
                     if obj.get("messages") != n:
                         raise LoadFileError(f"{path} says it holds {obj.get('messages')} "
                                             f"messages but {n} were read", path=str(path))
                     return
                 n += 1
+                _check_message_line(obj, path, lineno)
                 yield obj
             raise LoadFileError(f"{path} has no end line: the file was cut short",
                                 path=str(path), hint="rebuild it again")
     return header, messages()
+
+
+#: a message line's fields and their JSON types
+_FIELDS = {"body": str, "msg_id": str, "correl_id": str, "priority": int,
+           "persistent": bool, "expiry_ns": int, "reply_to": str, "format": str,
+           "properties": dict}
+
+
+def _check_message_line(m: dict, path: Path, lineno: int) -> None:
+    """A message line is whole and well-typed, or LoadFileError names the line
+    and the field."""
+    for key, kind in _FIELDS.items():
+        value = m.get(key)
+        if not isinstance(value, kind) or kind is int and isinstance(value, bool):
+            raise LoadFileError(f"{path} line {lineno}: field {key!r} is missing or not "
+                                f"{kind.__name__}", path=str(path), line=lineno)
+    try:
+        base64.b64decode(m["body"], validate=True)
+        bytes.fromhex(m["msg_id"])
+        bytes.fromhex(m["correl_id"])
+    except ValueError as exc:
+        raise LoadFileError(f"{path} line {lineno}: {exc}", path=str(path),
+                            line=lineno) from None
+    if not 0 <= m["priority"] <= 9:
+        raise LoadFileError(f"{path} line {lineno}: priority {m['priority']} is not 0..9",
+                            path=str(path), line=lineno)
 
 
 def _message(m: dict, now_ns: int) -> Message | None:
@@ -130,6 +160,8 @@ async def load_into_core(core: QueueManagerCore, queue: str, path: Path, *,
     The queue manager keeps serving meanwhile: each batch commits on its own and
     yields to the loop, so an interrupted load leaves a prefix of the file, in
     order, on the queue."""
+    for _m in read_load_file(path)[1]:
+        pass        # a first pass: a bad line or a cut file is refused before any put
     _header, messages = read_load_file(path)
     loaded = expired = 0
     uow = None
