@@ -257,3 +257,17 @@ def test_a_torn_manifest_line_is_no_entry_and_the_next_append_drops_it(make_qm, 
     assert after[:len(before)] == before and len(after) > len(before)
     assert archive.scrub(arch, "QM1")[0]["bad"] is None
     qm.close()
+
+
+def test_an_extent_gone_before_it_was_archived_is_named(make_qm, open_qm, tmp_path):
+    """Once a FileNotFoundError from inside the archiver's thread."""
+    make_archiving_qm(make_qm, tmp_path, management="manual", paths=1)
+    qm = open_qm()
+    qm.define_queue("FILL", DEFPSIST="YES")
+    fill(qm, 150)
+    first = qm.core.log.closed_extents()[0]
+    qm.core.log.extent_path(first.number).unlink()
+    with pytest.raises(LogMissing, match=f"{extent_file_name(first.number)} is not in the log "
+                                         "directory and was never archived"):
+        qm._call(qm.core.log_management.archive_pending())
+    qm.close()

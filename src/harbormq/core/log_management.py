@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError, ObjectError
+from ..errors import ConfigError, LogMissing, ObjectError
 from ..fsutil import fsync_dir
 from ..log import archive
 from ..log.control import ExtentInfo, encode_copy
@@ -83,6 +83,12 @@ class LogManagement:
             for e in core.log.closed_extents():
                 if e.archived:
                     continue
+                if not core.log.extent_path(e.number).exists():
+                    raise LogMissing(
+                        f"log extent {extent_file_name(e.number)} is not in the log directory "
+                        "and was never archived: it cannot be archived now", lsn=e.first_lsn,
+                        hint="put it back from a backup, or say where a copy is with SET LOG "
+                             "ARCHIVED")
                 await core.log.force(e.end_lsn)   # the closed extent is whole on disk
                 control = encode_copy(core.log.state)    # the control file as it is now
                 await core.loop.run_in_executor(
