@@ -335,3 +335,35 @@ def test_a_store_written_before_its_definition_reached_the_catalog_is_not_an_orp
     assert "HMQ7511W" not in errlog(home)
     assert not list(qm.core.config.queues_dir.glob("*.orphan"))
     qm.close()
+
+
+def test_the_predicted_restart_time_is_within_twice_the_measured_one(make_qm, open_qm):
+    """``log need`` (and DISPLAY QMSTATUS RECTIME) predict the restart time as
+    the log from the restart point over the rate the last long restart of this
+    log measured (issue: recovery time, predicted)."""
+    make_qm(log_file_pages=4096, log_primary=4, log_secondary=4)
+
+    def load_and_kill(qm, n):
+        held = qm.begin(owner="pins the restart point")
+        held.put("Q", b"held")
+        for i in range(n):
+            qm.put("Q", b"x" * 4000)
+            qm.get("Q")
+        qm.checkpoint()
+        facts = qm.log_need()
+        qm.close("preemptive")
+        return facts
+
+    qm = open_qm()
+    qm.define_queue("Q", DEFPSIST="YES")
+    assert qm.log_need()["replay_rate_measured"] is False
+    load_and_kill(qm, 2500)                   # about 10 MB for the first restart to measure
+    qm = open_qm()
+    facts = qm.log_need()
+    assert facts["replay_rate_measured"] is True, facts
+    predicted = load_and_kill(qm, 4000)["restart_estimate_s"]
+    qm = open_qm()
+    measured = sum(qm.restart_report.phases.values())
+    assert qm.restart_report.bytes_replayed > 8 << 20
+    assert predicted / 2 <= measured <= predicted * 2, (predicted, measured)
+    qm.close("immediate")

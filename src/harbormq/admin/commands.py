@@ -339,6 +339,8 @@ class Executor:
             "REUSESZ": megabytes(sum(1 for e in st.extents if e.state == "free") * ext_bytes)
             if not linear else "0",
             "CURRLSN": log.end_lsn, "RECLSN": st.restart_lsn,
+            # harbormq's own: the predicted restart time (s) at the measured replay rate
+            "RECTIME": need["restart_estimate_s"],
             "MEDIALOG": "", "MEDIASZ": "", "MEDIALSN": "",
         }
         if linear:

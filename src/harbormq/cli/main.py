@@ -336,6 +336,14 @@ def log_need(qm, as_json):
                   f"record was written {facts['oldest_entry_time']}).")
     console.print("Can be archived or deleted now: " + (", ".join(facts["removable"]) or
                                                          "none"))
+    rate = (f"{facts['replay_rate_mb_s']} MB/s as the last long restart measured"
+            if facts["replay_rate_measured"] else
+            f"an assumed {facts['replay_rate_mb_s']} MB/s: no long restart measured yet")
+    console.print(f"Estimated restart time: {facts['restart_estimate_s']} s ({rate}).")
+    slow = sorted(facts["media_estimates_s"].items(), key=lambda kv: -kv[1])[:5]
+    if slow:
+        console.print("Estimated media recovery time, longest first: " +
+                      ", ".join(f"{name} {secs} s" for name, secs in slow) + ".")
     table = Table("EXTENT", "STATE", "NEEDED FOR", "ON DISK", "ARCHIVED", "DELETED")
     for e in facts["extents"]:
         table.add_row(e["extent"], e["state"], {"restart": "restart", "media": "media recovery",

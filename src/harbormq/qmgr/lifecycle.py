@@ -37,6 +37,7 @@ from ..errors import ConfigError, QueueManagerExists, QueueManagerNotFound, Queu
 from ..fsutil import fsync_dir, make_dirs, make_private, name_of_file, remove_tree
 from ..log.manager import LogSettings, RecoveryLog
 from ..log.records import RecordType, encode_json
+from ..recovery import need
 from ..recovery.restart import Progress, Restart, RestartReport
 
 STOP_MODES = ("controlled", "immediate", "preemptive")
@@ -214,6 +215,8 @@ class RunningQueueManager:
         self = cls(core, lock)
         try:
             self.report = await Restart(core, progress).run()
+            need.record_replay_rate(core.log, self.report.bytes_replayed,
+                                    sum(self.report.phases.values()))
             core.append_record(RecordType.QM_START, payload=encode_json(
                 {"pid": os.getpid(), "restart": {k: v for k, v in self.report.as_dict().items()
                                                  if isinstance(v, (int, str))}}))

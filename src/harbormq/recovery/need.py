@@ -5,16 +5,20 @@ QMSTATUS RECLOG/MEDIALOG): for restart, for media recovery, and what pins them."
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import time
 
 from ..errors import (
     HarbormqError,
 )
+from ..fsutil import atomic_write
 from ..log.checkpoint import read_checkpoint
 from ..log.inspect import open_log_readonly
 from ..log.manager import RecoveryLog
 from ..log.records import (
     extent_file_name,
 )
+from .recreate import log_end_estimate
 
 
 def _iso(ns: int) -> str | None:
@@ -22,6 +26,34 @@ def _iso(ns: int) -> str | None:
         return None
     return _dt.datetime.fromtimestamp(ns / 1e9, _dt.timezone.utc).isoformat(
         timespec="milliseconds")
+
+
+#: where a restart of this log records how fast it replayed (the log's disk sets it)
+REPLAY_FILE = "replay.json"
+#: the replay rate assumed until a restart of this log has measured one (bytes/s)
+ASSUMED_REPLAY_RATE = 50 << 20
+#: a restart that read less than this measured its fixed costs, not its rate
+MEASURE_MIN_BYTES = 4 << 20
+
+
+def replay_rate(log: RecoveryLog) -> tuple[float, bool]:
+    """(bytes of log a restart replays per second, measured or assumed)."""
+    try:
+        d = json.loads((log.dir / REPLAY_FILE).read_text())
+        if d["bytes"] > 0 and d["seconds"] > 0:
+            return d["bytes"] / d["seconds"], True
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return float(ASSUMED_REPLAY_RATE), False
+
+
+def record_replay_rate(log: RecoveryLog, replayed: int, seconds: float) -> None:
+    """After a restart: its bytes read over its whole time, when it read enough
+    to say (an estimate only: written atomically, not forced to be kept)."""
+    if replayed >= MEASURE_MIN_BYTES and seconds > 0:
+        atomic_write(log.dir / REPLAY_FILE, json.dumps(
+            {"bytes": replayed, "seconds": round(seconds, 3), "when": _iso(time.time_ns())}
+        ).encode())
 
 
 def log_need_facts(log: RecoveryLog, media: dict | None) -> dict:
@@ -64,6 +96,16 @@ def log_need_facts(log: RecoveryLog, media: dict | None) -> dict:
         "amqjrninf": _jrninf(oldest_ext, oldest_ns),
         "removable": removable, "extents": extents, "pinned_by": [],
     }
+    # recovery time, predicted: the log from each point to its end over the rate
+    # the last long restart of this log measured (MQ has no such figure)
+    rate, measured = replay_rate(log)
+    end = log.end_lsn or _end_estimate(log)
+    facts.update({
+        "replay_rate_mb_s": round(rate / (1 << 20), 1), "replay_rate_measured": measured,
+        "restart_estimate_s": round(max(0, end - st.restart_lsn) / rate, 2),
+        "media_estimates_s": {name: round(max(0, end - mp["replay_from"]) / rate, 2)
+                              for name, mp in sorted((media or {}).items())} if linear else {},
+    })
     if linear and media and med_ext is not None:
         # the objects whose media point lies in the oldest extent media recovery needs
         lo, hi = med_ext.first_lsn, med_ext.end_lsn
@@ -76,6 +118,14 @@ def log_need_facts(log: RecoveryLog, media: dict | None) -> dict:
                     "why": ("its latest image" if mp["image_lsn"] == mp["replay_from"] else
                             "a unit of work in flight at its latest image")})
     return facts
+
+
+def _end_estimate(log: RecoveryLog) -> int:
+    """The end of the log of a stopped queue manager (its newest extent walked)."""
+    try:
+        return log_end_estimate(log)
+    except (OSError, ValueError):
+        return log.state.active.first_lsn
 
 
 def _record_time(log: RecoveryLog, lsn: int) -> int:
