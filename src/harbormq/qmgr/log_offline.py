@@ -37,6 +37,7 @@ from ..core.log_management import LogManagement, remove_files, say_deleted
 from ..core.operator_log import OperatorLog
 from ..errors import LogMissing, QueueManagerRunning
 from ..log import archive
+from ..log.control import encode_copy
 from ..log.manager import RecoveryLog
 from ..log.records import extent_file_name
 from .lifecycle import InstanceLock
@@ -95,7 +96,7 @@ def archive_stopped(config: QMConfig) -> dict:
                                       f"say so with 'harbormq log archived {config.name} "
                                       f"{name}'")
             archive.archive_extent(path, e.number, e.first_lsn, e.end_lsn,
-                                   log.control.paths[0], list(paths), config.name)
+                                   encode_copy(log.state), list(paths), config.name)
             e.archived = True
             _write_control(log)
             done.append(name)
