@@ -346,7 +346,7 @@ def test_the_predicted_restart_time_is_within_twice_the_measured_one(make_qm, op
     def load_and_kill(qm, n):
         held = qm.begin(owner="pins the restart point")
         held.put("Q", b"held")
-        for i in range(n):
+        for _ in range(n):
             qm.put("Q", b"x" * 4000)
             qm.get("Q")
         qm.checkpoint()

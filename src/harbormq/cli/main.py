@@ -314,6 +314,19 @@ def recreate(qm, name, obj_type, dry_run):
                           f"replayed to LSN {r['to_lsn']}).")
 
 
+@log.command("rebuild-control")
+@click.argument("qm")
+@click.option("--yes", is_flag=True, help="write it (without: only say what would be written)")
+def log_rebuild_control(qm, yes):
+    """Rebuild a lost log control file from the extents (queue manager stopped)."""
+    from ..qmgr.log_offline import rebuild_control_stopped
+    notes = rebuild_control_stopped(QMConfig.load(qm), write=yes)
+    for line in notes:
+        _say(line)
+    _say(f"HMQ7123W The log control file of {qm} was rebuilt." if yes else
+         "Nothing written: run again with --yes to write it.")
+
+
 @log.command("need")
 @click.argument("qm")
 @click.option("--json", "as_json", is_flag=True, help="the facts for scripts (AMQJRNINF)")

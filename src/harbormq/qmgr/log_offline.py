@@ -35,9 +35,10 @@ from typing import Iterator
 from ..config import QMConfig
 from ..core.log_management import LogManagement, remove_files, say_deleted
 from ..core.operator_log import OperatorLog
-from ..errors import LogMissing, QueueManagerRunning
+from ..errors import ControlFileDamaged, LogMissing, QueueManagerRunning
 from ..log import archive
-from ..log.control import encode_copy
+from ..log.control import ControlFile, encode_copy
+from ..log.control_rebuild import rebuild_control, write_rebuilt
 from ..log.manager import RecoveryLog
 from ..log.records import extent_file_name
 from .lifecycle import InstanceLock
@@ -137,3 +138,35 @@ def delete_stopped(config: QMConfig, through: str | None) -> dict:
         never = [extent_file_name(e.number) for e in victims if not e.archived]
         say_deleted(lm.core.oplog, config.name, names, never)
         return {"deleted": names, "never_archived": never}
+
+
+def rebuild_control_stopped(config: QMConfig, *, write: bool) -> list[str]:
+    """``harbormq log rebuild-control``: both control-file copies lost or
+    damaged. Rebuilt from the extents (and an archive's copy of the control
+    file for the archive flags), under the instance lock; refused while any
+    copy is still readable (restart reconciles those itself). ``write=False``
+    only says what would be written."""
+    lock = InstanceLock(config)
+    lock.acquire()
+    try:
+        try:
+            ControlFile(config.log_dir).load(repair=False)
+        except ControlFileDamaged:
+            pass
+        else:
+            raise ControlFileDamaged(
+                f"the control file of {config.name} is readable: nothing to rebuild",
+                hint="restart reconciles a damaged or lagging copy from the good one")
+        copies = [archive.archive_dir(p, config.name) / archive.CONTROL_COPY
+                  for p in config.log_archive_paths]
+        state, notes = rebuild_control(
+            config.log_dir, config.name, log_type=config.log.log_type, pages=config.log.pages,
+            primary=config.log.primary, secondary=config.log.secondary, archived_copies=copies)
+        if write:
+            write_rebuilt(config.log_dir, state)
+            OperatorLog(config.errors_dir).emit(
+                "HMQ7123W", f"the log control file of {config.name} was rebuilt from its "
+                f"extents: {notes[0]}")
+        return notes
+    finally:
+        lock.release()
