@@ -98,6 +98,8 @@ class Executor:
             ("DISPLAY", "LOG"): self.display_log,
             ("SET", "LOG"): self.set_log,
             ("ARCHIVE", "LOG"): self.archive_log,
+            ("DISPLAY", "UOW"): self.display_uow,
+            ("RESOLVE", "UOW"): self.resolve_uow,
         }
 
     async def execute(self, cmd: Command) -> list[str]:
@@ -386,6 +388,44 @@ class Executor:
         self.core.check_running()
         return [mqsc.format_message("HMQ8415I", "Ping harbormq queue manager command "
                                     "complete.")]
+
+    # -- units of work: DISPLAY UOW (dspmqtrn), RESOLVE UOW (rsvmqtrn) -------------------
+
+    def display_uow(self, cmd: Command) -> list[str]:
+        """The units of work in the log: UOW(*) all of them, UOW(id) one; WHERE
+        (STATE EQ PREPARED) lists the in-doubt ones, as dspmqtrn does."""
+        out = []
+        for u in sorted(self.core.uows.values(), key=lambda u: u.id):
+            if not u.first_lsn or not mqsc.generic_match(cmd.name, str(u.id)):
+                continue
+            ns = u.first_log_ns or u.started_ns
+            values = {"UOWID": u.id, "STATE": "PREPARED" if u.in_doubt else u.state.upper(),
+                      "OWNER": u.owner, "FIRSTLSN": u.first_lsn, "LASTLSN": u.last_lsn,
+                      "UOWLOGDA": mq_date(ns), "UOWLOGTI": mq_time(ns), "CHKPTS": u.checkpoints}
+            if not mqsc.where_matches(cmd.where, values):
+                continue
+            shown = _select(cmd, mqsc.UOW_ATTRS, ("UOWID", "STATE"), mqsc.UOW_ATTRS)
+            out.append(mqsc.format_object("HMQ8324I", "Display unit of work details.",
+                                          [(a, values[a]) for a in shown]))
+        if not out:
+            if "*" not in cmd.name:
+                raise MqscError(f"unit of work {cmd.name} is not in the log", msgid="HMQ8147E")
+            out.append(mqsc.format_message("HMQ8324I", "No units of work found."))
+        return out
+
+    async def resolve_uow(self, cmd: Command) -> list[str]:
+        """RESOLVE UOW(id) ACTION(COMMIT|BACKOUT): finish an in-doubt unit of work
+        (rsvmqtrn); the outcome is logged and forced like any commit or backout."""
+        action = (cmd.attrs.get("ACTION") or "").upper()
+        if action not in ("COMMIT", "BACKOUT"):
+            raise MqscError("RESOLVE UOW needs ACTION(COMMIT) or ACTION(BACKOUT)")
+        if not cmd.name.isdigit():
+            raise MqscError(f"UOW({cmd.name}): a unit of work is named by its number "
+                            "(DISPLAY UOW(*) lists them)")
+        self.core.check_running()
+        await self.core.resolve(int(cmd.name), action == "COMMIT")
+        return [mqsc.format_message("HMQ8325I", f"unit of work {cmd.name} resolved: "
+                                    f"{'committed' if action == 'COMMIT' else 'backed out'}.")]
 
     # -- the log: DISPLAY LOG, ARCHIVE LOG, SET LOG ARCHIVED -------------------------------
 

@@ -50,12 +50,13 @@ class MqscSyntaxError(HarbormqError):
 VERBS = {"DEFINE": "DEFINE", "DEF": "DEFINE", "ALTER": "ALTER", "ALT": "ALTER",
          "DELETE": "DELETE", "DEL": "DELETE", "DISPLAY": "DISPLAY", "DIS": "DISPLAY",
          "CLEAR": "CLEAR", "STOP": "STOP", "PING": "PING", "SET": "SET",
-         "ARCHIVE": "ARCHIVE", "ARC": "ARCHIVE", "END": "END"}
+         "ARCHIVE": "ARCHIVE", "ARC": "ARCHIVE", "RESOLVE": "RESOLVE", "RES": "RESOLVE",
+         "END": "END"}
 VERB_ORDER = ("DEFINE", "ALTER", "DELETE", "DISPLAY", "CLEAR", "STOP", "PING", "SET",
-              "ARCHIVE", "END")
+              "ARCHIVE", "RESOLVE", "END")
 OBJTYPES = {"QLOCAL": "QLOCAL", "QL": "QLOCAL", "QUEUE": "QUEUE", "Q": "QUEUE",
             "QSTATUS": "QSTATUS", "QS": "QSTATUS", "CONN": "CONN", "QMSTATUS": "QMSTATUS",
-            "QMGR": "QMGR", "AUTHREC": "AUTHREC", "LOG": "LOG"}
+            "QMGR": "QMGR", "AUTHREC": "AUTHREC", "LOG": "LOG", "UOW": "UOW"}
 
 QLOCAL_ATTRS = tuple(QLOCAL_DEFAULTS)
 QMGR_ATTRS = tuple(QMGR_DEFAULTS)
@@ -81,6 +82,9 @@ LOG_ATTRS = ("QMNAME", "LOGTYPE", "LOGMGMT", "LOGPATH", "ARCHPATH", "MAXARCH", "
              "RECLOG", "MEDIALOG", "ARCHLOG")
 LOG_EXTENT_ATTRS = ("EXTENT", "STATUS", "ARCHIVED", "DELETED", "ONDISK", "NEEDED",
                     "FIRSTLSN", "ENDLSN")
+#: DISPLAY UOW: units of work in the log (dspmqtrn lists the in-doubt ones)
+UOW_ATTRS = ("UOWID", "STATE", "OWNER", "FIRSTLSN", "LASTLSN", "UOWLOGDA", "UOWLOGTI",
+             "CHKPTS")
 
 WHERE_OPS = ("EQ", "NE", "LT", "GT", "LE", "GE", "LK", "NL", "CT", "EX")
 
@@ -125,6 +129,8 @@ SPECS: dict[tuple[str, str], Spec] = {
     ("DISPLAY", "LOG"): Spec("", _DISPLAY_COMMON, LOG_EXTENT_ATTRS + ("ALL",)),
     ("SET", "LOG"): Spec("", ("ARCHIVED",)),
     ("ARCHIVE", "LOG"): Spec(""),
+    ("DISPLAY", "UOW"): Spec("required", _DISPLAY_COMMON, UOW_ATTRS + ("ALL",)),
+    ("RESOLVE", "UOW"): Spec("required", ("ACTION",)),
 }
 #: object types each verb takes, in the order error messages list them
 VERB_OBJTYPES: dict[str, tuple[str, ...]] = {}
