@@ -8,9 +8,11 @@ import stat
 import subprocess
 import time
 
+import pytest
 from support.procs import PYTHON, hmq
 
 from harbormq import QueueManager
+from harbormq.config import QMConfig
 from harbormq.qmgr import lifecycle as qmgr
 
 
@@ -169,3 +171,25 @@ def test_preemptive_stop_never_signals_a_process_it_cannot_prove(make_qm, home, 
         assert not qmgr.is_instance(config, -1) and not qmgr.is_instance(config, os.getpid())
     finally:
         qm.close("immediate")
+
+
+@pytest.mark.parametrize("cmdline, proven", [
+    (["/usr/bin/python3", "-m", "harbormq", "start", "QM1", "--foreground"], True),
+    (["/venv/bin/harbormq", "start", "QM1"], True),
+    (["/usr/bin/python3", "-m", "harbormq.server", "QM1"], True),     # what start spawns
+    # another harbormq command holding the lock a moment (found by review): never killed
+    (["/venv/bin/harbormq", "log", "delete", "QM1", "--through", "S0000003.LOG"], False),
+    (["/usr/bin/python3", "my_app.py", "QM1", "harbormq"], False),
+])
+def test_only_a_started_queue_manager_is_proven(make_qm, home, monkeypatch, cmdline, proven):
+    config = QMConfig.load(make_qm(), home)
+    monkeypatch.setattr(qmgr, "running_pid", lambda _config: 4242)
+
+    class FakeProcess:
+        def __init__(self, pid):
+            assert pid == 4242
+
+        def cmdline(self):
+            return cmdline
+    monkeypatch.setattr(qmgr.psutil, "Process", FakeProcess)
+    assert qmgr.is_instance(config, 4242) is proven

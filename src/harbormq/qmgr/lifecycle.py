@@ -102,7 +102,12 @@ def is_instance(config: QMConfig, pid: int | None) -> bool:
         cmdline = psutil.Process(pid).cmdline()
     except psutil.Error:
         return False
-    return config.name in cmdline and any("harbormq" in part for part in cmdline)
+    # `harbormq start QM [--foreground]` or the server `start` spawns
+    # (`python -m harbormq.server QM`): not another harbormq command that holds
+    # the lock for a moment (`harbormq log delete QM ...`)
+    return any(part == config.name and i > 0 and cmdline[i - 1] in ("start", "harbormq.server")
+               for i, part in enumerate(cmdline)) and \
+        any("harbormq" in part for part in cmdline)
 
 
 def create(name: str, *, home: Path | None = None, log_type: str = "circular",
