@@ -487,3 +487,33 @@ def test_a_long_unit_of_work_is_named_every_few_checkpoints(home, make_qm, open_
     assert all(f"unit of work {long.id}" in t and "batch job 7" in t for t in warned)
     assert "through 3 checkpoints" in warned[0] and "through 6 checkpoints" in warned[1]
     qm.close("immediate")       # (a controlled stop waits for the unit of work)
+
+
+def test_a_stores_known_recovery_lsn_survives_reads_on_other_threads(tmp_path):
+    """The recovery LSN a store remembers (what a checkpoint records for it) is
+    set by its writes only: reads on other threads while a write commits once
+    left it stale (found by review), which would hide a store put back from a
+    copy between the stale and the real LSN."""
+    import threading
+
+    from harbormq.store.stores import QueueStore
+    store = QueueStore(tmp_path / "Q", object_id=7)
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            store.count()
+            store.last_key()
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        for lsn in range(100, 5100, 100):
+            store.apply({}, lsn)
+            assert store.recovery_lsn == lsn
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert int(store.get_meta(b"recovery_lsn")) == store.recovery_lsn == 5000
+    store.close()

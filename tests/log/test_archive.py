@@ -13,7 +13,7 @@ import pytest
 from support.oplog import operator_log
 
 from harbormq.config import QMConfig
-from harbormq.errors import ConfigError, LogMissing, ObjectError
+from harbormq.errors import ConfigError, LogCorrupt, LogMissing, ObjectError
 from harbormq.log import archive
 from harbormq.log.records import extent_file_name
 from harbormq.qmgr import lifecycle as qmgr
@@ -270,4 +270,27 @@ def test_an_extent_gone_before_it_was_archived_is_named(make_qm, open_qm, tmp_pa
     with pytest.raises(LogMissing, match=f"{extent_file_name(first.number)} is not in the log "
                                          "directory and was never archived"):
         qm._call(qm.core.log_management.archive_pending())
+    qm.close()
+
+
+def test_another_logs_extent_of_the_same_number_is_never_taken_as_archived(
+        make_qm, open_qm, home, tmp_path):
+    """A queue manager deleted and created again with the same archive path:
+    its S0000000.LOG once counted as archived (the old one was in the manifest)
+    and archive mode then deleted the only copy (found by review)."""
+    arch = make_archiving_qm(make_qm, tmp_path, management="manual", paths=1)
+    qm = open_qm()
+    qm.define_queue("FILL", DEFPSIST="YES")
+    fill(qm, 150)
+    qm._call(qm.core.log_management.archive_now())
+    qm.close()
+    qmgr.delete("QM1", home=home)
+    make_qm(log_type="linear", log_file_pages=32, log_management="manual",
+            log_archive_paths=arch)
+    qm = open_qm()
+    qm.define_queue("OTHER", DEFPSIST="YES")
+    fill(qm, 150, "OTHER")
+    with pytest.raises(LogCorrupt, match="already holds a different S0000000.LOG"):
+        qm._call(qm.core.log_management.archive_now())
+    assert not any(e.archived for e in qm.core.log.state.extents)
     qm.close()

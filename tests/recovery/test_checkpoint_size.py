@@ -14,7 +14,7 @@ import os
 import pytest
 
 from harbormq import QueueManager
-from harbormq.log.checkpoint import read_checkpoint, split_table
+from harbormq.log.checkpoint import read_checkpoint, split_table, unpack_store_lsns
 from harbormq.log.records import RecordType
 from harbormq.store import stores
 
@@ -58,6 +58,9 @@ def test_ten_thousand_queues_on_the_smallest_extents(home, make_qm, monkeypatch,
         if log_type == "linear":     # the media point of every object
             assert len(table["media"]) >= QUEUES, len(table["media"])
             assert parts, "a table of 10,000 media points must be cut into parts"
+        recorded = unpack_store_lsns(table["store_lsns"])   # every store's LSN, packed
+        assert all(recorded.get(qm.core.queues[n].object_id) ==
+                   qm.core.queues[n].store.recovery_lsn for n in names)
         largest = max((len(r.payload) for r in parts), default=0)
         assert largest <= qm.core.log.extent_payload // 4
         assert len(stores.OPEN_ENVIRONMENTS.lru) <= 400

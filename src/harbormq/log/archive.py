@@ -91,9 +91,11 @@ def _read_manifest(directory: Path) -> tuple[list[tuple[ArchiveEntry, bytes]], i
     return out, good
 
 
-def _copy_durably(src: Path, dst: Path) -> tuple[int, str]:
+def _copy_durably(src: Path, dst: Path,
+                  expect: tuple[int, str] | None = None) -> tuple[int, str]:
     """Copy ``src`` to ``dst`` (temporary file, fsync, rename, directory fsync);
-    returns (size, SHA-256 of what was copied)."""
+    returns (size, SHA-256 of what was copied). With ``expect`` (size, SHA-256),
+    a copy that differs is removed before it ever has ``dst``'s name."""
     tmp = dst.with_name(dst.name + ".tmp")
     digest, size = hashlib.sha256(), 0
     with open(src, "rb") as fin, open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
@@ -104,9 +106,16 @@ def _copy_durably(src: Path, dst: Path) -> tuple[int, str]:
             fout.write(chunk)
         fout.flush()
         os.fsync(fout.fileno())
+    if expect is not None and (size, digest.hexdigest()) != expect:
+        tmp.unlink()
+        return size, digest.hexdigest()
     os.replace(tmp, dst)
     fsync_dir(dst.parent)
     return size, digest.hexdigest()
+
+
+def _dt_text(ns: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ns / 1e9)) + " UTC"
 
 
 def file_sha256(path: Path) -> str:
@@ -138,9 +147,24 @@ def archive_extent(extent_path: Path, number: int, first_lsn: int, end_lsn: int,
         make_dirs(directory)
         entries, good = _read_manifest(directory)
         known = next((e for e, _ in entries if e.number == number), None)
-        if known is not None and (directory / known.name).exists():
-            done.append(known)
-            continue
+        if known is not None:
+            # the same extent archived before (a retry), or another log's extent
+            # of that number (a queue manager deleted and created again with
+            # the same archive path): never taken for this one unchecked
+            if (known.first_lsn, known.end_lsn, known.size) != \
+                    (first_lsn, end_lsn, extent_path.stat().st_size) or \
+                    known.sha256 != file_sha256(extent_path):
+                raise LogCorrupt(
+                    f"archive {directory} already holds a different {known.name} (LSN "
+                    f"{known.first_lsn}..{known.end_lsn}, archived "
+                    f"{_dt_text(known.archived_ns)}): it belongs to another log of a queue "
+                    f"manager named {qm_name}; nothing was archived there",
+                    path=str(directory / known.name),
+                    hint="give this queue manager its own archive path, or move the old "
+                         "archive away")
+            if (directory / known.name).exists():
+                done.append(known)
+                continue
         size, sha = _copy_durably(extent_path, directory / extent_file_name(number))
         atomic_write(directory / CONTROL_COPY, control)
         prev = hashlib.sha256(entries[-1][1]).hexdigest() if entries else ""
@@ -185,17 +209,14 @@ def recall(paths: list[Path], qm_name: str, number: int, first_lsn: int, dest: P
         if not src.exists():
             problems.append(f"{src} is missing")
             continue
-        target = dest / entry.name
-        size, sha = _copy_durably(src, target)
+        size, sha = _copy_durably(src, dest / entry.name, expect=(entry.size, entry.sha256))
         if sha != entry.sha256 or size != entry.size:
-            target.unlink()
-            fsync_dir(dest)
             problems.append(f"{src} fails its hash (SHA-256 {sha[:16]}.., the manifest says "
                             f"{entry.sha256[:16]}..)")
             continue
         say("HMQ7484I", f"log extent {entry.name} (LSN {entry.first_lsn}..{entry.end_lsn}) "
             f"recalled from the archive {src.parent} (SHA-256 verified)")
-        return target
+        return dest / entry.name
     where = "; ".join(problems) or ("no archive path holds it (" +
                                     (", ".join(map(str, paths)) or "none configured") + ")")
     raise LogMissing(f"log extent {extent_file_name(number)} (LSN {first_lsn}..) is not in the "

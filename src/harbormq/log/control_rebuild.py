@@ -52,6 +52,10 @@ def rebuild_control(log_dir: Path, qm_name: str, *, log_type: str, pages: int, p
         if head.qm_name != qm_name:
             raise LogCorrupt(f"{path.name} belongs to queue manager {head.qm_name!r}, not "
                              f"{qm_name!r}", path=str(path))
+        if head.pages != pages:      # the extents, not qm.toml, say how big they are
+            raise LogCorrupt(f"{path.name} is an extent of {head.pages} pages, qm.toml says "
+                             f"{pages}: set log.file_pages = {head.pages} and run again",
+                             path=str(path))
         reader = ExtentReader(path, newest=True)
         end = head.first_lsn
         for rec in reader.records():

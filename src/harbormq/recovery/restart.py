@@ -493,7 +493,10 @@ class Restart:
             if snap is not None:
                 q.store.apply(snap, max(lsn, q.store.recovery_lsn), q.index_type, q.next_seq)
                 q.end_flush()
-        if core.catalog_dirty:
+        # (not while redo is still below the catalog's own LSN: going back for a
+        # store put back from a copy replays definitions the catalog has long
+        # passed; written there, a crash would bring back a queue deleted since)
+        if core.catalog_dirty and lsn >= self.redo_from.get(0, 0):
             core.catalog_store.apply(core.catalog_dirty, max(lsn, core.catalog_store.recovery_lsn))
             core.catalog_dirty, core.catalog_dirty_lsn = {}, None
 

@@ -129,7 +129,6 @@ class Store:
         self._pins = 0
         self._closed = False
         self._known_lsn: int | None = None
-        self._lsn_written: int | None = None
         # the store's directory and the names of its files are durable before
         # anything is written into it: a synced store nobody can find is lost
         make_dirs(self.path)
@@ -197,14 +196,8 @@ class Store:
         with self._pinned() as env:
             if db is not None:
                 kwargs["db"] = self.meta if db == "meta" else self._dbs[db]
-            self._lsn_written = None
-            try:
-                with env.begin(**kwargs) as txn:
-                    yield txn
-            finally:
-                written, self._lsn_written = self._lsn_written, None
-            if written is not None:          # committed
-                self._known_lsn = written
+            with env.begin(**kwargs) as txn:
+                yield txn
 
     def pinned(self):
         """``with store.pinned() as env:`` for a caller that holds a transaction
@@ -265,13 +258,12 @@ class Store:
 
     def _set_lsn(self, txn, lsn: int) -> None:
         txn.put(b"recovery_lsn", str(lsn).encode(), db=self.meta)
-        self._lsn_written = lsn      # known once the transaction commits (_begin)
 
-    def stamp(self, lsn: int) -> None:
-        """Move an idle store's recovery LSN forward (nothing of it is waiting in
-        the log below ``lsn``), so that it never looks older than it is."""
-        with self._begin(write=True) as txn:
-            self._set_lsn(txn, lsn)
+    def _lsn_committed(self, lsn: int) -> None:
+        """Called by each write method once its transaction has committed: a
+        store's writes are one at a time (the flush lock), while reads on other
+        threads never touch this."""
+        self._known_lsn = lsn
 
     @staticmethod
     def destroy(path: Path) -> None:
@@ -444,6 +436,7 @@ class QueueStore(Store):
             if next_seq:
                 txn.put(b"next_seq", str(next_seq).encode(), db=self.meta)
             self._set_lsn(txn, recovery_lsn)
+        self._lsn_committed(recovery_lsn)
 
     @grows_map
     def load_encoded(self, entries: list[tuple[bytes, bytes]]) -> None:
@@ -465,6 +458,7 @@ class QueueStore(Store):
             for db in (self.msgs, self.np, self.idx):
                 txn.drop(db, delete=False)
             self._set_lsn(txn, recovery_lsn)
+        self._lsn_committed(recovery_lsn)
 
     def purge_nonpersistent(self) -> int:
         """Restart discards non-persistent messages; returns how many."""
@@ -539,3 +533,4 @@ class CatalogStore(Store):
                     txn.put(key, seal(key, json.dumps(definition, sort_keys=True).encode()),
                             db=self.objects)
             self._set_lsn(txn, recovery_lsn)
+        self._lsn_committed(recovery_lsn)
