@@ -294,3 +294,37 @@ def test_another_logs_extent_of_the_same_number_is_never_taken_as_archived(
         qm._call(qm.core.log_management.archive_now())
     assert not any(e.archived for e in qm.core.log.state.extents)
     qm.close()
+
+
+def test_roll_forward_recalls_further_back_for_a_unit_of_work_open_across_the_copy(
+        make_qm, open_qm, home, tmp_path):
+    """The checkpoint before the old copy's LSN has its restart point an extent
+    or more earlier (a unit of work open across it): restart recalls back to
+    there, not only from the copy's own LSN (found by review)."""
+    make_archiving_qm(make_qm, tmp_path)
+    qm = open_qm()
+    qm.define_queue("ORDERS", DEFPSIST="YES")
+    qm.define_queue("FILL", DEFPSIST="YES")
+    held = qm.begin(owner="open across the copy")
+    held.put("ORDERS", b"held")
+    fill(qm, 300)                        # extents go by while it stays open
+    qm.put("ORDERS", b"first")
+    qm.checkpoint()
+    qm.flush()
+    store = qm.core.config.queue_dir("ORDERS")
+    shutil.copytree(store, tmp_path / "copy")    # (a hot copy of a flushed store)
+    held.commit()
+    qm.put("ORDERS", b"second")
+    fill(qm, 300)
+    qm.image()
+    qm.checkpoint()
+    qm._call(qm.core.log_management.archive_pending())
+    qm._call(qm.core.log_management.delete())
+    assert [e for e in qm.core.log.state.extents if e.deleted]
+    qm.close()
+    shutil.rmtree(store)
+    shutil.copytree(tmp_path / "copy", store)
+    qm = open_qm()
+    assert said(home, "HMQ7234W") and not said(home, "HMQ6767E"), said(home, "HMQ6767E")
+    assert [m.body for m in qm.browse("ORDERS")] == [b"held", b"first", b"second"]
+    qm.close()

@@ -347,12 +347,7 @@ class Restart:
         if not behind:
             return redo_start
         if core.config.log_archive_paths:
-            try:        # the log those stores need, back from the archive where it went
-                core.log.recall_missing(min(behind.values()), core.config.log_archive_paths,
-                                        self.emit)
-            except LogMissing as exc:
-                self.emit("HMQ6767E", f"{exc.message}; stores that need it cannot be "
-                          "brought forward from the archive")
+            self._recall_for(behind)
         oldest, starts = self._checkpoint_starts()
         for name, have in sorted(behind.items(), key=lambda item: item[1]):
             q = core.queues[name]
@@ -382,6 +377,30 @@ class Restart:
             q = self._check_queue_store(q)      # a linear log recreates it now
             self.redo_from[q.object_id] = q.store.recovery_lsn
         return redo_start
+
+    def _recall_for(self, behind: dict[str, int]) -> None:
+        """Fetch back from the archive the log those stores need: from the oldest
+        store LSN, then one extent further back at a time until a checkpoint
+        begun before each LSN has its restart point on disk (a unit of work
+        open across that checkpoint can put it an extent or more earlier)."""
+        core = self.core
+        from_lsn = min(behind.values())
+        while True:
+            try:
+                core.log.recall_missing(from_lsn, core.config.log_archive_paths, self.emit)
+            except LogMissing as exc:
+                self.emit("HMQ6767E", f"{exc.message}; stores that need it cannot be "
+                          "brought forward from the archive")
+                return
+            oldest, starts = self._checkpoint_starts()
+            if oldest == 0 or all(any(b <= have and r >= oldest for b, r in starts)
+                                  for have in behind.values()):
+                return
+            earlier = [e for e in core.log.chain()
+                       if e.end_lsn is not None and e.end_lsn <= oldest]
+            if not earlier:
+                return
+            from_lsn = earlier[-1].first_lsn
 
     def _checkpoint_starts(self) -> tuple[int, list[tuple[int, int]]]:
         """(the oldest LSN whose extent is on disk, [(begin LSN, restart LSN) of
