@@ -351,6 +351,15 @@ def log_need(qm, as_json):
         console.print(f"  To move it: harbormq image {qm} --type queue NAME (or --type all).")
 
 
+@log.command("recover-copy")
+@click.argument("qm")
+def log_recover_copy(qm):
+    """Re-create the missing or damaged copies of a dual log (queue manager stopped)."""
+    from ..qmgr.lifecycle import recover_log_copy
+    for line in recover_log_copy(QMConfig.load(qm)):
+        console.print(line)
+
+
 @cli.command()
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="keep the tour's HARBORMQ_HOME here instead of a temporary directory")

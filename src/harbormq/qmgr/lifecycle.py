@@ -189,6 +189,24 @@ def delete(name: str, *, home: Path | None = None) -> None:
     remove_tree(config.qm_dir)
 
 
+def recover_log_copy(config: QMConfig) -> list[str]:
+    """``harbormq log recover-copy``: re-create the missing or damaged copies
+    of a dual log from the good ones, the queue manager stopped (its lock
+    held meanwhile, so that it cannot start). Returns what was done."""
+    from ..log.dual import recover_copy
+    if config.log_dual_dir is None:
+        raise ConfigError(f"queue manager {config.name} has no dual log (log.dual_path is not "
+                          "set): there is no second copy to re-create",
+                          hint="set log.dual_path in qm.toml to a directory on another disk, "
+                               "then run this again to make the second copy")
+    lock = InstanceLock(config)
+    lock.acquire()
+    try:
+        return recover_copy(config.log_dir, config.log_dual_dir, config.name)
+    finally:
+        lock.release()
+
+
 def list_queue_managers(home: Path | None = None) -> list[str]:
     home = Path(home) if home else harbormq_home()
     qdir = home / "qmgrs"
