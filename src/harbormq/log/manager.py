@@ -1070,15 +1070,18 @@ class _Writer(threading.Thread):
         for fd in self.fds.pop(old).values():
             os.close(fd)
         fds = self.fds[number] = {}
+        # one header for every copy: the copies are the same, byte for byte
+        head = ExtentHeader(number, first_lsn, time.time_ns(), self.log.qm_name,
+                            self.log.state.pages).encode()
         for c, directory in list(self.live):
             try:
-                fds[c] = self._init_extent(directory, number, first_lsn, reuse)
+                fds[c] = self._init_extent(directory, number, head, reuse)
             except OSError as exc:
                 self._lost(c, exc)
         crash_point("extent.mid_switch")
         self.current = number
 
-    def _init_extent(self, directory: Path, number: int, first_lsn: int, reuse: bool) -> int:
+    def _init_extent(self, directory: Path, number: int, head: bytes, reuse: bool) -> int:
         """A new or reused extent in one copy, zero-filled or preallocated, its
         header written and forced; returns its descriptor."""
         path = directory / extent_file_name(number)
@@ -1095,8 +1098,6 @@ class _Writer(threading.Thread):
             else:
                 os.posix_fallocate(fd, 0, size)
                 fsync_dir(directory)
-            head = ExtentHeader(number, first_lsn, time.time_ns(), self.log.qm_name,
-                                self.log.state.pages).encode()
             _pwrite_all(fd, head, 0)
             os.fsync(fd)
         except BaseException:
