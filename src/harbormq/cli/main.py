@@ -353,10 +353,12 @@ def log_need(qm, as_json):
 
 @log.command("recover-copy")
 @click.argument("qm")
-def log_recover_copy(qm):
+@click.option("--dry-run", is_flag=True, help="read both copies and say what would be "
+                                              "re-created, changing nothing")
+def log_recover_copy(qm, dry_run):
     """Re-create the missing or damaged copies of a dual log (queue manager stopped)."""
     from ..qmgr.lifecycle import recover_log_copy
-    for line in recover_log_copy(QMConfig.load(qm)):
+    for line in recover_log_copy(QMConfig.load(qm), dry_run=dry_run):
         console.print(line)
 
 

@@ -75,14 +75,17 @@ def check_copy(copy: str, path: Path, e: ExtentInfo, state: ControlState) -> Cop
     return CopyCheck(copy, path, end=end)
 
 
-def recover_copy(log_dir: Path, dual_dir: Path, qm_name: str) -> list[str]:
+def recover_copy(log_dir: Path, dual_dir: Path, qm_name: str, *,
+                 dry_run: bool = False) -> list[str]:
     """Re-create every missing or damaged copy of a dual log from the good one
     (the queue manager stopped; the caller holds its lock). Returns one line
     per thing done. Raises HMQ7494E naming whatever has no good copy (after
-    repairing everything else)."""
+    repairing everything else). ``dry_run``: read both copies of everything
+    and say what would be done, changing nothing (a scrub of the log)."""
     log_dir, dual_dir = Path(log_dir), Path(dual_dir)
-    make_dirs(log_dir)
-    make_dirs(dual_dir)        # a new disk in place of the lost one
+    if not dry_run:
+        make_dirs(log_dir)
+        make_dirs(dual_dir)    # a new disk in place of the lost one
     control = ControlFile(log_dir, dual_dir)
     converting = False
     try:
@@ -124,13 +127,15 @@ def recover_copy(log_dir: Path, dual_dir: Path, qm_name: str) -> list[str]:
                     why = "its bytes after the end of the log differ"
                 else:
                     why = f"it reads to LSN {c.end.lsn}, the {best.copy} copy to {best.end.lsn}"
-                if c.end.how == "torn":
+                if c.end.how == "torn" and not dry_run:
                     keep_torn_tail(c.path, c.end)
             else:
                 why = c.why
-            copy_durably(best.path, c.path)
-            done.append(f"HMQ7492I log extent {name}: the {c.copy} copy ({c.path}) was "
-                        f"re-created from the {best.copy} copy ({why})")
+            if not dry_run:
+                copy_durably(best.path, c.path)
+            done.append(f"HMQ7492I log extent {name}: the {c.copy} copy ({c.path}) "
+                        f"{'would be' if dry_run else 'was'} re-created from the {best.copy} "
+                        f"copy ({why})")
     if unrecoverable:
         # the copies re-created above are whole, but the control file keeps
         # saying which copy was given up until every extent has a good copy
@@ -141,6 +146,12 @@ def recover_copy(log_dir: Path, dual_dir: Path, qm_name: str) -> list[str]:
             hint="restore the extent from the archive or a backup into either directory, "
                  "then run recover-copy again")
     problems = [text for _, text in control.warnings]
+    if dry_run:
+        if converting or state.degraded or problems:
+            done.append("HMQ7492I the control file would be written to both copies")
+        return done + [f"HMQ7493I recover-copy --dry-run of queue manager {qm_name}: "
+                       + (f"{len(done)} thing(s) to do" if done else
+                          "both copies of the log are whole")]
     if converting or state.degraded or problems:
         why = ("the log is made dual" if converting else
                f"the {state.degraded} copy is whole again" if state.degraded else

@@ -189,10 +189,11 @@ def delete(name: str, *, home: Path | None = None) -> None:
     remove_tree(config.qm_dir)
 
 
-def recover_log_copy(config: QMConfig) -> list[str]:
+def recover_log_copy(config: QMConfig, *, dry_run: bool = False) -> list[str]:
     """``harbormq log recover-copy``: re-create the missing or damaged copies
     of a dual log from the good ones, the queue manager stopped (its lock
-    held meanwhile, so that it cannot start). Returns what was done."""
+    held meanwhile, so that it cannot start). Returns what was done
+    (``dry_run``: what would be)."""
     from ..log.dual import recover_copy
     if config.log_dual_dir is None:
         raise ConfigError(f"queue manager {config.name} has no dual log (log.dual_path is not "
@@ -202,7 +203,7 @@ def recover_log_copy(config: QMConfig) -> list[str]:
     lock = InstanceLock(config)
     lock.acquire()
     try:
-        return recover_copy(config.log_dir, config.log_dual_dir, config.name)
+        return recover_copy(config.log_dir, config.log_dual_dir, config.name, dry_run=dry_run)
     finally:
         lock.release()
 
