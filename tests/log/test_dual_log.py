@@ -362,6 +362,26 @@ def test_one_damaged_control_copy_loses_nothing(case, copy, how):
     recover_then_clean_restart(case)
 
 
+@pytest.mark.parametrize("copy", ["primary", "dual"])
+def test_a_whole_copy_gone_while_stopped_is_given_up_at_start(case, copy):
+    """The disk of one copy is gone (its directory with it): the queue manager
+    starts from the other copy and gives the lost one up (HMQ7490W) instead
+    of failing; recover-copy re-creates the whole copy on a new disk."""
+    shutil.rmtree(case.dir_of(copy))
+    qm = case.start()
+    try:
+        assert queue_bodies(qm, QUEUE) == case.built.bodies
+        lost = [t for m, t in case.said if m == "HMQ7490W"]
+        assert len(lost) == 1 and f"the {copy} copy" in lost[0], case.said
+        qm.put(QUEUE, b"one copy")
+    finally:
+        qm.close()
+    assert not case.dir_of(copy).exists()      # nothing made where the disk was
+    case.built = Built(case.built.root, case.built.bodies + [b"one copy"], {}, [], 0)
+    done = recover_then_clean_restart(case)
+    assert any("HMQ7493I" in line for line in done)
+
+
 def test_both_control_copies_damaged_refuses_to_start(case):
     (case.primary / COPY_NAMES[0]).unlink()
     truncate(case.dual / COPY_NAMES[1], 10)

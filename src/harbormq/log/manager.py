@@ -484,7 +484,8 @@ class RecoveryLog:
         """Phase 1 of restart: read and reconcile the control file."""
         self.state = self.control.load(repair=repair)
         st = self.state
-        if st.degraded:
+        just_now = any(m == "HMQ7490W" for m, _ in self.control.warnings)
+        if st.degraded and not just_now:       # given up in an earlier run: remind
             self._say_degraded_at_start()
         return self.state
 
