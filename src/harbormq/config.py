@@ -9,7 +9,7 @@
     qmgrs/<QM>/qm.lock          held (flock) by the one running instance
     qmgrs/<QM>/admin.sock       admin socket of a running queue manager (0600)
     log/<QM>/                   extents S0000000.LOG.. and control.1, control.2
-                                (a dual log: control.1 here, control.2 in log.dual_path)
+                                (a dual log: extents and both copies in log.dual_path too)
 
 ``qm.toml``::
 
@@ -20,8 +20,9 @@
     primary = 3
     secondary = 2
     path = "/disk2/log/QM1"     # optional: the log on another disk
-    dual_path = "/disk3/log/QM1"  # optional: a second copy of every extent and control.2
-                                #   (dual logging); an absolute directory of its own
+    dual_path = "/disk3/log/QM1"  # optional: a second copy of every extent and of the
+                                #   control file (dual logging); an absolute directory
+                                #   of its own
     checkpoint_records = 10000
     management = "manual"       # linear logs: "manual" (extents stay until 'harbormq log
                                 #   delete'), "automatic" (deleted once unneeded) or

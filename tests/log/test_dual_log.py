@@ -341,10 +341,19 @@ def test_copies_damaged_at_different_records_are_read_around(case):
 
 # --- the control file copies ---------------------------------------------------------------
 
-@pytest.mark.parametrize("copy", ["primary", "dual"])
+CONTROL_COPIES = [(copy, name) for name in COPY_NAMES for copy in ("primary", "dual")]
+
+
+def control_copies(case: Case) -> list:
+    return [decode_copy((case.dir_of(copy) / name).read_bytes())
+            for copy, name in CONTROL_COPIES]
+
+
+@pytest.mark.parametrize("copy,name", CONTROL_COPIES, ids=[f"{c}-{n}" for c, n in CONTROL_COPIES])
 @pytest.mark.parametrize("how", ["delete", "flip", "truncate"])
-def test_one_damaged_control_copy_loses_nothing(case, copy, how):
-    path = case.dir_of(copy) / COPY_NAMES[0 if copy == "primary" else 1]
+def test_one_damaged_control_copy_loses_nothing(case, copy, name, how):
+    """A dual log keeps control.1 and control.2 in both directories."""
+    path = case.dir_of(copy) / name
     assert path.exists()
     if how == "delete":
         path.unlink()
@@ -355,11 +364,18 @@ def test_one_damaged_control_copy_loses_nothing(case, copy, how):
     restart_gives_everything(case)
     fixed = [t for m, t in case.said if m == "HMQ7121W"]
     assert len(fixed) == 1 and str(path) in fixed[0], case.said
-    a, b = (decode_copy((d / n).read_bytes()) for d, n in
-            ((case.primary, COPY_NAMES[0]), (case.dual, COPY_NAMES[1])))
-    assert a.sequence == b.sequence and a.to_json() == b.to_json()
-    assert not (case.primary / COPY_NAMES[1]).exists()    # control.2 lives in the dual dir
+    copies = control_copies(case)
+    assert len({(c.sequence, c.to_json()) for c in copies}) == 1
     recover_then_clean_restart(case)
+
+
+def test_both_control_copies_in_one_directory_damaged(case):
+    """One directory's two control-file copies bad: the other directory's
+    are used, and both of the damaged ones rewritten."""
+    (case.primary / COPY_NAMES[0]).unlink()
+    truncate(case.primary / COPY_NAMES[1], 10)
+    restart_gives_everything(case)
+    assert len({(c.sequence, c.to_json()) for c in control_copies(case)}) == 1
 
 
 @pytest.mark.parametrize("copy", ["primary", "dual"])
@@ -382,9 +398,11 @@ def test_a_whole_copy_gone_while_stopped_is_given_up_at_start(case, copy):
     assert any("HMQ7493I" in line for line in done)
 
 
-def test_both_control_copies_damaged_refuses_to_start(case):
+def test_every_control_copy_damaged_refuses_to_start(case):
     (case.primary / COPY_NAMES[0]).unlink()
-    truncate(case.dual / COPY_NAMES[1], 10)
+    (case.dual / COPY_NAMES[0]).unlink()
+    truncate(case.primary / COPY_NAMES[1], 10)
+    flip_bytes(case.dual / COPY_NAMES[1], [20])
     with pytest.raises(ControlFileDamaged):
         case.start()
 
@@ -645,10 +663,11 @@ def test_qm_toml_and_the_log_must_agree_on_dual(home, tmp_path):
     assert cfg.to_toml()["log"]["dual_path"] == str(tmp_path / "dual")
     cfg.log_dual_path = None
     cfg.save()
+    before = [(home / "log" / QM / n).read_bytes() for n in COPY_NAMES]
     with pytest.raises(ControlFileMismatch) as info:
         QueueManager.open(QM, home=home)
     assert "dual" in info.value.message and "log.dual_path" in info.value.hint
-    assert not (home / "log" / QM / COPY_NAMES[1]).exists()
+    assert [(home / "log" / QM / n).read_bytes() for n in COPY_NAMES] == before
 
     other = tmp_path / "single"
     other.mkdir()
@@ -665,8 +684,8 @@ def test_qm_toml_and_the_log_must_agree_on_dual(home, tmp_path):
     assert "recover-copy" in info.value.hint
     done = qmgr.recover_log_copy(cfg)
     assert any("made dual" in line for line in done), done
-    assert (tmp_path / "dual2" / COPY_NAMES[1]).exists()
-    assert not (other / "log" / "QM2" / COPY_NAMES[1]).exists()
+    assert all((d / n).exists() for d in (tmp_path / "dual2", other / "log" / "QM2")
+               for n in COPY_NAMES)
     with QueueManager.open("QM2", home=other) as qm:
         assert len(queue_bodies(qm, QUEUE)) == 300
         assert qm.core.log.state.dual

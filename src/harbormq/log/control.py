@@ -2,10 +2,11 @@
 extents with their LSN ranges, the last checkpoint, the restart point.
 
 Two copies, ``control.1`` and ``control.2``, each replaced atomically, copy 1
-first. A single log keeps both in the log directory; a dual log (z/OS's dual
-BSDS) keeps ``control.1`` in the log directory and ``control.2`` in the dual
-directory, so that each directory holds a whole log. Layout of one copy
-(little-endian)::
+first. A dual log (z/OS's dual BSDS) keeps both in the log directory and both
+in the dual directory, written in the order log/control.1, dual/control.1,
+log/control.2, dual/control.2: each directory alone holds a whole log with two
+copies of its control file, also once the other copy of the log is given up.
+Layout of one copy (little-endian)::
 
     0   8   magic        b"HMQCTL01"
     8   8   sequence     +1 at every update
@@ -141,13 +142,18 @@ class ControlFile:
 
     def __init__(self, log_dir: Path, dual_dir: Path | None = None):
         self.dual = dual_dir is not None
-        self.paths = [log_dir / COPY_NAMES[0], (dual_dir or log_dir) / COPY_NAMES[1]]
-        #: which copy of the log each path belongs to
-        self.copy_of = [PRIMARY, DUAL if self.dual else PRIMARY]
+        if dual_dir is None:
+            self.paths = [log_dir / COPY_NAMES[0], log_dir / COPY_NAMES[1]]
+            #: which copy of the log each path belongs to
+            self.copy_of = [PRIMARY, PRIMARY]
+        else:
+            self.paths = [log_dir / COPY_NAMES[0], dual_dir / COPY_NAMES[0],
+                          log_dir / COPY_NAMES[1], dual_dir / COPY_NAMES[1]]
+            self.copy_of = [PRIMARY, DUAL, PRIMARY, DUAL]
         self.warnings: list[tuple[str, str]] = []
 
     def write(self, state: ControlState, *, on_copy_error=None) -> None:
-        """Write ``state`` to every copy not degraded, copy 1 first. The caller
+        """Write ``state`` to every copy not degraded, in order. The caller
         sets the sequence (+1 per update; the same one to rewrite a lagging
         copy). ``on_copy_error(copy, exc)``: a dual log's copy could not be
         written (an OSError); the handler degrades it and writes the rest."""

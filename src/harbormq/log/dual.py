@@ -2,8 +2,8 @@
 re-creating a lost active log copy).
 
 A dual log writes every extent to the log directory (the *primary* copy) and
-to ``log.dual_path`` (the *dual* copy), ``control.1`` to the first and
-``control.2`` to the second (``manager.py``, ``control.py``). Reading goes
+to ``log.dual_path`` (the *dual* copy), and both control-file copies to each
+(``manager.py``, ``control.py``). Reading goes
 around a bad copy, and a copy that fails while the queue manager runs is given
 up (the log goes on with one copy). Either way the bad copy stays bad until
 this re-creates it, with the queue manager stopped:
@@ -22,8 +22,8 @@ this re-creates it, with the queue manager stopped:
   naming the copy it had given up, and this can simply run again.
 
 A log created single with ``log.dual_path`` added to qm.toml later is made
-dual the same way: every extent is copied, then the control file is written in
-the dual layout.
+dual the same way: every extent is copied, then the control file is written to
+both directories, saying the log is dual.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ControlFileMismatch, HarbormqError, LogCorrupt, LogMissing
-from ..fsutil import copy_durably, fsync_dir, make_dirs
+from ..fsutil import copy_durably, make_dirs
 from .control import COPY_NAMES, DUAL, PRIMARY, ControlFile, ControlState, ExtentInfo
 from .reader import ExtentEnd, ExtentReader, keep_torn_tail, same_bytes
 from .records import extent_file_name
@@ -159,11 +159,8 @@ def recover_copy(log_dir: Path, dual_dir: Path, qm_name: str, *,
         state.degraded, state.degraded_lsn, state.dual = "", 0, True
         state.sequence += 1
         ControlFile(log_dir, dual_dir).write(state)
-        done.append(f"HMQ7492I control file written to both copies ({log_dir / COPY_NAMES[0]}, "
-                    f"{dual_dir / COPY_NAMES[1]}), sequence {state.sequence}: {why}")
-        if converting:
-            (log_dir / COPY_NAMES[1]).unlink(missing_ok=True)   # now in the dual directory
-            fsync_dir(log_dir)
+        done.append(f"HMQ7492I control file ({', '.join(COPY_NAMES)}) written to both "
+                    f"directories ({log_dir}, {dual_dir}), sequence {state.sequence}: {why}")
     done.append(f"HMQ7493I recover-copy of queue manager {qm_name} complete: "
                 + ("both copies of the log are whole" if done else
                    "nothing to do, both copies of the log are whole"))
