@@ -16,7 +16,12 @@ completes when both copies are fdatasynced, the second on a helper thread at
 the same time as the first.
 
 Both copies are on the same file system here unless ``--dual-dir`` names a
-directory on another disk (as a real dual log would be).
+directory on another disk (as a real dual log would be). On one disk with a
+volatile write cache every fdatasync is a cache flush of that disk, so a dual
+force costs two flushes of the same device; ``--dual-dir /dev/shm`` (no flush
+at all for the dual copy) measures what the mechanism costs apart from that,
+and ``--fsync-delay-ms D`` emulates slower flushes (D ms slept inside every
+fdatasync, the two copies' sleeping at once as two disks would flush).
 
 Prints one JSON object on stdout; progress goes to stderr.
 
@@ -34,6 +39,7 @@ import platform
 import shutil
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 # _common first: it puts src/ on the path when harbormq is not installed
@@ -122,11 +128,20 @@ def main() -> None:
     ap.add_argument("--log-file-pages", type=int, default=4096)
     ap.add_argument("--dual-dir", type=Path, default=None,
                     help="where the dual copies go (default: beside the primary, same disk)")
+    ap.add_argument("--fsync-delay-ms", type=float, default=0.0,
+                    help="emulate slower flushes: sleep this long inside every os.fdatasync")
     ap.add_argument("--skip-qm", action="store_true", help="only the log layer")
     ap.add_argument("--skip-log", action="store_true", help="only the queue manager")
     args = ap.parse_args()
     seconds = args.seconds if args.seconds is not None else (10.0 if args.full else 2.0)
     counts = [int(x) for x in args.committers.split(",") if x.strip()]
+    if args.fsync_delay_ms > 0:
+        real_fdatasync, delay = os.fdatasync, args.fsync_delay_ms / 1000
+
+        def slow_fdatasync(fd: int) -> None:
+            real_fdatasync(fd)
+            time.sleep(delay)
+        os.fdatasync = slow_fdatasync   # the log writer calls os.fdatasync at run time
     root = Path(tempfile.mkdtemp(prefix="hmq-bench-dual-"))
     dual_root = Path(tempfile.mkdtemp(prefix="hmq-bench-dual2-", dir=args.dual_dir)) \
         if args.dual_dir else root / "dual"
@@ -136,7 +151,8 @@ def main() -> None:
         "mode": "full" if args.full else "quick",
         "seconds_per_run": seconds, "rounds": args.rounds, "record_size": args.record_size,
         "committer_counts": counts,
-        "dual_on_another_disk": args.dual_dir is not None,
+        "dual_dir": str(args.dual_dir) if args.dual_dir else "beside the primary (one disk)",
+        "fsync_delay_ms_emulated": args.fsync_delay_ms,
         "target": "dual commits/s >= 0.8 x single (within 20 %)",
         "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
                  "note": "shared 2-core machine with other work running; numbers are noisy"},
