@@ -711,6 +711,7 @@ def test_log_commands_with_a_damaged_copy(case):
     recover-copy --dry-run`` changes nothing, then ``log recover-copy``
     re-creates the copy."""
     env = child_env(case.home)
+    env["COLUMNS"] = "1000"       # no line of the output wrapped
     (case.primary / extent_file_name(2)).unlink()
     dump = hmq(env, "log", "dump", QM, "--queue", QUEUE, "--json")
     assert "HMQ7491W" in dump.stderr and extent_file_name(2) in dump.stderr
