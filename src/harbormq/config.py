@@ -9,6 +9,7 @@
     qmgrs/<QM>/qm.lock          held (flock) by the one running instance
     qmgrs/<QM>/admin.sock       admin socket of a running queue manager (0600)
     log/<QM>/                   extents S0000000.LOG.. and control.1, control.2
+                                (a dual log: extents and both copies in log.dual_path too)
 
 ``qm.toml``::
 
@@ -19,6 +20,9 @@
     primary = 3
     secondary = 2
     path = "/disk2/log/QM1"     # optional: the log on another disk
+    dual_path = "/disk3/log/QM1"  # optional: a second copy of every extent and of the
+                                #   control file (dual logging); an absolute directory
+                                #   of its own
     checkpoint_records = 10000
     management = "manual"       # linear logs: "manual" (extents stay until 'harbormq log
                                 #   delete'), "automatic" (deleted once unneeded) or
@@ -148,6 +152,8 @@ class QMConfig:
     home: Path
     log: LogSettings = field(default_factory=LogSettings)
     log_path: Path | None = None
+    #: dual logging: the directory of the log's second copy
+    log_dual_path: Path | None = None
     log_management: str = "manual"
     log_archive_paths: list[Path] = field(default_factory=list)
     max_archives: int = 500
@@ -166,6 +172,25 @@ class QMConfig:
         if len(self.log_archive_paths) > 2:
             raise ConfigError("at most two archive paths (log.archive_path)")
 
+    def check_dual_path(self) -> None:
+        """log.dual_path: an absolute directory that is neither the log
+        directory, nor inside it or around it, nor an archive directory."""
+        dual = self.log_dual_path
+        if dual is None:
+            return
+        if not dual.is_absolute():
+            raise ConfigError(f"log.dual_path {str(dual)!r} must be an absolute directory")
+        d, log = dual.resolve(), self.log_dir.resolve()
+        if d == log or log in d.parents or d in log.parents:
+            raise ConfigError(f"log.dual_path {dual} must be a directory of its own, apart "
+                              f"from the log directory {self.log_dir}: the second copy of "
+                              "the log is only worth having on another disk")
+        for a in self.log_archive_paths:
+            a = Path(a).resolve()
+            if d in (a, a / file_name(self.name)):
+                raise ConfigError(f"log.dual_path {dual} is an archive directory "
+                                  "(log.archive_path)")
+
     # -- paths --------------------------------------------------------------------
     @property
     def qm_dir(self) -> Path:
@@ -174,6 +199,11 @@ class QMConfig:
     @property
     def log_dir(self) -> Path:
         return self.log_path or (self.home / "log" / file_name(self.name))
+
+    @property
+    def log_dual_dir(self) -> Path | None:
+        """Where a dual log keeps its second copy (None: a single log)."""
+        return self.log_dual_path
 
     @property
     def errors_dir(self) -> Path:
@@ -223,6 +253,8 @@ class QMConfig:
                "management": self.log_management}
         if self.log_path:
             log["path"] = str(self.log_path)
+        if self.log_dual_path:
+            log["dual_path"] = str(self.log_dual_path)
         if self.log_archive_paths:
             log["archive_path"] = [str(p) for p in self.log_archive_paths]
         log["max_archives"] = self.max_archives
@@ -293,6 +325,7 @@ class QMConfig:
                             secondary=log.get("secondary", 2),
                             checkpoint_records=log.get("checkpoint_records", 10_000)),
             log_path=Path(log["path"]) if log.get("path") else None,
+            log_dual_path=Path(log["dual_path"]) if "dual_path" in log else None,
             log_management=log.get("management", "manual"),
             log_archive_paths=[Path(p) for p in archive_paths],
             max_archives=max_archives,
@@ -304,6 +337,7 @@ class QMConfig:
         try:
             cfg.log.validate()
             cfg.check_log_management()
+            cfg.check_dual_path()
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc.message}", path=where) from None
         for li in cfg.listeners:
@@ -317,7 +351,7 @@ class QMConfig:
 LOG_KEYS = {
     "type": ("str", ("circular", "linear")), "file_pages": ("int", None),
     "primary": ("int", None), "secondary": ("int", None),
-    "checkpoint_records": ("int", None), "path": ("str", None),
+    "checkpoint_records": ("int", None), "path": ("str", None), "dual_path": ("str", None),
     "management": ("str", ("manual", "automatic", "archive")),
     "archive_path": ("list", None), "max_archives": ("int", None),
 }

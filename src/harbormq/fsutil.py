@@ -135,6 +135,26 @@ def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     fsync_dir(path.parent)
 
 
+def copy_durably(src: Path, dst: Path, chunk: int = 4 << 20) -> None:
+    """Replace ``dst`` with a copy of ``src`` as ``atomic_write`` would (a
+    temporary file, fsync, rename, directory fsync), without holding it whole
+    in memory."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + ".tmp")
+    with open(src, "rb") as fin:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            while data := fin.read(chunk):
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.replace(tmp, dst)
+    fsync_dir(dst.parent)
+
+
 def sweep_tmp(directory: Path) -> list[Path]:
     """Remove ``*.tmp`` leftovers of interrupted atomic writes."""
     swept = []

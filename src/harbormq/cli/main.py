@@ -54,17 +54,20 @@ def cli():
 @click.option("--log-archive-path", "log_archive_paths", multiple=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="archive directory (give it twice for two copies)")
+@click.option("--log-dual-path", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="dual logging: write a second copy of the log (every "
+                                 "extent and the control file) to this directory")
 @click.option("--port", type=click.IntRange(0, 65535), default=61613, show_default=True,
               help="STOMP listener port on 127.0.0.1 (0: any free port)")
 def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
-           checkpoint_records, log_management, log_archive_paths, port):
+           checkpoint_records, log_management, log_archive_paths, log_dual_path, port):
     """Create queue manager QM (crtmqm)."""
     from ..qmgr import lifecycle as qmgr
     config = qmgr.create(qm, log_type=log_type, log_file_pages=log_file_pages,
                          log_primary=log_primary, log_secondary=log_secondary,
                          log_path=log_path, checkpoint_records=checkpoint_records,
                          log_management=log_management, log_archive_paths=log_archive_paths,
-                         port=port)
+                         log_dual_path=log_dual_path, port=port)
     console.print(f"HMQ8001I Queue manager {qm} created in {config.qm_dir} "
                   f"({log_type} log in {config.log_dir}).")
 
@@ -217,7 +220,7 @@ def log_dump(qm, from_lsn, to_lsn, since, until, queue, uow, as_json):
     from ..log.inspect import DumpFilter, dump, parse_time
     flt = DumpFilter(from_lsn, to_lsn, parse_time(since), parse_time(until), queue, uow)
     out = sys.stdout
-    for d in dump(QMConfig.load(qm), flt):
+    for d in dump(QMConfig.load(qm), flt, say=lambda m, t: err_console.print(f"{m} {t}")):
         if as_json:
             out.write(json.dumps(d, default=str) + "\n")
         else:
@@ -254,6 +257,13 @@ def log_map_cmd(qm, as_json):
                        "none": "not needed"}[e["needed"]], _yes(e["present"]),
                       _yes(e["archived"]), _yes(e["deleted"]))
     _print_table(table)
+    if m.get("dual_path"):
+        one = [f"{e['extent']} ({', '.join(e['copies']) or 'none'})" for e in m["extents"]
+               if e["state"] != "free" and not e["deleted"] and len(e["copies"]) < 2]
+        console.print(f"Dual log: second copy in {m['dual_path']}" +
+                      (f"; the {m['degraded_copy']} copy was given up (harbormq log "
+                       f"recover-copy {qm})" if m["degraded_copy"] else "") +
+                      (f"; extents on disk in one copy only: {', '.join(one)}" if one else ""))
     for w in m["warnings"]:
         err_console.print(w)
 
@@ -504,6 +514,17 @@ def log_scrub(qm, as_json):
                             msgid="HMQ7486E",
                             hint="copy the extent back from the other archive path or a "
                                  "backup; the manifest says what it must hash to")
+
+
+@log.command("recover-copy")
+@click.argument("qm")
+@click.option("--dry-run", is_flag=True, help="read both copies and say what would be "
+                                              "re-created, changing nothing")
+def log_recover_copy(qm, dry_run):
+    """Re-create the missing or damaged copies of a dual log (queue manager stopped)."""
+    from ..qmgr.lifecycle import recover_log_copy
+    for line in recover_log_copy(QMConfig.load(qm), dry_run=dry_run):
+        console.print(line)
 
 
 @cli.command()

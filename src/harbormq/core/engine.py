@@ -132,7 +132,8 @@ class QueueManagerCore:
         self.config = config
         self.name = config.name
         self.oplog = oplog
-        self.log = RecoveryLog(config.log_dir, config.name)
+        self.log = RecoveryLog(config.log_dir, config.name, config.log_dual_dir)
+        self.log.say = oplog.emit
         self.catalog_store: CatalogStore | None = None
         self.objects: dict[str, dict] = {}            # name -> definition (incl. QMGR)
         self.catalog_dirty: dict[str, dict | None] = {}

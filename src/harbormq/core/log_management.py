@@ -21,7 +21,6 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, LogMissing, ObjectError
-from ..fsutil import fsync_dir
 from ..log import archive
 from ..log.control import ExtentInfo, encode_copy
 from ..log.records import extent_file_name
@@ -91,8 +90,9 @@ class LogManagement:
                              "ARCHIVED")
                 await core.log.force(e.end_lsn)   # the closed extent is whole on disk
                 control = encode_copy(core.log.state)    # the control file as it is now
+                source = await core.loop.run_in_executor(None, core.log.readable_extent, e)
                 await core.loop.run_in_executor(
-                    None, archive.archive_extent, core.log.extent_path(e.number), e.number,
+                    None, archive.archive_extent, source, e.number,
                     e.first_lsn, e.end_lsn, control, list(paths), core.name)
                 e.archived = True
                 await core.log.update_control()
@@ -203,14 +203,14 @@ class LogManagement:
         the control-file write and the removal): remove them now."""
         log = self.core.log
         remove_files(log, [e.number for e in log.state.extents
-                           if e.deleted and log.extent_path(e.number).exists()])
+                           if e.deleted and log.extent_present(e)])
 
     def status(self) -> list[dict]:
         """Every extent the control file lists, with its archive state."""
         log = self.core.log
         return [{"extent": extent_file_name(e.number), "first_lsn": e.first_lsn,
                  "end_lsn": e.end_lsn, "state": e.state, "archived": e.archived,
-                 "deleted": e.deleted, "on_disk": log.extent_path(e.number).exists()}
+                 "deleted": e.deleted, "on_disk": log.extent_present(e)}
                 for e in sorted(log.state.extents, key=lambda e: e.first_lsn)
                 if e.state != "free"]
 
@@ -229,7 +229,4 @@ def say_deleted(oplog, qm_name: str, names: list[str], never: list[str]) -> None
 def remove_files(log, numbers: list[int]) -> None:
     """Remove the files of these extents from the log directory (their control
     file entries already say deleted, durably), then make that durable."""
-    for n in numbers:
-        log.extent_path(n).unlink(missing_ok=True)
-    if numbers:
-        fsync_dir(log.dir)
+    log.remove_extent_files(numbers)      # from both copies of a dual log

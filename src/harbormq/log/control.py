@@ -2,7 +2,11 @@
 extents with their LSN ranges, the last checkpoint, the restart point.
 
 Two copies, ``control.1`` and ``control.2``, each replaced atomically, copy 1
-first. Layout of one copy (little-endian)::
+first. A dual log (z/OS's dual BSDS) keeps both in the log directory and both
+in the dual directory, written in the order log/control.1, dual/control.1,
+log/control.2, dual/control.2: each directory alone holds a whole log with two
+copies of its control file, also once the other copy of the log is given up.
+Layout of one copy (little-endian)::
 
     0   8   magic        b"HMQCTL01"
     8   8   sequence     +1 at every update
@@ -19,6 +23,12 @@ Reading both (``load``):
   one copy was probably restored on its own;
 * one valid: use it and rewrite the other, with a warning (HMQ7121W);
 * none valid: refuse to start.
+
+A dual log that lost one copy while running records it (``degraded``: which
+copy, ``degraded_lsn``: how far it was known whole): the copy on that
+directory is stale and takes no part in the rules above, and is no longer
+written. A copy saying the other is degraded wins over it at the same
+sequence (the mark may be all that was written after the failure).
 """
 
 from __future__ import annotations
@@ -39,6 +49,8 @@ CONTROL_HEADER = struct.Struct("<8sQQII")
 assert CONTROL_HEADER.size == 32
 CONTROL_MAGIC = b"HMQCTL01"
 COPY_NAMES = ("control.1", "control.2")
+#: the two copies of a dual log, by the directory they live in
+PRIMARY, DUAL = "primary", "dual"
 
 
 @dataclass
@@ -71,6 +83,12 @@ class ControlState:
     media_lsn: int = 0             # oldest LSN media recovery needs (linear)
     sequence: int = 0
     written_ns: int = 0
+    #: written to two directories (log.dual_path)
+    dual: bool = False
+    #: "" or the copy ("primary" | "dual") that failed and is no longer written
+    degraded: str = ""
+    #: the degraded copy holds the log whole below this LSN (0: trust none of it)
+    degraded_lsn: int = 0
 
     def to_json(self) -> bytes:
         d = asdict(self)
@@ -118,45 +136,80 @@ def decode_copy(data: bytes) -> ControlState:
 
 class ControlFile:
     """Both copies of one queue manager's control file. Not thread-safe: the
-    log writer thread owns it while the queue manager runs."""
+    log writer thread owns it while the queue manager runs.
+
+    ``dual_dir``: the log is dual; copy 2 lives there."""
 
     def __init__(self, log_dir: Path, dual_dir: Path | None = None):
-        self.paths = [log_dir / n for n in COPY_NAMES]
-        if dual_dir is not None:
-            self.paths += [dual_dir / n for n in COPY_NAMES]
+        self.dual = dual_dir is not None
+        if dual_dir is None:
+            self.paths = [log_dir / COPY_NAMES[0], log_dir / COPY_NAMES[1]]
+            #: which copy of the log each path belongs to
+            self.copy_of = [PRIMARY, PRIMARY]
+        else:
+            self.paths = [log_dir / COPY_NAMES[0], dual_dir / COPY_NAMES[0],
+                          log_dir / COPY_NAMES[1], dual_dir / COPY_NAMES[1]]
+            self.copy_of = [PRIMARY, DUAL, PRIMARY, DUAL]
         self.warnings: list[tuple[str, str]] = []
 
-    def write(self, state: ControlState) -> None:
-        """Write ``state`` to every copy, copy 1 first. The caller sets the
-        sequence (+1 per update; the same one to rewrite a lagging copy)."""
+    def write(self, state: ControlState, *, on_copy_error=None) -> None:
+        """Write ``state`` to every copy not degraded, in order. The caller
+        sets the sequence (+1 per update; the same one to rewrite a lagging
+        copy). ``on_copy_error(copy, exc)``: a dual log's copy could not be
+        written (an OSError); the handler degrades it and writes the rest."""
         state.written_ns = time.time_ns()
         data = encode_copy(state)
         for i, path in enumerate(self.paths):
-            atomic_write(path, data)
+            if self.dual and self.copy_of[i] == state.degraded:
+                continue
+            try:
+                atomic_write(path, data)
+            except OSError as exc:
+                if on_copy_error is None or not self.dual or state.degraded:
+                    raise
+                on_copy_error(self.copy_of[i], exc)
+                return
             if i == 0:
                 crash_point("control.mid_rewrite")
+
+    def degrade(self, state: ControlState, copy: str, degraded_lsn: int) -> None:
+        """Stop writing ``copy``: record it in ``state`` and write the copy
+        that is left (an OSError there is a log that cannot be written)."""
+        state.degraded, state.degraded_lsn = copy, degraded_lsn
+        self.write(state)
 
     def load(self, *, repair: bool = True) -> ControlState:
         """Read and reconcile the copies (see the module docstring). Tools that
         only read (``log dump``, ``status``) pass ``repair=False``."""
         copies: list[ControlState | None] = []
-        problems: list[str] = []
-        for path in self.paths:
+        unreadable: dict[int, str] = {}
+        for i, path in enumerate(self.paths):
             try:
                 copies.append(decode_copy(path.read_bytes()))
             except FileNotFoundError:
                 copies.append(None)
-                problems.append(f"{path} is missing")
-            except ValueError as exc:
+                unreadable[i] = f"{path} is missing"
+            except (ValueError, OSError) as exc:
                 copies.append(None)
-                problems.append(f"{path} is damaged ({exc})")
-        valid = [(p, c) for p, c in zip(self.paths, copies, strict=False) if c is not None]
+                unreadable[i] = f"{path} is damaged ({exc})"
+        valid = [(i, c) for i, c in enumerate(copies) if c is not None]
         if not valid:
             raise ControlFileDamaged(
-                "no readable copy of the log control file: " + "; ".join(problems),
+                "no readable copy of the log control file: " + "; ".join(unreadable.values()),
                 hint="restore the queue manager from a backup", path=str(self.paths[0]))
-        newest_path, newest = max(valid, key=lambda pc: pc[1].sequence)
-        for path, c in valid:
+        # the newest; at one sequence, a copy that says the other is degraded
+        newest_i, newest = max(valid, key=lambda ic: (ic[1].sequence, bool(ic[1].degraded)))
+        newest_path = self.paths[newest_i]
+        self._check_dual(newest, newest_path)
+        if self.dual and newest.degraded:
+            # the degraded copy's directory is stale by declaration: not compared,
+            # not rewritten (harbormq log recover-copy re-creates it)
+            stale = {i for i in range(len(self.paths)) if self.copy_of[i] == newest.degraded}
+            valid = [(i, c) for i, c in valid if i not in stale]
+            unreadable = {i: p for i, p in unreadable.items() if i not in stale}
+        problems = list(unreadable.values())
+        for i, c in valid:
+            path = self.paths[i]
             if c.sequence == newest.sequence and c.to_json() != newest.to_json():
                 raise ControlFileMismatch(
                     f"control file copies {newest_path} and {path} have the same sequence "
@@ -178,5 +231,29 @@ class ControlFile:
                 return newest
             msg = "; ".join(problems) + f"; rewritten from {newest_path}"
             self.warnings.append(("HMQ7121W", msg))
-            self.write(newest)
+            self.write(newest, on_copy_error=lambda copy, exc: self._degrade_at_load(
+                newest, copy, exc))
         return newest
+
+    def _check_dual(self, state: ControlState, path: Path) -> None:
+        """qm.toml and the log agree on whether the log has two copies."""
+        if state.dual and not self.dual:
+            raise ControlFileMismatch(
+                f"the log of queue manager {state.qm_name} is dual (two copies), but no dual "
+                f"path is configured ({path} says so)", path=str(path),
+                hint="put log.dual_path back in qm.toml (the directory of the second copy)")
+        if self.dual and not state.dual:
+            raise ControlFileMismatch(
+                f"log.dual_path names {self.paths[1].parent}, but the log of queue manager "
+                f"{state.qm_name} was written with one copy ({path})", path=str(path),
+                dual_mismatch="single",
+                hint=f"run 'harbormq log recover-copy {state.qm_name}' (queue manager "
+                     "stopped) to make the second copy, or remove log.dual_path")
+
+    def _degrade_at_load(self, state: ControlState, copy: str, exc: OSError) -> None:
+        self.degrade(state, copy, 0)
+        where = self.paths[self.copy_of.index(copy)].parent
+        self.warnings.append(("HMQ7490W", f"the {copy} copy of the log of queue manager "
+                              f"{state.qm_name} in {where} cannot be written ({exc}): the log "
+                              f"goes on with one copy; run 'harbormq log recover-copy "
+                              f"{state.qm_name}' once the directory works again"))

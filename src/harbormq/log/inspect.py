@@ -17,8 +17,11 @@ from .manager import RecoveryLog
 from .records import LogRecord, describe, extent_file_name
 
 
-def open_log_readonly(config: QMConfig) -> RecoveryLog:
-    log = RecoveryLog(config.log_dir, config.name)
+def open_log_readonly(config: QMConfig, say=None) -> RecoveryLog:
+    """The log as it is on disk, for reading only. ``say(msgid, text)``: told
+    when a copy of a dual log cannot be read and the other is used."""
+    log = RecoveryLog(config.log_dir, config.name, config.log_dual_dir)
+    log.say = say
     log.open(repair=False)
     return log
 
@@ -62,11 +65,11 @@ class DumpFilter:
         return True
 
 
-def dump(config: QMConfig, flt: DumpFilter) -> Iterator[dict]:
-    log = open_log_readonly(config)
+def dump(config: QMConfig, flt: DumpFilter, say=None) -> Iterator[dict]:
+    log = open_log_readonly(config, say)
     chain = log.chain()
     # extents below the restart and media points may have been archived
-    present = [e for e in chain if log.extent_path(e.number).exists()] or chain
+    present = [e for e in chain if log.extent_present(e)] or chain
     start = flt.from_lsn if flt.from_lsn is not None else present[0].first_lsn
     start = _record_boundary_at_or_after(log, start)
     for rec in log.read_from(start, flt.to_lsn):
@@ -109,9 +112,12 @@ def log_map(config: QMConfig) -> dict:
             "end_lsn": e.end_lsn, "needed_for_restart": needed_restart,
             "needed_for_media_recovery": needed_media,
             "needed": "restart" if needed_restart else "media" if needed_media else "none",
-            "present": log.extent_path(e.number).exists(),
+            "present": log.extent_present(e),
             "archived": e.archived, "deleted": e.deleted,
         })
+        if log.dual_dir is not None:      # which copies are on disk (not read)
+            extents[-1]["copies"] = [c for c, d in log.copies
+                                     if (d / extent_file_name(e.number)).exists()]
     return {
         "queue_manager": config.name, "log_type": st.log_type, "pages": st.pages,
         "extent_bytes": st.pages * 4096, "primary": st.primary, "secondary": st.secondary,
@@ -123,6 +129,8 @@ def log_map(config: QMConfig) -> dict:
         "media_lsn": st.media_lsn if st.log_type == "linear" else None,
         "media_extent": extent_file_name(media_ext.number) if media_ext else None,
         "current_extent": extent_file_name(st.active.number),
+        "dual_path": str(log.dual_dir) if log.dual_dir is not None else None,
+        "degraded_copy": st.degraded or None,
         "extents": extents,
-        "warnings": [f"{m} {t}" for m, t in log.control.warnings],
+        "warnings": [f"{m} {t}" for m, t in log.control.warnings + log.warnings],
     }

@@ -199,6 +199,22 @@ def _valid_records_after(buf, start: int, last: int, first_lsn: int):
         pos += 8
 
 
+def same_bytes(a: Path, b: Path, chunk: int = 1 << 20) -> bool:
+    """Whether two files hold the same bytes (the copies of a dual log's extent)."""
+    try:
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            if os.fstat(fa.fileno()).st_size != os.fstat(fb.fileno()).st_size:
+                return False
+            while True:
+                x, y = fa.read(chunk), fb.read(chunk)
+                if x != y:
+                    return False
+                if not x:
+                    return True
+    except OSError:
+        return False
+
+
 def keep_torn_tail(path: Path, end: ExtentEnd) -> Path | None:
     """Copy the torn bytes to ``S…LOG.torn.N`` beside the extent, then zero them in
     the extent so new records are written over clean space. Returns the copy."""

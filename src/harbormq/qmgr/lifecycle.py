@@ -114,7 +114,7 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
            log_file_pages: int = 4096, log_primary: int = 3, log_secondary: int = 2,
            log_path: Path | None = None, checkpoint_records: int = 10_000,
            log_management: str = "manual", log_archive_paths: list | tuple = (),
-           port: int = 61613, console=None) -> QMConfig:
+           log_dual_path: Path | None = None, port: int = 61613, console=None) -> QMConfig:
     """crtmqm: directories, configuration, preallocated log, default objects."""
     check_name(name, "queue manager")
     home = Path(home) if home else harbormq_home()
@@ -125,24 +125,30 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
                       log_path=Path(log_path).resolve() if log_path else None,
                       log_management=log_management,
                       log_archive_paths=[Path(p).resolve() for p in log_archive_paths],
+                      log_dual_path=Path(log_dual_path).resolve() if log_dual_path else None,
                       listeners=[Listener(port=port)])
     if log_management not in ("manual", "automatic", "archive"):
         raise ConfigError(f"log management must be manual, automatic or archive, not "
                           f"{log_management!r}")
     config.check_log_management()
+    config.check_dual_path()
     if config.config_path.exists():
         raise QueueManagerExists(f"queue manager {name} already exists in {home}")
-    if config.log_dir.exists() and any(config.log_dir.iterdir()):
-        raise QueueManagerExists(f"log directory {config.log_dir} is not empty")
+    for d, what in ((config.log_dir, "log directory"),
+                    (config.log_dual_dir, "dual log directory (--log-dual-path)")):
+        if d is not None and d.exists() and (not d.is_dir() or any(d.iterdir())):
+            raise QueueManagerExists(f"{what} {d} is not empty")
     try:
         _make_home_durable(home)
         make_dirs(config.queues_dir)
-        RecoveryLog.create(config.log_dir, name, settings)
+        RecoveryLog.create(config.log_dir, name, settings, config.log_dual_dir)
         asyncio.run(_first_start(config, console))
         config.save()   # last: a queue manager exists once its qm.toml does
     except BaseException:
         remove_tree(config.qm_dir)
         remove_tree(config.log_dir)
+        if config.log_dual_dir is not None:
+            remove_tree(config.log_dual_dir)
         raise
     return config
 
@@ -184,7 +190,28 @@ def delete(name: str, *, home: Path | None = None) -> None:
     config.config_path.unlink()
     fsync_dir(config.qm_dir)
     remove_tree(config.log_dir)
+    if config.log_dual_dir is not None:
+        remove_tree(config.log_dual_dir)
     remove_tree(config.qm_dir)
+
+
+def recover_log_copy(config: QMConfig, *, dry_run: bool = False) -> list[str]:
+    """``harbormq log recover-copy``: re-create the missing or damaged copies
+    of a dual log from the good ones, the queue manager stopped (its lock
+    held meanwhile, so that it cannot start). Returns what was done
+    (``dry_run``: what would be)."""
+    from ..log.dual import recover_copy
+    if config.log_dual_dir is None:
+        raise ConfigError(f"queue manager {config.name} has no dual log (log.dual_path is not "
+                          "set): there is no second copy to re-create",
+                          hint="set log.dual_path in qm.toml to a directory on another disk, "
+                               "then run this again to make the second copy")
+    lock = InstanceLock(config)
+    lock.acquire()
+    try:
+        return recover_copy(config.log_dir, config.log_dual_dir, config.name, dry_run=dry_run)
+    finally:
+        lock.release()
 
 
 def list_queue_managers(home: Path | None = None) -> list[str]:
@@ -211,7 +238,8 @@ class RunningQueueManager:
             raise QueueManagerNotFound(f"queue manager {config.name} does not exist")
         lock = InstanceLock(config)
         lock.acquire()
-        make_private(config.qm_dir, config.queues_dir, config.log_dir)
+        make_private(config.qm_dir, config.queues_dir, config.log_dir,
+                     *filter(None, [config.log_dual_dir]))
         oplog = OperatorLog(config.errors_dir, console=None if quiet else console)
         core = QueueManagerCore(config, oplog)
         core.loop = asyncio.get_running_loop()

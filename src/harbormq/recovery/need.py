@@ -74,13 +74,13 @@ def log_need_facts(log: RecoveryLog, media: dict | None) -> dict:
         media_needed = linear and (e.end_lsn is None or e.end_lsn > st.media_lsn)
         need = "restart" if restart else "media" if media_needed else "none"
         extents.append({"extent": path.name, "first_lsn": e.first_lsn, "end_lsn": e.end_lsn,
-                        "state": e.state, "present": path.exists(), "needed": need,
+                        "state": e.state, "present": log.extent_present(e), "needed": need,
                         "archived": e.archived, "deleted": e.deleted})
         if restart:
             rec_bytes += size
         if media_needed:
             med_bytes += size
-        if need == "none" and path.exists() and linear:   # circular ones are reused
+        if need == "none" and log.extent_present(e) and linear:   # circular ones are reused
             removable.append(path.name)
     oldest_lsn = min(st.restart_lsn, st.media_lsn) if linear else st.restart_lsn
     oldest_ext = log.extent_of(oldest_lsn)

@@ -14,7 +14,6 @@ which effects logged between B and END must override.
 
 from __future__ import annotations
 
-import copy
 import mmap
 import struct
 from dataclasses import replace
@@ -57,9 +56,7 @@ RECORD_PREFIX = struct.Struct("<IIQ")
 
 def log_view(core: QueueManagerCore) -> RecoveryLog:
     """A read-only view of the log as it is now (the running log keeps appending)."""
-    view = RecoveryLog(core.log.dir, core.name)
-    view.state = copy.deepcopy(core.log.state)
-    return view
+    return core.log.view()
 
 
 def check_extents(log: RecoveryLog, from_lsn: int, what: str) -> None:
@@ -73,7 +70,7 @@ def check_extents(log: RecoveryLog, from_lsn: int, what: str) -> None:
         if e.end_lsn is not None and e.end_lsn <= from_lsn:
             continue
         path = log.extent_path(e.number)
-        if not path.exists():
+        if not log.extent_present(e):
             raise LogMissing(f"{what} needs log extent {path.name} (LSN {e.first_lsn}..; "
                              f"replay starts at LSN {from_lsn}), which is missing",
                              path=str(path), lsn=from_lsn,
@@ -84,7 +81,7 @@ def log_end(log: RecoveryLog) -> int:
     """LSN just past the last valid record: reads the newest extent, without
     repairing a torn tail (restart's redo does that)."""
     active = log.state.active
-    reader = ExtentReader(log.extent_path(active.number), newest=True)
+    reader = ExtentReader(log.active_path(), newest=True)
     for _ in reader.records(active.first_lsn):
         pass
     return reader.end.lsn
@@ -96,7 +93,7 @@ def log_end_estimate(log: RecoveryLog) -> int:
     find stores whose recovery LSN lies beyond the end of the log. A torn last
     record can make it one record long; redo's full read settles the end."""
     active = log.state.active
-    path = log.extent_path(active.number)
+    path = log.active_path()
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         offset, size = EXTENT_HEADER_SIZE, len(buf)
         while offset + MIN_RECORD <= size:
@@ -302,7 +299,7 @@ def plans(core: QueueManagerCore, names: list[str]) -> list[RecreatePlan]:
     """What recreating each object needs, from the log as it is now (pure once
     the facts are read: ``recovery/plan.py``)."""
     view = log_view(core)
-    facts = [ExtentFact(e.number, e.first_lsn, e.end_lsn, view.extent_path(e.number).exists())
+    facts = [ExtentFact(e.number, e.first_lsn, e.end_lsn, view.extent_present(e))
              for e in view.chain()]
     out = []
     for name in names:

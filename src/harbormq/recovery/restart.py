@@ -89,9 +89,24 @@ class Restart:
     def emit(self, msgid: str, text: str) -> None:
         self.core.oplog.emit(msgid, text)
 
+    def _log_said(self, msgid: str, text: str) -> None:
+        """The log's own messages during restart (a copy read around, a copy
+        rewritten or given up): to the operator log and the report."""
+        self.emit(msgid, text)
+        self.report.warnings.append(f"{msgid} {text}")
+
     async def run(self) -> RestartReport:
         core = self.core
         t0 = time.monotonic()
+        said = core.log.say
+        core.log.say = self._log_said
+        try:
+            return await self._run(t0)
+        finally:
+            core.log.say = said
+
+    async def _run(self, t0: float) -> RestartReport:
+        core = self.core
         self.phase1_log_init()
         t1 = time.monotonic()
         self.phase2_status_rebuild()
@@ -123,7 +138,8 @@ class Restart:
         for msgid, text in log.control.warnings:
             self.emit(msgid, text)
             r.warnings.append(f"{msgid} {text}")
-        sweep_tmp(log.dir)
+        for _, directory in log.copies:
+            sweep_tmp(directory)
         settings = core.config.log
         if st.log_type != settings.log_type:
             # the log's own control file is the one source of truth for its type
@@ -135,9 +151,9 @@ class Restart:
             log.recall_missing(st.restart_lsn, core.config.log_archive_paths, self.emit)
         chain = log.verify_chain(needed_from=st.restart_lsn)
         r.control_sequence = st.sequence
-        r.extents = [extent_file_name(e.number) for e in chain
-                     if log.extent_path(e.number).exists()]
+        r.extents = [extent_file_name(e.number) for e in chain if log.extent_present(e)]
         log.make_durable()     # the end of the log below is trusted by store checks
+        log.reconcile_active()     # a dual log: both copies of the newest extent equal
         self.log_end_hint = recreate.log_end_estimate(log)
         self._open_catalog()
         self.redo_from[0] = core.catalog_store.recovery_lsn
@@ -410,7 +426,7 @@ class Restart:
         chain = log.chain()
         kept = chain
         for i, e in enumerate(chain):
-            if not log.extent_path(e.number).exists():
+            if not log.extent_present(e):
                 kept = chain[i + 1:]
         if not kept:
             return log.state.active.first_lsn, []
