@@ -58,7 +58,7 @@ def _stopped(config: QMConfig) -> Iterator[LogManagement]:
             hint="run the command again once it has started (it then does the work "
                  "itself) or ended") from None
     try:
-        log = RecoveryLog(config.log_dir, config.name)
+        log = RecoveryLog(config.log_dir, config.name, config.log_dual_dir)
         log.open()                 # the copies reconciled, as restart does
         oplog = OperatorLog(config.errors_dir)
         for msgid, text in log.control.warnings:
@@ -146,6 +146,11 @@ def rebuild_control_stopped(config: QMConfig, *, write: bool) -> list[str]:
     file for the archive flags), under the instance lock; refused while any
     copy is still readable (restart reconciles those itself). ``write=False``
     only says what would be written."""
+    if config.log_dual_dir is not None:
+        raise ControlFileDamaged(
+            f"queue manager {config.name} has a dual log: rebuild-control reads one log "
+            "directory only", hint=f"with a copy of the control file in either directory, "
+            f"'harbormq log recover-copy {config.name}' re-creates the others")
     lock = InstanceLock(config)
     lock.acquire()
     try:
