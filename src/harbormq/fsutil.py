@@ -13,6 +13,7 @@ not have:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import string
@@ -119,15 +120,19 @@ def remove_tree(path: Path) -> None:
         fsync_dir(path.parent)
 
 
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     """Replace ``path`` with ``data`` so that a crash or a power cut leaves the
     old or the new file, never a mixture, and the new one once this returns."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -135,24 +140,32 @@ def atomic_write(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     fsync_dir(path.parent)
 
 
-def copy_durably(src: Path, dst: Path, chunk: int = 4 << 20) -> None:
+def copy_durably(src: Path, dst: Path, chunk: int = 4 << 20, *,
+                 expect: tuple[int, str] | None = None) -> tuple[int, str]:
     """Replace ``dst`` with a copy of ``src`` as ``atomic_write`` would (a
     temporary file, fsync, rename, directory fsync), without holding it whole
-    in memory."""
+    in memory. Returns (size, SHA-256 of what was copied). With ``expect``
+    (size, SHA-256), a copy that differs is removed before it ever has
+    ``dst``'s name (the caller sees the difference in what is returned)."""
     dst = Path(dst)
     tmp = dst.with_name(dst.name + ".tmp")
+    digest, size = hashlib.sha256(), 0
     with open(src, "rb") as fin:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
             while data := fin.read(chunk):
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                digest.update(data)
+                size += len(data)
+                _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
+    if expect is not None and (size, digest.hexdigest()) != expect:
+        tmp.unlink()
+        return size, digest.hexdigest()
     os.replace(tmp, dst)
     fsync_dir(dst.parent)
+    return size, digest.hexdigest()
 
 
 def sweep_tmp(directory: Path) -> list[Path]:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import LogCorrupt, LogMissing
-from ..fsutil import FILE_MODE, atomic_write, file_name, fsync_dir, make_dirs
+from ..fsutil import FILE_MODE, atomic_write, copy_durably, file_name, fsync_dir, make_dirs
 from .reader import ExtentReader
 from .records import extent_file_name
 
@@ -91,29 +91,6 @@ def _read_manifest(directory: Path) -> tuple[list[tuple[ArchiveEntry, bytes]], i
     return out, good
 
 
-def _copy_durably(src: Path, dst: Path,
-                  expect: tuple[int, str] | None = None) -> tuple[int, str]:
-    """Copy ``src`` to ``dst`` (temporary file, fsync, rename, directory fsync);
-    returns (size, SHA-256 of what was copied). With ``expect`` (size, SHA-256),
-    a copy that differs is removed before it ever has ``dst``'s name."""
-    tmp = dst.with_name(dst.name + ".tmp")
-    digest, size = hashlib.sha256(), 0
-    with open(src, "rb") as fin, open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                                              FILE_MODE), "wb") as fout:
-        while chunk := fin.read(COPY_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            fout.write(chunk)
-        fout.flush()
-        os.fsync(fout.fileno())
-    if expect is not None and (size, digest.hexdigest()) != expect:
-        tmp.unlink()
-        return size, digest.hexdigest()
-    os.replace(tmp, dst)
-    fsync_dir(dst.parent)
-    return size, digest.hexdigest()
-
-
 def _dt_text(ns: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ns / 1e9)) + " UTC"
 
@@ -165,7 +142,7 @@ def archive_extent(extent_path: Path, number: int, first_lsn: int, end_lsn: int,
             if (directory / known.name).exists():
                 done.append(known)
                 continue
-        size, sha = _copy_durably(extent_path, directory / extent_file_name(number))
+        size, sha = copy_durably(extent_path, directory / extent_file_name(number))
         atomic_write(directory / CONTROL_COPY, control)
         prev = hashlib.sha256(entries[-1][1]).hexdigest() if entries else ""
         entry = ArchiveEntry(name=extent_file_name(number), number=number,
@@ -209,7 +186,7 @@ def recall(paths: list[Path], qm_name: str, number: int, first_lsn: int, dest: P
         if not src.exists():
             problems.append(f"{src} is missing")
             continue
-        size, sha = _copy_durably(src, dest / entry.name, expect=(entry.size, entry.sha256))
+        size, sha = copy_durably(src, dest / entry.name, expect=(entry.size, entry.sha256))
         if sha != entry.sha256 or size != entry.size:
             problems.append(f"{src} fails its hash (SHA-256 {sha[:16]}.., the manifest says "
                             f"{entry.sha256[:16]}..)")
