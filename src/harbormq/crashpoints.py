@@ -22,6 +22,8 @@ POINTS = (
     "restart.mid_undo",                 # during backward recovery, after some compensation
     "media.mid_image",                  # a media image's chunk appended, its END not yet
     "media.mid_swap",                   # recreate: old store moved aside, new one not in place
+    "crestart.mid_apply",               # conditional restart: extents set aside, the new
+                                        # extent made, the control file not yet written
 )
 
 _target, _, _count = (os.environ.get("HARBORMQ_CRASH_AT") or "").partition(":")

@@ -83,6 +83,12 @@ class LogMissing(LogError):
     msgid = "HMQ6767E"
 
 
+class ResetLogRefused(LogError):
+    """``harbormq reset-log`` would lose or mix up data (the stores were not
+    stopped cleanly, the log is not lost)."""
+    msgid = "HMQ7136E"
+
+
 class LogFull(LogError):
     """Every extent is pinned and nothing can be rolled back (MQRC 2102)."""
     msgid = "HMQ7463E"

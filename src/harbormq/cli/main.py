@@ -337,6 +337,114 @@ def log_rebuild_control(qm, yes):
          "Nothing written: run again with --yes to write it.")
 
 
+@log.command("crestart")
+@click.argument("qm")
+@click.option("--end-lsn", type=click.IntRange(0), default=None,
+              help="give up every record that ends after this LSN")
+@click.option("--end-time", default=None,
+              help="give up every record written after this time (ISO 8601; without a "
+                   "zone, local time)")
+@click.option("--end-extent", default=None,
+              help="give up everything after this closed extent (e.g. the last one archived)")
+@click.option("--yes", is_flag=True, help="record it (without: only say what it would lose)")
+@click.option("--cancel", is_flag=True, help="remove a recorded conditional restart")
+@click.option("--json", "as_json", is_flag=True, help="the whole plan as JSON")
+def log_crestart(qm, end_lsn, end_time, end_extent, yes, cancel, as_json):
+    """Conditional restart: give up the log after a point (queue manager stopped).
+
+    Says exactly what is lost; with --yes the next start carries it out."""
+    from ..qmgr.log_offline import crestart_cancel, crestart_stopped
+    config = QMConfig.load(qm)
+    if cancel:
+        pending = crestart_cancel(config)
+        _say("HMQ7130W The conditional restart at LSN "
+             f"{pending['cut_lsn']} was cancelled." if pending else
+             f"No conditional restart is recorded for {qm}.")
+        return
+    given = [x for x in (end_lsn, end_time, end_extent) if x is not None]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --end-lsn, --end-time, --end-extent")
+    end_ns, requested = None, None
+    if end_lsn is not None:
+        requested = f"--end-lsn {end_lsn}"
+    elif end_extent is not None:
+        requested = f"after {end_extent.upper()}"
+    else:
+        end_ns, requested = _parse_time(end_time), f"--end-time {end_time}"
+    p = crestart_stopped(config, end_lsn=end_lsn, end_time_ns=end_ns,
+                         end_extent=end_extent, requested=requested, write=yes)
+    if as_json:
+        console.print_json(json.dumps(p))
+    else:
+        _print_crestart_plan(p)
+    _say("HMQ7130W Recorded: the next start of " + qm + " carries it out." if yes else
+         "Nothing recorded: run again with --yes to record it.")
+
+
+def _parse_time(text: str) -> int:
+    from datetime import datetime
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO 8601 time "
+                                 "(e.g. 2026-11-24T10:15:00+00:00)") from None
+    return int(when.timestamp() * 1e9) if when.tzinfo else int(when.astimezone().timestamp() * 1e9)
+
+
+def _print_crestart_plan(p: dict) -> None:
+    console.print(f"Cut at LSN {p['cut_lsn']} in {p['cut_extent']} ({p['requested']}); restart "
+                  f"then starts from the checkpoint at LSN {p['checkpoint_lsn'] or '-'} (redo "
+                  f"from LSN {p['restart_lsn']}); the log goes on at LSN {p['resume_lsn']}.")
+    console.print(f"Given up: {p['records_discarded']} records ({p['bytes_discarded']} bytes) "
+                  f"up to LSN {p['log_end_lsn']}" +
+                  (f"; extents set aside: {', '.join(p['discarded_extents'])}"
+                   if p["discarded_extents"] else "") + ".")
+    if p["unreadable_extents"]:
+        console.print("[bold]Not readable, not counted:[/] " + ", ".join(p["unreadable_extents"]))
+    table = Table("unit of work", "owner", "committed at LSN", "queues (puts/gets)")
+    for u in p["uows_lost"]:
+        table.add_row(str(u["id"]), u["owner"] or "-", str(u["commit_lsn"]), ", ".join(
+            f"{n} {c['puts']}/{c['gets']}" for n, c in u["queues"].items()))
+    if p["uows_lost"]:
+        console.print("Units of work committed after the point (lost):")
+        console.print(table)
+    queues = sorted(set(p["puts_lost"]) | set(p["gets_undone"]) | set(p["expiries_undone"]))
+    for n in queues:
+        console.print(f"  queue {n}: {p['puts_lost'].get(n, 0)} committed put(s) lost, "
+                      f"{p['gets_undone'].get(n, 0)} committed get(s) undone (the messages "
+                      "come back)")
+    for d in p["definitions"]:
+        console.print(f"  definition lost: {d['change']} {d['object']} at LSN {d['lsn']}")
+    if p["stores_past_point"]:
+        console.print("Stores written after the point, damaged at restart (a linear log "
+                      "recreates them from their media images): " + ", ".join(
+                          f"{n} (LSN {lsn})" for n, lsn in p["stores_past_point"].items()))
+    if p["uows_in_flight"]:
+        console.print("In flight at the point, backed out at restart: " +
+                      ", ".join(map(str, p["uows_in_flight"])))
+    if p["uows_in_doubt"]:
+        console.print("In doubt at the point, kept in doubt (RESOLVE UOW): " +
+                      ", ".join(map(str, p["uows_in_doubt"])))
+    if not (p["uows_lost"] or queues or p["definitions"]):
+        console.print("No committed work lies after the point.")
+
+
+@cli.command("reset-log")
+@click.argument("qm")
+@click.option("--yes", is_flag=True, help="do it (without: only say what it would do)")
+@click.option("--force", is_flag=True,
+              help="even if the stores were not stopped cleanly (units of work may be "
+                   "half applied)")
+def reset_log(qm, yes, force):
+    """Start a new, empty log when every copy of the old one is lost (queue
+    manager stopped cleanly before; stores kept as they are)."""
+    from ..qmgr.log_offline import reset_log_stopped
+    for line in reset_log_stopped(QMConfig.load(qm), write=yes, force=force):
+        _say(line)
+    _say(f"HMQ7135W The log of {qm} was reset." if yes else
+         "Nothing changed: run again with --yes to reset the log.")
+
+
 @log.command("need")
 @click.argument("qm")
 @click.option("--json", "as_json", is_flag=True, help="the facts for scripts (AMQJRNINF)")

@@ -267,14 +267,16 @@ class QueueManagerCore:
         existed = (path / "data.mdb").exists()
         map_size = self.config.tuning.store_map_size_mb << 20
         try:
-            store = QueueStore(path, definition["object_id"], map_size=map_size)
+            store = QueueStore(path, definition["object_id"], map_size=map_size,
+                               owner=self.name)
             q = LocalQueue(definition, store)
         except StoreDamaged as exc:
             if not at_restart:
                 raise
             # unreadable: keep its files aside, and a new store carries the mark
             aside = set_aside(path)
-            store = QueueStore(path, definition["object_id"], map_size=map_size)
+            store = QueueStore(path, definition["object_id"], map_size=map_size,
+                               owner=self.name)
             store.mark_damaged(f"{exc.message} (its files are kept as {aside.name})")
             q = LocalQueue(definition, store)
         if at_restart and not existed:

@@ -18,6 +18,7 @@ control file no longer lists, never a listed file that is gone.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, LogMissing, ObjectError
@@ -91,9 +92,9 @@ class LogManagement:
                 await core.log.force(e.end_lsn)   # the closed extent is whole on disk
                 control = encode_copy(core.log.state)    # the control file as it is now
                 source = await core.loop.run_in_executor(None, core.log.readable_extent, e)
-                await core.loop.run_in_executor(
-                    None, archive.archive_extent, source, e.number,
-                    e.first_lsn, e.end_lsn, control, list(paths), core.name)
+                await core.loop.run_in_executor(None, functools.partial(
+                    archive.archive_extent, source, e.number, e.first_lsn, e.end_lsn,
+                    control, list(paths), core.name, cut=e.cut))
                 e.archived = True
                 await core.log.update_control()
                 name = extent_file_name(e.number)

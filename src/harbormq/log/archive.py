@@ -32,7 +32,7 @@ from typing import Callable
 
 from ..errors import LogCorrupt, LogMissing
 from ..fsutil import FILE_MODE, atomic_write, copy_durably, file_name, fsync_dir, make_dirs
-from .reader import ExtentReader
+from .reader import ExtentReader, closed_at, read_header
 from .records import extent_file_name
 
 MANIFEST = "manifest.jsonl"
@@ -52,6 +52,8 @@ class ArchiveEntry:
     sha256: str
     archived_ns: int
     prev: str
+    #: closed by a conditional restart at end_lsn (records after it are given up)
+    cut: bool = False
 
     def line(self) -> bytes:
         return json.dumps(self.__dict__, sort_keys=True, separators=(",", ":")).encode() + b"\n"
@@ -112,7 +114,8 @@ def _record_times(path: Path) -> tuple[int, int]:
 
 
 def archive_extent(extent_path: Path, number: int, first_lsn: int, end_lsn: int,
-                   control: bytes, paths: list[Path], qm_name: str) -> list[ArchiveEntry]:
+                   control: bytes, paths: list[Path], qm_name: str, *,
+                   cut: bool = False) -> list[ArchiveEntry]:
     """Copy one closed extent into every archive path, then ``control`` (an
     encoded control-file copy), then the manifest line. An extent already in a
     manifest with the same hash is not copied again there. Returns the
@@ -148,7 +151,7 @@ def archive_extent(extent_path: Path, number: int, first_lsn: int, end_lsn: int,
         entry = ArchiveEntry(name=extent_file_name(number), number=number,
                              first_lsn=first_lsn, end_lsn=end_lsn, first_ns=first_ns,
                              last_ns=last_ns, size=size, sha256=sha,
-                             archived_ns=time.time_ns(), prev=prev)
+                             archived_ns=time.time_ns(), prev=prev, cut=cut)
         fd = os.open(directory / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         try:
             if os.fstat(fd).st_size != good:
@@ -186,6 +189,14 @@ def recall(paths: list[Path], qm_name: str, number: int, first_lsn: int, dest: P
         if not src.exists():
             problems.append(f"{src} is missing")
             continue
+        try:
+            owner = read_header(src).qm_name
+        except LogCorrupt as exc:
+            problems.append(exc.message)
+            continue
+        if owner != qm_name[:48]:
+            problems.append(f"{src} belongs to queue manager {owner}")
+            continue
         size, sha = copy_durably(src, dest / entry.name, expect=(entry.size, entry.sha256))
         if sha != entry.sha256 or size != entry.size:
             problems.append(f"{src} fails its hash (SHA-256 {sha[:16]}.., the manifest says "
@@ -216,14 +227,14 @@ def scrub(paths: list[Path], qm_name: str) -> list[dict]:
             report["bad"] = exc.message
             continue
         prev_line = b""
-        prev_end = None
+        prev_end, prev_cut = None, False
         for entry, line in entries:
             expected = hashlib.sha256(prev_line).hexdigest() if prev_line else ""
             problem = None
             if entry.prev != expected:
                 problem = (f"manifest entry {entry.name}: the chain of hashes is broken (an "
                            "entry before it was removed or edited)")
-            elif prev_end is not None and entry.first_lsn != prev_end:
+            elif prev_end is not None and entry.first_lsn != prev_end and not prev_cut:
                 problem = (f"manifest entry {entry.name} starts at LSN {entry.first_lsn}, the "
                            f"one before ends at {prev_end}: a gap in the archive")
             else:
@@ -233,7 +244,7 @@ def scrub(paths: list[Path], qm_name: str) -> list[dict]:
                 break
             report["extents"] += 1
             report["bytes"] += entry.size
-            prev_line, prev_end = line, entry.end_lsn
+            prev_line, prev_end, prev_cut = line, entry.end_lsn, entry.cut
     return reports
 
 
@@ -246,12 +257,12 @@ def _check_file(path: Path, entry: ArchiveEntry) -> str | None:
         return f"{path} fails its SHA-256"
     try:
         reader = ExtentReader(path, newest=False)
-        for _rec in reader.records():
+        for _rec in reader.records(to_lsn=entry.end_lsn if entry.cut else None):
             pass
     except LogCorrupt as exc:
         return f"{path}: {exc.message}"
     end = reader.end
-    if end is None or end.how != "extent_end" or end.lsn != entry.end_lsn:
+    if not closed_at(end, entry.end_lsn, entry.cut):
         return (f"{path} ends at LSN {end.lsn if end else '?'} "
                 f"({end.how if end else 'unread'}), the manifest says {entry.end_lsn}")
     return None

@@ -67,6 +67,9 @@ class ExtentInfo:
     #: its file was deleted from the log directory (log management): the entry
     #: stays as the archive inventory, up to ``log.max_archives`` of them
     deleted: bool = False
+    #: closed at ``end_lsn`` by a conditional restart (log/crestart.py): its
+    #: file holds given-up records after that, which readers never read
+    cut: bool = False
 
 
 @dataclass
@@ -89,6 +92,14 @@ class ControlState:
     degraded: str = ""
     #: the degraded copy holds the log whole below this LSN (0: trust none of it)
     degraded_lsn: int = 0
+    #: a conditional restart recorded and not yet carried out (CrestartPlan)
+    crestart: dict | None = None
+    #: a new log ('harbormq reset-log'): the first start takes media images
+    images_needed: bool = False
+    #: every conditional restart carried out, {"from": E, "to": H, next ids}:
+    #: the log from E was given up and went on at H; a store whose recovery
+    #: LSN is in (E, H) holds effects of the given-up log
+    discarded: list = field(default_factory=list)
 
     def to_json(self) -> bytes:
         d = asdict(self)
@@ -111,6 +122,23 @@ class ControlState:
     @property
     def active(self) -> ExtentInfo:
         return next(e for e in self.extents if e.state == "active")
+
+    def discarded_at(self, lsn: int, name: str | None) -> dict | None:
+        """The conditional restart whose given-up log a store with recovery LSN
+        ``lsn`` may hold effects of: ``lsn`` lies in its range (E, H) and that
+        log changed the object (``name``; None: the catalog, any definition)."""
+        for d in self.discarded:
+            if d["from"] < lsn < d["to"]:
+                if name is None and d["definitions"]:
+                    return d
+                if name is not None and (d["touched"] is None or name in d["touched"]):
+                    return d
+        return None
+
+    def discarded_between(self, end: int, start: int) -> bool:
+        """Whether a conditional restart gave up the log from ``end`` to
+        ``start`` (the gap between a cut extent and the next one)."""
+        return any(d["from"] == end and d["to"] == start for d in self.discarded)
 
 
 def encode_copy(state: ControlState) -> bytes:

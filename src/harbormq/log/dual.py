@@ -34,7 +34,7 @@ from pathlib import Path
 from ..errors import ControlFileMismatch, HarbormqError, LogCorrupt, LogMissing
 from ..fsutil import copy_durably, make_dirs
 from .control import COPY_NAMES, DUAL, PRIMARY, ControlFile, ControlState, ExtentInfo
-from .reader import ExtentEnd, ExtentReader, keep_torn_tail, same_bytes
+from .reader import ExtentEnd, ExtentReader, closed_at, keep_torn_tail, same_bytes
 from .records import extent_file_name
 
 
@@ -65,10 +65,10 @@ def check_copy(copy: str, path: Path, e: ExtentInfo, state: ControlState) -> Cop
         if reader.header.first_lsn != e.first_lsn:
             raise LogCorrupt(f"it starts at LSN {reader.header.first_lsn}, the control file "
                              f"says {e.first_lsn}")
-        for _ in reader.records():
+        for _ in reader.records(to_lsn=e.end_lsn if e.cut and not newest else None):
             pass
         end = reader.end
-        if not newest and (end.how != "extent_end" or end.lsn != e.end_lsn):
+        if not newest and not closed_at(end, e.end_lsn, e.cut):
             raise LogCorrupt(f"it ends at LSN {end.lsn}, the control file says {e.end_lsn}")
     except (LogCorrupt, LogMissing) as exc:
         return CopyCheck(copy, path, why=exc.message)

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..crashpoints import crash_point
-from ..errors import LogCorrupt, LogError, LogFull, LogMissing
+from ..errors import ControlFileMismatch, LogCorrupt, LogError, LogFull, LogMissing
 from ..fsutil import copy_durably, fsync_dir, make_dirs
 from .control import DUAL, PRIMARY, ControlFile, ControlState, ExtentInfo
-from .reader import ExtentEnd, ExtentReader, keep_torn_tail, same_bytes
+from .reader import ExtentEnd, ExtentReader, closed_at, keep_torn_tail, same_bytes
 from .records import (
     EXTENT_HEADER_SIZE,
     PAGE_SIZE,
@@ -140,13 +140,17 @@ class RecoveryScan:
                     raise LogCorrupt(f"log extent {path.name} starts at LSN "
                                      f"{reader.header.first_lsn}, the control file says "
                                      f"{e.first_lsn}", path=str(path), offset=0)
-                for rec in reader.records(pos):
+                if reader.header.qm_name != self.log.qm_name[:48]:
+                    raise LogCorrupt(f"log extent {path.name} belongs to queue manager "
+                                     f"{reader.header.qm_name}, not {self.log.qm_name}",
+                                     path=str(path), offset=0)
+                for rec in reader.records(pos, to_lsn=e.end_lsn if e.cut else None):
                     self.records_read += 1
                     self.bytes_read += rec.length
                     yield rec
                     pos = rec.lsn + rec.length
                 end = reader.end
-                if not newest and (end.how != "extent_end" or end.lsn != e.end_lsn):
+                if not newest and not closed_at(end, e.end_lsn, e.cut):
                     raise LogCorrupt(f"log extent {path.name} ends at LSN {end.lsn}, the "
                                      f"control file says {e.end_lsn}", path=str(path),
                                      lsn=end.lsn, offset=end.offset)
@@ -232,7 +236,10 @@ class RecoveryLog:
 
     @classmethod
     def create(cls, log_dir: Path, qm_name: str, settings: LogSettings,
-               dual_dir: Path | None = None) -> "RecoveryLog":
+               dual_dir: Path | None = None, *, base_lsn: int = 0,
+               first_number: int = 0) -> "RecoveryLog":
+        """A new log. ``base_lsn``, ``first_number``: where its LSNs and extent
+        numbers start ('harbormq reset-log': above the old log's)."""
         settings.validate()
         make_dirs(log_dir)
         if dual_dir is not None:
@@ -243,12 +250,12 @@ class RecoveryLog:
                           dual=dual_dir is not None)
         log.state = st
         count = settings.primary if settings.log_type == "circular" else 1
-        for n in range(count):
+        for n in range(first_number, first_number + count):
             log._preallocate(n)
-            st.extents.append(ExtentInfo(number=n, first_lsn=0, end_lsn=None,
-                                         state="active" if n == 0 else "free"))
-        log._write_header(0, first_lsn=0)
-        st.next_extent_number = count
+            st.extents.append(ExtentInfo(number=n, first_lsn=base_lsn, end_lsn=None,
+                                         state="active" if n == first_number else "free"))
+        log._write_header(first_number, first_lsn=base_lsn)
+        st.next_extent_number = first_number + count
         st.sequence = 1
         log.control.write(st)
         return log
@@ -315,9 +322,10 @@ class RecoveryLog:
         for which, path in copies:
             try:
                 reader = ExtentReader(path, newest=False)
-                for _ in reader.records():
+                for _ in reader.records(to_lsn=e.end_lsn if e.cut else None):
                     pass
-                if reader.header.first_lsn != e.first_lsn or reader.end.lsn != e.end_lsn:
+                if reader.header.first_lsn != e.first_lsn or \
+                        not closed_at(reader.end, e.end_lsn, e.cut):
                     raise LogCorrupt(f"log extent {path.name} holds LSN "
                                      f"{reader.header.first_lsn}..{reader.end.lsn}, the "
                                      f"control file says {e.first_lsn}..{e.end_lsn}",
@@ -484,6 +492,11 @@ class RecoveryLog:
         """Phase 1 of restart: read and reconcile the control file."""
         self.state = self.control.load(repair=repair)
         st = self.state
+        if st.qm_name != self.qm_name:
+            raise ControlFileMismatch(
+                f"the log in {self.dir} belongs to queue manager {st.qm_name}, not "
+                f"{self.qm_name} (its control file says so)", path=str(self.dir),
+                hint="put this queue manager's own log back; a log cannot change hands")
         just_now = any(m == "HMQ7490W" for m, _ in self.control.warnings)
         if st.degraded and not just_now:       # given up in an earlier run: remind
             self._say_degraded_at_start()
@@ -529,7 +542,8 @@ class RecoveryLog:
                                  + (" in both copies" if self.dual_dir else ""),
                                  path=str(path), lsn=e.first_lsn,
                                  hint="restore it from the archive or a backup")
-            if prev_end is not None and e.first_lsn != prev_end:
+            if prev_end is not None and e.first_lsn != prev_end and \
+                    not self.state.discarded_between(prev_end, e.first_lsn):
                 raise LogCorrupt(f"log extent {path.name} starts at LSN {e.first_lsn} but "
                                  f"the previous extent ends at {prev_end}", path=str(path),
                                  lsn=e.first_lsn, offset=0)
@@ -712,6 +726,7 @@ class RecoveryLog:
         old.end_lsn = self.end_lsn
         nxt.first_lsn = self.end_lsn
         nxt.end_lsn = None
+        nxt.cut = False
         nxt.state = "active"
         self._active = nxt
         self._active_limit = (nxt.first_lsn + self.extent_size - EXTENT_HEADER_SIZE

@@ -40,12 +40,22 @@ from .records import (
 class ExtentEnd:
     """How the read of one extent ended."""
     #: "extent_end" (closed by its EXTENT_END record), "clean" (zeros follow),
-    #: "torn" (non-zero bytes that are no valid record follow)
+    #: "torn" (non-zero bytes that are no valid record follow), "stopped" (the
+    #: read stopped at the LSN it was asked to: a cut, log/crestart.py)
     how: str
     offset: int            # file offset just past the last valid record
     lsn: int               # LSN just past the last valid record
     torn_length: int = 0   # bytes of torn data from ``offset``
     reason: str = ""
+
+
+def closed_at(end: ExtentEnd | None, end_lsn: int, cut: bool = False) -> bool:
+    """Whether a closed extent read to its end ended where the control file
+    says: with its EXTENT_END record, or, for one a conditional restart cut
+    (read with ``to_lsn`` = its end), at that record boundary."""
+    if end is None or end.lsn != end_lsn:
+        return False
+    return end.how == ("stopped" if cut else "extent_end")
 
 
 #: give the pages of a read extent back every this many bytes
@@ -116,7 +126,7 @@ class ExtentReader:
             while True:
                 lsn = h.first_lsn + offset - EXTENT_HEADER_SIZE
                 if to_lsn is not None and lsn >= to_lsn:
-                    self.end = None  # stopped early on request
+                    self.end = ExtentEnd("stopped", offset, lsn)   # as asked
                     return
                 try:
                     rec = decode(buf, offset, expected_lsn=lsn)

@@ -102,6 +102,8 @@ class RecordType(enum.IntEnum):
     EXTENT_END = 90       # last record of a full extent; the next LSN is in the next extent
     QM_START = 91         # the queue manager finished restart (payload: JSON)
     QM_STOP = 92          # controlled or immediate shutdown began (payload: JSON)
+    LOG_CRESTART = 93     # first record after a conditional restart (payload: JSON,
+                          # "discarded": [E, H], the LSN range given up)
 
 
 class RecordFlag(enum.IntFlag):

@@ -21,7 +21,15 @@ from pathlib import Path
 
 from ..errors import ConfigError, LogCorrupt
 from ..log.reader import read_header
-from ..log.records import EXTENT_HEADER_SIZE, RECORD_HEADER, RecordDecodeError, decode
+from ..log.records import (
+    EXTENT_HEADER_SIZE,
+    RECORD_HEADER,
+    LogRecord,
+    RecordDecodeError,
+    RecordType,
+    decode,
+    decode_json,
+)
 
 #: how an extent file is recognised in a directory
 EXTENT_GLOB = "*.LOG"
@@ -39,6 +47,8 @@ class ExtentPlan:
     next_ts_ns: int | None      # time of the next extent's first record
     newest: bool                # may end in a torn tail (as in the engine)
     qm_name: str = ""
+    #: a conditional restart gave up this extent's records from here on
+    stop_lsn: int | None = None
 
 
 def find_extent_files(spec: str | list[str]) -> list[Path]:
@@ -62,9 +72,9 @@ def find_extent_files(spec: str | list[str]) -> list[Path]:
     return out
 
 
-def _first_record_ts(path: Path, first_lsn: int) -> int | None:
-    """Time of the extent's first record if it is a whole valid record (a torn
-    one bounds nothing)."""
+def _first_record(path: Path, first_lsn: int) -> LogRecord | None:
+    """The extent's first record if it is a whole valid record (a torn one
+    bounds nothing)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         head = os.pread(fd, RECORD_HEADER.size, EXTENT_HEADER_SIZE)
@@ -75,7 +85,7 @@ def _first_record_ts(path: Path, first_lsn: int) -> int | None:
     finally:
         os.close(fd)
     try:
-        return decode(data, 0, expected_lsn=first_lsn).timestamp_ns
+        return decode(data, 0, expected_lsn=first_lsn)
     except RecordDecodeError:
         return None
 
@@ -103,14 +113,31 @@ def plan_extents(spec: str | list[str]) -> list[ExtentPlan]:
     if not by_first:
         raise ConfigError(f"no log extents with data under {spec}", msgid="HMQ7601E")
     ordered = [by_first[k] for k in sorted(by_first)]
+    firsts = [_first_record(p, h.first_lsn) for p, h in ordered]
     plans = [ExtentPlan(str(p), h.extent_number, h.first_lsn, None,
-                        _first_record_ts(p, h.first_lsn), None, False, h.qm_name)
-             for p, h in ordered]
+                        r.timestamp_ns if r is not None else None, None, False, h.qm_name)
+             for (p, h), r in zip(ordered, firsts, strict=True)]
+    plans = _without_given_up(plans, [decode_json(r.payload)["discarded"] for r in firsts
+                                      if r is not None and r.type == RecordType.LOG_CRESTART])
     for i in range(len(plans) - 1):
         plans[i] = replace(plans[i], next_lsn=plans[i + 1].first_lsn,
                            next_ts_ns=plans[i + 1].first_ts_ns)
     plans[-1] = replace(plans[-1], newest=True)
     return plans
+
+
+def _without_given_up(plans: list[ExtentPlan], cuts: list[list[int]]) -> list[ExtentPlan]:
+    """A conditional restart gave up the log from E and went on at H, saying so
+    in the first record at H (log/crestart.py): the extent holding E is read
+    up to E only, and an extent starting in [E, H) (an archived copy of one
+    given up) not at all."""
+    out = []
+    for plan in plans:
+        if any(e <= plan.first_lsn < h for e, h in cuts):
+            continue
+        stop = min((e for e, _h in cuts if plan.first_lsn < e), default=None)
+        out.append(replace(plan, stop_lsn=stop) if stop is not None else plan)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -265,7 +265,8 @@ def read_extent(plan: ExtentPlan, bounds: ScanBounds | None = None, *,
         return
     builder = BatchBuilder(plan.extent, plan.first_lsn, include_body)
     keep_all = bounds.unbounded
-    records = reader.records(start, to_lsn=bounds.lsn_stop)
+    stops = [s for s in (bounds.lsn_stop, plan.stop_lsn) if s is not None]
+    records = reader.records(start, to_lsn=min(stops) if stops else None)
     for rec in records:
         if keep_all or bounds.keeps(rec.lsn, rec.timestamp_ns, rec.object_name):
             builder.add(rec)

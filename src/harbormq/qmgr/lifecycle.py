@@ -254,6 +254,8 @@ class RunningQueueManager:
                 {"pid": os.getpid(), "restart": {k: v for k, v in self.report.as_dict().items()
                                                  if isinstance(v, (int, str))}}))
             await core.log.force()
+            if core.log.state.images_needed:     # a new log (reset-log): images first
+                await _image_everything_after_reset(core)
         except BaseException:
             core.log.close()
             core.close_stores()
@@ -312,6 +314,24 @@ class RunningQueueManager:
                 failing = None
             delay = interval
 
+    def _record_clean_stop(self, mode: str) -> None:
+        """The stores hold the committed state as of the shutdown checkpoint:
+        say so in the catalog (what 'harbormq reset-log' needs), unless the
+        log failed, when nothing may be trusted past it."""
+        core = self.core
+        if core.log.failed is not None or core.catalog_store is None:
+            return
+        try:
+            core.catalog_store.set_clean_stop({
+                "lsn": core.log.end_lsn, "mode": mode, "stopped_ns": time.time_ns(),
+                "in_doubt": sorted(u.id for u in core.uows.values() if u.state == "prepared"),
+                "in_flight": sorted(u.id for u in core.uows.values() if u.first_lsn and
+                                    u.state in ("active", "backing_out"))})
+        except Exception as exc:     # the stop goes on: restart recovers as after a crash
+            core.oplog.emit("HMQ7530W", f"the clean stop of queue manager {core.name} could "
+                            f"not be recorded in its catalog ({exc!r}); restart recovers as "
+                            "after a crash")
+
     async def _stop(self, mode: str = "controlled", *, timeout: float | None = None) -> None:
         core = self.core
         if mode not in STOP_MODES:
@@ -333,7 +353,21 @@ class RunningQueueManager:
             await core.checkpoint(f"shutdown ({mode})")
         core.cancel_background()
         await core.quiesce_store_io()
+        if mode != "preemptive":
+            self._record_clean_stop(mode)
         core.log.close()
         core.close_stores()
         self.lock.release()
         core.oplog.emit("HMQ8004I", f"Queue manager {core.name} ended ({mode})")
+
+
+async def _image_everything_after_reset(core) -> None:
+    """A log made by 'harbormq reset-log' holds no media image: until every
+    object has one in it, none could be recreated. Taken at the first start."""
+    if core.config.log.log_type == "linear":
+        from ..recovery.images import image_objects
+        done = await image_objects(core, "all", None)
+        core.oplog.emit("HMQ7476I", f"media images of {len(done)} object(s) of queue manager "
+                        f"{core.name} recorded in its new log")
+    core.log.state.images_needed = False
+    await core.log.update_control()

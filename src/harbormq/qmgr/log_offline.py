@@ -28,6 +28,7 @@ reads nothing before them.
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Iterator
@@ -35,12 +36,20 @@ from typing import Iterator
 from ..config import QMConfig
 from ..core.log_management import LogManagement, remove_files, say_deleted
 from ..core.operator_log import OperatorLog
-from ..errors import ControlFileDamaged, LogMissing, QueueManagerRunning
-from ..log import archive
+from ..errors import (
+    ControlFileDamaged,
+    HarbormqError,
+    LogMissing,
+    QueueManagerRunning,
+    ResetLogRefused,
+)
+from ..fsutil import make_dirs, rename_durably
+from ..log import archive, crestart
 from ..log.control import ControlFile, encode_copy
 from ..log.control_rebuild import rebuild_control, write_rebuilt
 from ..log.manager import RecoveryLog
 from ..log.records import extent_file_name
+from ..store.stores import CatalogStore, QueueStore
 from .lifecycle import InstanceLock
 
 
@@ -97,7 +106,8 @@ def archive_stopped(config: QMConfig) -> dict:
                                       f"say so with 'harbormq log archived {config.name} "
                                       f"{name}'")
             archive.archive_extent(path, e.number, e.first_lsn, e.end_lsn,
-                                   encode_copy(log.state), list(paths), config.name)
+                                   encode_copy(log.state), list(paths), config.name,
+                                   cut=e.cut)
             e.archived = True
             _write_control(log)
             done.append(name)
@@ -175,3 +185,223 @@ def rebuild_control_stopped(config: QMConfig, *, write: bool) -> list[str]:
         return notes
     finally:
         lock.release()
+
+
+def crestart_stopped(config: QMConfig, *, end_lsn: int | None = None,
+                     end_time_ns: int | None = None, end_extent: str | None = None,
+                     requested: str = "", write: bool = False, progress=None) -> dict:
+    """``harbormq log crestart``: plan a conditional restart (log/crestart.py)
+    and, with ``write``, record it in the control file for the next start.
+    Extents the plan needs are recalled from the archive first, as far as the
+    archive has them (the tail that is lost for good is usually in none)."""
+    with _stopped(config) as lm:
+        log, oplog = lm.core.log, lm.core.oplog
+        if end_extent is not None:
+            e = lm.closed_extent(end_extent)
+            end_lsn = e.end_lsn
+        st = log.state
+        back = 2 * log.extent_size
+        from_lsn = max(0, min(st.restart_lsn, end_lsn if end_lsn is not None
+                              else st.restart_lsn) - back)
+        _recall_what_the_archive_has(config, log, from_lsn, oplog.emit)
+        catalog_lsn, stores = _store_lsns(config)
+        args = dict(end_lsn=end_lsn, end_time_ns=end_time_ns, requested=requested,
+                    store_lsns=stores, catalog_lsn=catalog_lsn, progress=progress)
+        try:
+            p = crestart.plan(log, **args)
+        except crestart.CrestartError as exc:
+            if not config.log_archive_paths or from_lsn == 0 or \
+                    "no checkpoint" not in exc.message:
+                raise
+            _recall_what_the_archive_has(config, log, 0, oplog.emit)   # further back
+            p = crestart.plan(log, **args)
+        if write:
+            crestart.record(log, p)
+            oplog.emit("HMQ7130W", f"conditional restart recorded for queue manager "
+                       f"{config.name}: at its next start, {p.summary()}")
+        return p.as_dict()
+
+
+def crestart_cancel(config: QMConfig) -> dict | None:
+    """Remove a recorded conditional restart not yet carried out."""
+    with _stopped(config) as lm:
+        pending = crestart.cancel(lm.core.log)
+        if pending:
+            lm.core.oplog.emit("HMQ7130W", f"the conditional restart recorded for queue "
+                               f"manager {config.name} at LSN {pending['cut_lsn']} was "
+                               "cancelled")
+        return pending
+
+
+def _recall_what_the_archive_has(config: QMConfig, log: RecoveryLog, from_lsn: int,
+                                 say) -> None:
+    if not config.log_archive_paths:
+        return
+    for e in log.chain():
+        if (e.end_lsn is not None and e.end_lsn <= from_lsn) or log.extent_present(e):
+            continue
+        try:
+            archive.recall(list(config.log_archive_paths), config.name, e.number,
+                           e.first_lsn, log.healthy_copies()[0][1], say)
+        except LogMissing:
+            continue          # not archived: the plan says what it cannot read
+        e.deleted = False
+
+
+def _store_lsns(config: QMConfig) -> tuple[int, dict[str, int]]:
+    """The catalog's recovery LSN, and every queue store's on disk by queue
+    name (a store no definition names, by its directory's)."""
+    catalog_lsn, out, names = 0, {}, {}
+    if (config.catalog_dir / "data.mdb").exists():
+        try:
+            catalog = CatalogStore(config.catalog_dir)
+        except HarbormqError:
+            catalog = None        # damaged: restart judges it
+        if catalog is not None:
+            try:
+                catalog_lsn = catalog.recovery_lsn
+                names = {config.queue_dir(n).name: n for n, d in catalog.load().items()
+                         if d.get("type") == "QLOCAL"}
+            finally:
+                catalog.close()
+    if not config.queues_dir.is_dir():
+        return catalog_lsn, out
+    for path in config.queues_dir.iterdir():
+        if not (path / "data.mdb").exists():
+            continue
+        try:
+            store = QueueStore(path)
+        except HarbormqError:
+            continue
+        try:
+            out[names.get(path.name, path.name)] = store.recovery_lsn
+        finally:
+            store.close()
+    return catalog_lsn, out
+
+
+def reset_log_stopped(config: QMConfig, *, write: bool, force: bool = False) -> list[str]:
+    """``harbormq reset-log``: every copy of the log is gone, the stores are
+    whole. A new, empty log whose LSNs start above every LSN the stores (and
+    what is left of the old log) know, so nothing of the old log can ever be
+    taken for the new one; what is left of the old log is kept in
+    ``reset.N/``. The stores must have been stopped cleanly (the catalog
+    says so), else their units of work may be half applied: refused unless
+    ``force``. Returns what was (or, without ``write``, would be) done.
+
+    What is left of the old log is renamed ``NAME.reset.N`` in place (within
+    its directory: a rename is durable with one directory sync)."""
+    lock = InstanceLock(config)
+    lock.acquire()
+    try:
+        if not (config.catalog_dir / "data.mdb").exists():
+            raise ResetLogRefused(f"queue manager {config.name} has no catalog at "
+                                  f"{config.catalog_dir}: there is nothing to start a new log "
+                                  "from", hint="restore it from a backup")
+        catalog = CatalogStore(config.catalog_dir)
+        try:
+            clean, owner = catalog.clean_stop(), catalog.owner
+        finally:
+            catalog.close()
+        if owner not in (None, config.name):
+            raise ResetLogRefused(f"the catalog in {config.catalog_dir} belongs to queue "
+                                  f"manager {owner}, not {config.name}")
+        _refuse_if_the_log_is_whole(config)
+        notes, problems = [], []
+        catalog_lsn, stores = _store_lsns(config)
+        if clean is None:
+            problems.append("the stores were not stopped cleanly (the last stop was a crash, "
+                            "a preemptive stop, or the queue manager is from before clean "
+                            "stops were recorded): units of work may be half applied across "
+                            "queues")
+        else:
+            late = {n: lsn for n, lsn in stores.items() if lsn > clean["lsn"]}
+            if late:
+                problems.append("stores written after the clean stop at LSN "
+                                f"{clean['lsn']}: " + ", ".join(f"{n} ({lsn})"
+                                                                for n, lsn in late.items()))
+            if clean["in_doubt"]:
+                notes.append(f"{len(clean['in_doubt'])} in-doubt unit(s) of work "
+                             f"({', '.join(map(str, clean['in_doubt']))}) lose their outcome: "
+                             "their gets are undone and their puts are lost")
+            if clean["in_flight"]:
+                notes.append(f"{len(clean['in_flight'])} unit(s) of work in flight at the "
+                             "stop end as if backed out (without a backout count)")
+        if problems and not force:
+            raise ResetLogRefused(
+                f"reset-log refused for queue manager {config.name}: " + "; ".join(problems),
+                hint="restore the queue manager from a backup; --force starts a new log "
+                     "anyway, with the stores as they are")
+        notes += [f"WARNING (--force): {p}" for p in problems]
+        base, first_number, leftovers = _new_log_start(config, catalog_lsn, stores, clean)
+        notes.insert(0, f"a new {config.log.log_type} log for queue manager {config.name} "
+                        f"starting at LSN {base} in {extent_file_name(first_number)}; "
+                        f"{len(stores)} queue store(s) kept as they are")
+        stamp = f".reset.{time.time_ns()}"
+        if leftovers:
+            notes.append(f"what is left of the old log is kept as NAME{stamp}: " +
+                         ", ".join(p.name for p in leftovers))
+        if config.log.log_type == "linear":
+            notes.append("the first start records a media image of every object (the new "
+                         "log holds none)")
+        if not write:
+            return notes
+        for p in leftovers:
+            rename_durably(p, p.with_name(p.name + stamp))
+        for directory in filter(None, [config.log_dir, config.log_dual_dir]):
+            make_dirs(directory)
+        log = RecoveryLog.create(config.log_dir, config.name, config.log,
+                                 config.log_dual_dir, base_lsn=base, first_number=first_number)
+        log.state.images_needed = True
+        log.state.sequence += 1
+        log.control.write(log.state)
+        OperatorLog(config.errors_dir).emit("HMQ7135W", "the log of queue manager "
+                                            f"{config.name} was reset: " + "; ".join(notes))
+        return notes
+    finally:
+        lock.release()
+
+
+def _refuse_if_the_log_is_whole(config: QMConfig) -> None:
+    """A log whose control file reads and whose needed extents are there is
+    not lost: reset-log would throw away what restart can still use."""
+    try:
+        log = RecoveryLog(config.log_dir, config.name, config.log_dual_dir)
+        log.state = log.control.load(repair=False)
+        log.verify_chain(needed_from=log.state.restart_lsn)
+    except HarbormqError:
+        return
+    raise ResetLogRefused(f"the log of queue manager {config.name} is not lost: its control "
+                          "file reads and every extent restart needs is there",
+                          hint="start the queue manager; to give up part of the log, use "
+                               f"'harbormq log crestart {config.name}'")
+
+
+def _new_log_start(config: QMConfig, catalog_lsn: int, stores: dict[str, int],
+                   clean: dict | None) -> tuple[int, int, list]:
+    """Where the new log's LSNs and extent numbers start: above everything the
+    stores, the old control file, the old extents and the archive know."""
+    lsns = [catalog_lsn, *stores.values(), (clean or {}).get("lsn", 0)]
+    numbers = [-1]
+    leftovers = []
+    for directory in filter(None, [config.log_dir, config.log_dual_dir]):
+        if not directory.is_dir():
+            continue
+        for p in directory.iterdir():
+            if ".reset." in p.name:
+                continue          # kept from an earlier reset
+            leftovers.append(p)
+            if p.suffix == ".LOG" and p.name[1:-4].isdigit():
+                numbers.append(int(p.name[1:-4]))
+        try:
+            old = ControlFile(directory).load(repair=False)
+        except HarbormqError:
+            continue
+        numbers.append(old.next_extent_number - 1)
+        lsns += [e.first_lsn + old.pages * 4096 for e in old.extents]
+    for base in config.log_archive_paths:
+        for entry, _line in archive.read_manifest(archive.archive_dir(base, config.name)):
+            numbers.append(entry.number)
+            lsns.append(entry.end_lsn)
+    top = max(lsns) + 1
+    return (top + 4095) // 4096 * 4096, max(numbers) + 1, leftovers

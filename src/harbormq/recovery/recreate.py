@@ -132,7 +132,8 @@ class QueueRebuild:
         QueueStore.destroy(self.path)
         # unsynced transactions: nobody relies on this store until it is synced
         # below and put in place, and a crash before that leaves a work directory
-        store = QueueStore(self.path, self.oid, map_size=self.map_size, sync=False)
+        store = QueueStore(self.path, self.oid, map_size=self.map_size, sync=False,
+                           owner=self.log.qm_name)
         try:
             self._pass1_image(store)
             self._pass2_replay(store)
@@ -284,9 +285,10 @@ def rebuild_catalog(log: RecoveryLog, from_lsn: int, to_lsn: int) -> dict[str, d
     return objects
 
 
-def write_catalog(path: Path, objects: dict[str, dict], recovery_lsn: int) -> None:
+def write_catalog(path: Path, objects: dict[str, dict], recovery_lsn: int,
+                  owner: str) -> None:
     CatalogStore.destroy(path)
-    store = CatalogStore(path)
+    store = CatalogStore(path, owner=owner)
     try:
         store.apply(objects, recovery_lsn)
     finally:
@@ -349,12 +351,12 @@ async def _recreate_catalog(core: QueueManagerCore, progress: Progress) -> dict:
         raise HarbormqError("the definitions rebuilt from the log differ from the queue "
                             "manager's: the catalog store was not replaced", msgid="HMQ7475E")
     tmp = core.config.catalog_dir.with_name("qmgr" + REBUILDING)
-    await core.loop.run_in_executor(None, write_catalog, tmp, objects, to_lsn)
+    await core.loop.run_in_executor(None, write_catalog, tmp, objects, to_lsn, core.name)
     async with core.flush_lock:
         await core.quiesce_store_io()
         core.catalog_store.close()
         replace_dir(tmp, core.config.catalog_dir, keep_old=False)
-        core.catalog_store = CatalogStore(core.config.catalog_dir)
+        core.catalog_store = CatalogStore(core.config.catalog_dir, owner=core.name)
         # definitions changed since to_lsn are still dirty: the next flush writes them
         core.catalog_dirty = {**core.catalog_flushing, **core.catalog_dirty}
         core.catalog_flushing, core.catalog_flushing_lsn = {}, None

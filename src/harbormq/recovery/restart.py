@@ -29,6 +29,7 @@ from ..core.queue import LocalQueue
 from ..crashpoints import crash_point
 from ..errors import HarbormqError, LogMissing, ObjectDamaged, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
+from ..log import crestart
 from ..log.checkpoint import read_checkpoint, unpack_store_lsns
 from ..log.records import (
     LogRecord,
@@ -68,6 +69,8 @@ class RestartReport:
     indexes_rebuilt: int = 0
     indexes_verified: int = 0
     torn_tail: str | None = None
+    #: the conditional restart carried out by this restart (its plan)
+    crestart: dict | None = None
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -138,6 +141,9 @@ class Restart:
         for msgid, text in log.control.warnings:
             self.emit(msgid, text)
             r.warnings.append(f"{msgid} {text}")
+        if st.crestart:       # recorded by 'harbormq log crestart': carried out first
+            r.crestart = crestart.apply(log, self._log_said).as_dict()
+            st = log.state
         for _, directory in log.copies:
             sweep_tmp(directory)
         settings = core.config.log
@@ -156,6 +162,8 @@ class Restart:
         log.reconcile_active()     # a dual log: both copies of the newest extent equal
         self.log_end_hint = recreate.log_end_estimate(log)
         self._open_catalog()
+        if core.catalog_store.clean_stop() is not None:
+            core.catalog_store.set_clean_stop(None)    # from here on, not a clean stop
         self.redo_from[0] = core.catalog_store.recovery_lsn
         for definition in core.objects.values():
             if definition["type"] == "QLOCAL":
@@ -183,13 +191,16 @@ class Restart:
             if not (path / "data.mdb").exists() and core.log.state.checkpoint_lsn:
                 # (no checkpoint yet: the queue manager is being created)
                 raise StoreDamaged(f"its store {path} is missing", path=str(path))
-            store = CatalogStore(path)
+            store = CatalogStore(path, owner=core.name)
             try:
-                core.objects = store.load()
-                if store.recovery_lsn > self.log_end_hint:
-                    raise StoreDamaged(f"its recovery LSN {store.recovery_lsn} lies beyond the "
-                                       f"end of the log (LSN {self.log_end_hint})",
+                if store.owner != core.name:
+                    raise StoreDamaged(f"it belongs to queue manager {store.owner}",
                                        path=str(path))
+                core.objects = store.load()
+                why = dirs.lsn_problem(store.recovery_lsn, self.log_end_hint,
+                                       lambda lsn: core.log.state.discarded_at(lsn, None))
+                if why:
+                    raise StoreDamaged(why, path=str(path))
             except StoreDamaged:
                 store.close()
                 raise
@@ -211,9 +222,9 @@ class Restart:
             dirs.set_aside(path)
         # built aside and moved in whole: a crash meanwhile leaves no half catalog
         tmp = path.with_name(path.name + dirs.REBUILDING)
-        recreate.write_catalog(tmp, objects, self.log_end)
+        recreate.write_catalog(tmp, objects, self.log_end, core.name)
         dirs.replace_dir(tmp, path, keep_old=False)
-        core.catalog_store = CatalogStore(path)
+        core.catalog_store = CatalogStore(path, owner=core.name)
         core.objects = core.catalog_store.load()
         self.emit("HMQ7474I", f"object {QMGR_OBJECT} (the catalog of {len(objects)} "
                   f"definitions) recreated from the log, LSN {start} to {self.log_end}")
@@ -233,7 +244,9 @@ class Restart:
         core = self.core
         if not q.damaged:
             why = dirs.check_store(q.store, self.log_end_hint,
-                                    core.config.tuning.verify_store_mb)
+                                   core.config.tuning.verify_store_mb,
+                                   lambda lsn: core.log.state.discarded_at(lsn, q.name),
+                                   owner=core.name)
             if why is None:
                 return q
             q.damaged, q.damage_reason = True, why
@@ -338,6 +351,9 @@ class Restart:
                 unpack_store_lsns(table.get("store_lsns", [])), redo_start)
         else:
             redo_start = core.log.chain()[0].first_lsn
+        for d in st.discarded:    # ids the given-up log used are never reused
+            core.next_uow_id = max(core.next_uow_id, d["next_uow_id"])
+            core.next_object_id = max(core.next_object_id, d["next_object_id"])
         r.checkpoint_lsn = st.checkpoint_lsn
         r.redo_start_lsn = redo_start
         for definition in core.objects.values():

@@ -32,19 +32,35 @@ def replace_dir(new: Path, final: Path, *, keep_old: bool) -> None:
     QueueStore.destroy(aside)
 
 
-def check_store(store: QueueStore, end_lsn: int, verify_limit_mb: int) -> str | None:
-    """Why a queue store opened at restart is damaged, or None."""
+def check_store(store: QueueStore, end_lsn: int, verify_limit_mb: int,
+                discarded_at=lambda lsn: None, owner: str | None = None) -> str | None:
+    """Why a queue store opened at restart is damaged, or None.
+    ``discarded_at(lsn)``: the conditional restart whose given-up log the
+    store holds effects of (``ControlState.discarded_at``)."""
     try:
         if store.damaged:
             return store.damaged
-        if store.recovery_lsn > end_lsn:
-            return (f"its recovery LSN {store.recovery_lsn} lies beyond the end of the log "
-                    f"(LSN {end_lsn})")
+        if owner is not None and store.owner not in (None, owner):
+            return f"it belongs to queue manager {store.owner}, not {owner}"
+        why = lsn_problem(store.recovery_lsn, end_lsn, discarded_at)
+        if why:
+            return why
         data = store.path / "data.mdb"
         if data.stat().st_size <= verify_limit_mb << 20:
             store.verify()
     except (StoreDamaged, OSError) as exc:
         return exc.message if isinstance(exc, StoreDamaged) else str(exc)
+    return None
+
+
+def lsn_problem(lsn: int, end_lsn: int, discarded_at) -> str | None:
+    """Why a store's recovery LSN cannot belong to this log, or None."""
+    if lsn > end_lsn:
+        return f"its recovery LSN {lsn} lies beyond the end of the log (LSN {end_lsn})"
+    d = discarded_at(lsn)
+    if d is not None:
+        return (f"its recovery LSN {lsn} lies in the log given up by a conditional restart "
+                f"(LSN {d['from']} to {d['to']}): it holds effects of that log")
     return None
 
 

@@ -9,13 +9,15 @@ page-set recovery RBA is the same "start recovery here" address).
 
 Queue store databases:
     meta   b"recovery_lsn", b"object_id", b"index_type", b"next_seq" (ASCII),
-           b"damaged" (why, when the queue's data was lost: media recovery clears it)
+           b"damaged" (why, when the queue's data was lost: media recovery clears it),
+           b"qm_name" (the queue manager that owns it: checked at restart)
     msgs   key = message_key(priority, seq) -> sealed Message encoding
     np     keys of the non-persistent messages in msgs (dropped at restart)
     idx    (dupsort) msg_id or correl_id -> key, when the queue is indexed
 
 Catalog store (``qmgr/``):
-    meta   b"recovery_lsn"
+    meta   b"recovery_lsn", b"qm_name",
+           b"clean_stop" (JSON: the queue manager stopped cleanly; removed at start)
     objects  name -> sealed JSON definition (type, object id, attributes)
 
 Sealed values: CRC32C (u32, little-endian) of key + value, then the value.
@@ -120,9 +122,11 @@ OPEN_ENVIRONMENTS = OpenEnvironments()
 
 class Store:
     def __init__(self, path: Path, map_size: int = DEFAULT_MAP_SIZE, dbs=(), *,
-                 sync: bool = True):
+                 sync: bool = True, owner: str | None = None):
         """``sync=False`` only for a store nobody relies on yet (one being rebuilt
-        by media recovery), which must then be made durable with ``sync()``."""
+        by media recovery), which must then be made durable with ``sync()``.
+        ``owner``: the queue manager's name, recorded in a store that has none
+        (restart checks it: a store of another queue manager is damaged)."""
         self.path = Path(path)
         self._map_size, self._sync, self._db_names = map_size, sync, tuple(dbs)
         self._env: lmdb.Environment | None = None
@@ -137,6 +141,15 @@ class Store:
             pass
         if new and sync:
             fsync_dir(self.path)
+        if owner is not None and self.get_meta(b"qm_name") is None:
+            with self._begin(write=True) as txn:
+                txn.put(b"qm_name", owner.encode(), db=self.meta)
+
+    @property
+    def owner(self) -> str | None:
+        """The queue manager that wrote this store (None: written before
+        stores recorded it)."""
+        return self.get_meta(b"qm_name")
 
     def _open_env(self, create: bool) -> None:
         """Open the environment and its databases (under the registry's lock).
@@ -272,8 +285,9 @@ class Store:
 
 class QueueStore(Store):
     def __init__(self, path: Path, object_id: int | None = None,
-                 map_size: int = DEFAULT_MAP_SIZE, *, sync: bool = True):
-        super().__init__(path, map_size, dbs=("msgs", "np", "idx"), sync=sync)
+                 map_size: int = DEFAULT_MAP_SIZE, *, sync: bool = True,
+                 owner: str | None = None):
+        super().__init__(path, map_size, dbs=("msgs", "np", "idx"), sync=sync, owner=owner)
         #: called with the reason when a read finds the store damaged (the engine
         #: marks the queue damaged and reports HMQ7472E)
         self.on_damage = None
@@ -502,8 +516,8 @@ def _index_ident(msg: Message, index_type: str) -> bytes:
 class CatalogStore(Store):
     """The queue manager's object definitions (``qmgr/``)."""
 
-    def __init__(self, path: Path, map_size: int = 1 << 30):
-        super().__init__(path, map_size, dbs=("objects",))
+    def __init__(self, path: Path, map_size: int = 1 << 30, *, owner: str | None = None):
+        super().__init__(path, map_size, dbs=("objects",), owner=owner)
 
     objects = property(lambda self: self._dbs["objects"])
 
@@ -514,6 +528,22 @@ class CatalogStore(Store):
         except (lmdb.Error, ValueError) as exc:
             raise StoreDamaged(f"catalog store {self.path} is unreadable: {exc}",
                                path=str(self.path)) from None
+
+    def clean_stop(self) -> dict | None:
+        """What a clean stop recorded (``set_clean_stop``), None after a crash
+        or once the queue manager started again."""
+        text = self.get_meta(b"clean_stop")
+        return json.loads(text) if text else None
+
+    def set_clean_stop(self, info: dict | None) -> None:
+        """Record (None: remove) that the queue manager stopped cleanly: every
+        store then holds the committed state as of ``info["lsn"]`` and nothing
+        else, which is what ``harbormq reset-log`` starts a new log from."""
+        with self._begin(write=True) as txn:
+            if info is None:
+                txn.delete(b"clean_stop", db=self.meta)
+            else:
+                txn.put(b"clean_stop", json.dumps(info, sort_keys=True).encode(), db=self.meta)
 
     def apply(self, changes: dict[str, dict | None], recovery_lsn: int) -> None:
         try:
