@@ -197,8 +197,7 @@ class QueueManager:
 
     def _message(self, queue: str, body, persistent, priority, msg_id, correl_id, expiry,
                  reply_to, format, properties) -> Message:
-        q = self.core.queue(queue)
-        prio, pers = self.core.defaults_for(q, priority, persistent)
+        prio, pers = self.core.defaults_for_name(queue, priority, persistent)
         if isinstance(body, str):
             body = body.encode()
         return Message(body=bytes(body), msg_id=_as_bytes(msg_id), correl_id=_as_bytes(correl_id),

@@ -22,6 +22,10 @@ POINTS = (
     "restart.mid_undo",                 # during backward recovery, after some compensation
     "media.mid_image",                  # a media image's chunk appended, its END not yet
     "media.mid_swap",                   # recreate: old store moved aside, new one not in place
+    "channel.sender_prepared",          # a batch in doubt at the sender, END_BATCH not sent
+    "channel.sender_confirmed",         # the receiver confirmed, the sender not committed
+    "channel.receiver_before_commit",   # a batch's messages put, not committed
+    "channel.receiver_committed",       # committed, CONFIRM not sent
     "crestart.mid_apply",               # conditional restart: extents set aside, the new
                                         # extent made, the control file not yet written
 )

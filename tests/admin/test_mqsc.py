@@ -103,18 +103,19 @@ def test_lists_and_where():
 def test_unknown_object_type_names_position_and_expected_words():
     err = syntax_error("PING QMGR\n* note\nDISPLAY  FOO(X)")
     assert (err.line, err.column) == (3, 10)
-    assert "expected QLOCAL, QUEUE, QSTATUS, CONN, QMSTATUS, QMGR, AUTHREC, LOG or UOW " \
-           "after DISPLAY" in str(err)
+    assert "expected QLOCAL, QUEUE, QSTATUS, CONN, QMSTATUS, QMGR, AUTHREC, LOG, UOW, " \
+           "QREMOTE, CHANNEL, CHSTATUS or LISTENER after DISPLAY" in str(err)
     assert "found FOO" in str(err)
     assert err.expected == ("QLOCAL", "QUEUE", "QSTATUS", "CONN", "QMSTATUS", "QMGR",
-                            "AUTHREC", "LOG", "UOW")
+                            "AUTHREC", "LOG", "UOW", "QREMOTE", "CHANNEL", "CHSTATUS",
+                            "LISTENER")
 
 
 def test_unknown_verb():
     err = syntax_error("  FROB QLOCAL(Q1)")
     assert (err.line, err.column) == (1, 3)
-    assert "expected a command (DEFINE, ALTER, DELETE, DISPLAY, CLEAR, STOP, PING, SET, " \
-           "ARCHIVE, RESOLVE or END), found FROB" in str(err)
+    assert "expected a command (DEFINE, ALTER, DELETE, DISPLAY, CLEAR, START, STOP, PING, " \
+           "SET, ARCHIVE, RESOLVE, RESET or END), found FROB" in str(err)
 
 
 def test_missing_object_type_at_end_of_command():

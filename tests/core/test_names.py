@@ -81,7 +81,7 @@ def test_define_and_delete_of_dotdot_leaves_the_queue_manager_whole(tmp_path):
             frame = c.expect("ERROR")
             assert "not valid" in frame.headers["message"]
         assert sorted(p.name for p in (srv.qm_dir / "queues").iterdir()) == \
-            ["SYSTEM.DEAD.LETTER.QUEUE", "SYSTEM.DEFAULT.LOCAL.QUEUE"]
+            ["SYSTEM.CHANNEL.SYNCQ", "SYSTEM.DEAD.LETTER.QUEUE", "SYSTEM.DEFAULT.LOCAL.QUEUE"]
     finally:
         srv.stop()
 

@@ -100,6 +100,25 @@ class Executor:
             ("ARCHIVE", "LOG"): self.archive_log,
             ("DISPLAY", "UOW"): self.display_uow,
             ("RESOLVE", "UOW"): self.resolve_uow,
+            ("DEFINE", "QREMOTE"): self.define_object,
+            ("ALTER", "QREMOTE"): self.alter_object,
+            ("DELETE", "QREMOTE"): self.delete_object,
+            ("DISPLAY", "QREMOTE"): self.display_objects,
+            ("DEFINE", "CHANNEL"): self.define_object,
+            ("ALTER", "CHANNEL"): self.alter_object,
+            ("DELETE", "CHANNEL"): self.delete_object,
+            ("DISPLAY", "CHANNEL"): self.display_objects,
+            ("DEFINE", "LISTENER"): self.define_object,
+            ("ALTER", "LISTENER"): self.alter_object,
+            ("DELETE", "LISTENER"): self.delete_object,
+            ("DISPLAY", "LISTENER"): self.display_objects,
+            ("START", "CHANNEL"): self.channel_action,
+            ("STOP", "CHANNEL"): self.channel_action,
+            ("RESET", "CHANNEL"): self.channel_action,
+            ("RESOLVE", "CHANNEL"): self.channel_action,
+            ("START", "LISTENER"): self.channel_action,
+            ("STOP", "LISTENER"): self.channel_action,
+            ("DISPLAY", "CHSTATUS"): self.display_chstatus,
         }
 
     async def execute(self, cmd: Command) -> list[str]:
@@ -426,6 +445,108 @@ class Executor:
         await self.core.resolve(int(cmd.name), action == "COMMIT")
         return [mqsc.format_message("HMQ8325I", f"unit of work {cmd.name} resolved: "
                                     f"{'committed' if action == 'COMMIT' else 'backed out'}.")]
+
+    # -- remote queues, channels, listeners (definitions) -----------------------------
+
+    _NOUNS = {"QREMOTE": "queue", "CHANNEL": "channel", "LISTENER": "listener"}
+
+    async def define_object(self, cmd: Command) -> list[str]:
+        replace = "REPLACE" in cmd.flags
+        await self.core.define_object(cmd.objtype, cmd.name, dict(cmd.attrs), replace=replace)
+        noun = self._NOUNS[cmd.objtype]
+        return [mqsc.format_message("HMQ8006I", f"harbormq {noun} created" +
+                                    (" (REPLACE)." if replace else "."))]
+
+    async def alter_object(self, cmd: Command) -> list[str]:
+        await self.core.alter_object(cmd.objtype, cmd.name, dict(cmd.attrs))
+        return [mqsc.format_message("HMQ8008I", f"harbormq {self._NOUNS[cmd.objtype]} "
+                                    "changed.")]
+
+    async def delete_object(self, cmd: Command) -> list[str]:
+        channels = getattr(self.core, "channels", None)
+        if cmd.objtype in ("CHANNEL", "LISTENER") and channels is not None:
+            channels.check_deletable(cmd.objtype, cmd.name)
+        await self.core.delete_object(cmd.objtype, cmd.name)
+        return [mqsc.format_message("HMQ8007I", f"harbormq {self._NOUNS[cmd.objtype]} "
+                                    "deleted.")]
+
+    def display_objects(self, cmd: Command) -> list[str]:
+        objtype = cmd.objtype
+        head = {"QREMOTE": "QUEUE", "CHANNEL": "CHANNEL", "LISTENER": "LISTENER"}[objtype]
+        order = {"QREMOTE": mqsc.DISPLAY_QREMOTE_ATTRS, "CHANNEL": mqsc.DISPLAY_CHANNEL_ATTRS,
+                 "LISTENER": mqsc.DISPLAY_LISTENER_ATTRS}[objtype]
+        always = (head, "TYPE") if objtype == "QREMOTE" else (head, "CHLTYPE") \
+            if objtype == "CHANNEL" else (head,)
+        channels = getattr(self.core, "channels", None)
+        out = []
+        for d in sorted((d for d in self.core.objects.values() if d["type"] == objtype),
+                        key=lambda d: d["name"]):
+            if not mqsc.generic_match(cmd.name, d["name"]):
+                continue
+            values = {head: d["name"], "TYPE": objtype, **d["attrs"]}
+            if objtype == "LISTENER":
+                values["STATUS"] = channels.listener_status(d["name"]) if channels else \
+                    "STOPPED"
+            if not mqsc.where_matches(cmd.where, values):
+                continue
+            shown = _select(cmd, order, always)
+            out.append(mqsc.format_object("HMQ8409I", f"Display {self._NOUNS[objtype]} "
+                                          "details.", [(a, values.get(a, "")) for a in shown]))
+        if not out:
+            if "*" not in cmd.name:
+                raise UnknownObject(f"harbormq {self._NOUNS[objtype]} {cmd.name} not found",
+                                    queue=cmd.name)
+            out.append(mqsc.format_message("HMQ8409I", f"No {self._NOUNS[objtype]}s found."))
+        return out
+
+    def _channels(self):
+        channels = getattr(self.core, "channels", None)
+        if channels is None:
+            raise MqscError(f"channels do not run in this process of queue manager "
+                            f"{self.core.name}: start it with 'harbormq start'",
+                            msgid="HMQ9501E")
+        return channels
+
+    async def channel_action(self, cmd: Command) -> list[str]:
+        """START/STOP CHANNEL and LISTENER, RESET CHANNEL SEQNUM(n), RESOLVE
+        CHANNEL ACTION(COMMIT|BACKOUT): the channel initiator does them."""
+        self.core.check_running()
+        channels = self._channels()
+        if cmd.objtype == "LISTENER":
+            text = await (channels.start_listener(cmd.name) if cmd.verb == "START"
+                          else channels.stop_listener(cmd.name))
+        elif cmd.verb == "START":
+            text = await channels.start_channel(cmd.name)
+        elif cmd.verb == "STOP":
+            text = await channels.stop_channel(cmd.name)
+        elif cmd.verb == "RESET":
+            seq = cmd.attrs.get("SEQNUM", "1")
+            if not str(seq).isdigit() or not 1 <= int(seq) <= 999_999_999:
+                raise MqscError(f"SEQNUM({seq}) must be a number 1..999999999")
+            text = await channels.reset_channel(cmd.name, int(seq))
+        else:
+            action = (cmd.attrs.get("ACTION") or "").upper()
+            if action not in ("COMMIT", "BACKOUT"):
+                raise MqscError("RESOLVE CHANNEL needs ACTION(COMMIT) or ACTION(BACKOUT)")
+            text = await channels.resolve_channel(cmd.name, action == "COMMIT")
+        return [mqsc.format_message("HMQ8410I", text)]
+
+    def display_chstatus(self, cmd: Command) -> list[str]:
+        out = []
+        for values in self._channels().status(cmd.name):
+            if not mqsc.where_matches(cmd.where, values):
+                continue
+            shown = _select(cmd, mqsc.CHSTATUS_ATTRS, ("CHANNEL", "CHLTYPE", "STATUS"),
+                            ("CHANNEL", "CHLTYPE", "STATUS", "CONNAME", "INDOUBT", "LSTSEQNO",
+                             "CURSEQNO", "LSTLUWID", "MSGS", "BATCHES", "XQMSGSA"))
+            out.append(mqsc.format_object("HMQ8417I", "Display Channel Status details.",
+                                          [(a, values.get(a, "")) for a in shown]))
+        if not out:
+            if "*" not in cmd.name:
+                raise MqscError(f"channel {cmd.name} has no status (it is not defined, or "
+                                "has never run)", msgid="HMQ8420E")
+            out.append(mqsc.format_message("HMQ8417I", "No channel status found."))
+        return out
 
     # -- the log: DISPLAY LOG, ARCHIVE LOG, SET LOG ARCHIVED -------------------------------
 

@@ -25,7 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.objects import QLOCAL_DEFAULTS, QMGR_DEFAULTS
+from ..core.objects import (
+    CHANNEL_DEFAULTS,
+    LISTENER_DEFAULTS,
+    QLOCAL_DEFAULTS,
+    QMGR_DEFAULTS,
+    QREMOTE_DEFAULTS,
+)
 from ..errors import HarbormqError
 
 
@@ -51,14 +57,27 @@ VERBS = {"DEFINE": "DEFINE", "DEF": "DEFINE", "ALTER": "ALTER", "ALT": "ALTER",
          "DELETE": "DELETE", "DEL": "DELETE", "DISPLAY": "DISPLAY", "DIS": "DISPLAY",
          "CLEAR": "CLEAR", "STOP": "STOP", "PING": "PING", "SET": "SET",
          "ARCHIVE": "ARCHIVE", "ARC": "ARCHIVE", "RESOLVE": "RESOLVE", "RES": "RESOLVE",
-         "END": "END"}
-VERB_ORDER = ("DEFINE", "ALTER", "DELETE", "DISPLAY", "CLEAR", "STOP", "PING", "SET",
-              "ARCHIVE", "RESOLVE", "END")
+         "START": "START", "STA": "START", "RESET": "RESET", "END": "END"}
+VERB_ORDER = ("DEFINE", "ALTER", "DELETE", "DISPLAY", "CLEAR", "START", "STOP", "PING", "SET",
+              "ARCHIVE", "RESOLVE", "RESET", "END")
 OBJTYPES = {"QLOCAL": "QLOCAL", "QL": "QLOCAL", "QUEUE": "QUEUE", "Q": "QUEUE",
             "QSTATUS": "QSTATUS", "QS": "QSTATUS", "CONN": "CONN", "QMSTATUS": "QMSTATUS",
-            "QMGR": "QMGR", "AUTHREC": "AUTHREC", "LOG": "LOG", "UOW": "UOW"}
+            "QMGR": "QMGR", "AUTHREC": "AUTHREC", "LOG": "LOG", "UOW": "UOW",
+            "QREMOTE": "QREMOTE", "QR": "QREMOTE", "CHANNEL": "CHANNEL", "CHL": "CHANNEL",
+            "CHSTATUS": "CHSTATUS", "CHS": "CHSTATUS", "LISTENER": "LISTENER",
+            "LSTR": "LISTENER"}
 
 QLOCAL_ATTRS = tuple(QLOCAL_DEFAULTS)
+QREMOTE_ATTRS = tuple(QREMOTE_DEFAULTS)
+CHANNEL_ATTRS = tuple(CHANNEL_DEFAULTS)
+LISTENER_ATTRS = tuple(LISTENER_DEFAULTS)
+DISPLAY_QREMOTE_ATTRS = ("QUEUE", "TYPE") + QREMOTE_ATTRS
+DISPLAY_CHANNEL_ATTRS = ("CHANNEL",) + CHANNEL_ATTRS
+DISPLAY_LISTENER_ATTRS = ("LISTENER",) + LISTENER_ATTRS + ("STATUS",)
+#: DISPLAY CHSTATUS (MQ's names): the channel's state and its synchronisation data
+CHSTATUS_ATTRS = ("CHANNEL", "CHLTYPE", "STATUS", "CONNAME", "RQMNAME", "XMITQ", "INDOUBT",
+                  "LSTSEQNO", "CURSEQNO", "LSTLUWID", "CURLUWID", "MSGS", "BATCHES",
+                  "XQMSGSA", "LONGRTS", "SHORTRTS", "LSTMSGDA", "LSTMSGTI", "STOPREQ")
 QMGR_ATTRS = tuple(QMGR_DEFAULTS)
 
 #: what DISPLAY can show, per object type, in display order
@@ -131,6 +150,31 @@ SPECS: dict[tuple[str, str], Spec] = {
     ("ARCHIVE", "LOG"): Spec(""),
     ("DISPLAY", "UOW"): Spec("required", _DISPLAY_COMMON, UOW_ATTRS + ("ALL",)),
     ("RESOLVE", "UOW"): Spec("required", ("ACTION",)),
+    ("DEFINE", "QREMOTE"): Spec("required", QREMOTE_ATTRS, ("REPLACE", "NOREPLACE"),
+                                exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("ALTER", "QREMOTE"): Spec("required", QREMOTE_ATTRS),
+    ("DELETE", "QREMOTE"): Spec("required"),
+    ("DISPLAY", "QREMOTE"): Spec("required", _DISPLAY_COMMON,
+                                 DISPLAY_QREMOTE_ATTRS + ("ALL",)),
+    ("DEFINE", "CHANNEL"): Spec("required", CHANNEL_ATTRS, ("REPLACE", "NOREPLACE"),
+                                exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("ALTER", "CHANNEL"): Spec("required", CHANNEL_ATTRS),
+    ("DELETE", "CHANNEL"): Spec("required"),
+    ("DISPLAY", "CHANNEL"): Spec("required", _DISPLAY_COMMON,
+                                 DISPLAY_CHANNEL_ATTRS + ("ALL",)),
+    ("START", "CHANNEL"): Spec("required"),
+    ("STOP", "CHANNEL"): Spec("required"),
+    ("RESET", "CHANNEL"): Spec("required", ("SEQNUM",)),
+    ("RESOLVE", "CHANNEL"): Spec("required", ("ACTION",)),
+    ("DISPLAY", "CHSTATUS"): Spec("required", _DISPLAY_COMMON, CHSTATUS_ATTRS + ("ALL",)),
+    ("DEFINE", "LISTENER"): Spec("required", LISTENER_ATTRS, ("REPLACE", "NOREPLACE"),
+                                 exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("ALTER", "LISTENER"): Spec("required", LISTENER_ATTRS),
+    ("DELETE", "LISTENER"): Spec("required"),
+    ("DISPLAY", "LISTENER"): Spec("required", _DISPLAY_COMMON,
+                                  DISPLAY_LISTENER_ATTRS + ("ALL",)),
+    ("START", "LISTENER"): Spec("required"),
+    ("STOP", "LISTENER"): Spec("required"),
 }
 #: object types each verb takes, in the order error messages list them
 VERB_OBJTYPES: dict[str, tuple[str, ...]] = {}

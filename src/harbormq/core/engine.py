@@ -50,20 +50,27 @@ from ..log.records import (
 )
 from ..store.dirs import set_aside
 from ..store.stores import CatalogStore, QueueStore
+from . import remote
 from .connections import ConnectionRegistry
 from .log_management import LogManagement
 from .media_points import media_lsn, media_table
 from .objects import (
+    CHANNEL_DEFAULTS,
     DEAD_LETTER_QUEUE,
     DEFAULT_LOCAL_QUEUE,
+    LISTENER_DEFAULTS,
     QLOCAL_DEFAULTS,
     QMGR_DEFAULTS,
     QMGR_OBJECT,
+    QREMOTE_DEFAULTS,
+    channel_key,
     check_name,
+    listener_key,
     validate,
 )
 from .operator_log import OperatorLog
 from .queue import LocalQueue
+from .remote import TransmissionHeader
 
 _id_prefix = os.urandom(8)
 _id_counter = itertools.count(1)
@@ -136,6 +143,8 @@ class QueueManagerCore:
         self.log.say = oplog.emit
         self.catalog_store: CatalogStore | None = None
         self.objects: dict[str, dict] = {}            # name -> definition (incl. QMGR)
+        #: told (objtype, name) when a channel, listener or remote queue changes
+        self.definition_listeners: list = []
         self.catalog_dirty: dict[str, dict | None] = {}
         self.catalog_dirty_lsn: int | None = None
         #: the catalog snapshot a flush is writing (kept until the store has it)
@@ -263,6 +272,8 @@ class QueueManagerCore:
         newer incarnation of the name whose create is still in the log: that is
         judged after redo (``report_damage``), and nothing is written into it.
         Restart passes ``report=False``: damage is reported once redo is over."""
+        for k, v in QLOCAL_DEFAULTS.items():     # attributes added since it was defined
+            definition["attrs"].setdefault(k, v)
         path = self.config.queue_dir(definition["name"])
         existed = (path / "data.mdb").exists()
         map_size = self.config.tuning.store_map_size_mb << 20
@@ -355,6 +366,79 @@ class QueueManagerCore:
             q.store.rebuild_index(definition["attrs"]["INDXTYPE"])
         await self.log.force()
         return definition
+
+    # -- definitions only: remote queues, channels, listeners ------------------------
+
+    DEFINITION_TYPES = {"QREMOTE": (QREMOTE_DEFAULTS, lambda n: n),
+                        "CHANNEL": (CHANNEL_DEFAULTS, channel_key),
+                        "LISTENER": (LISTENER_DEFAULTS, listener_key)}
+
+    def definition(self, objtype: str, name: str) -> dict:
+        key = self.DEFINITION_TYPES[objtype][1](name)
+        d = self.objects.get(key)
+        if d is None or d["type"] != objtype:
+            raise UnknownObject(f"{objtype.lower()} {name} is not defined on queue manager "
+                                f"{self.name} (MQRC 2085)", queue=name)
+        return d
+
+    async def define_object(self, objtype: str, name: str, attrs: dict, *,
+                            replace: bool = False) -> dict:
+        """DEFINE QREMOTE / CHANNEL / LISTENER: a definition in the catalog,
+        logged like a queue's (OBJECT_CREATE), with nothing stored beside it."""
+        self.check_running()
+        check_name(name, objtype.lower())
+        defaults, key_of = self.DEFINITION_TYPES[objtype]
+        key = key_of(name)
+        if key in self.objects:
+            if not replace:
+                what = "queue" if objtype == "QREMOTE" else objtype.lower()
+                raise ObjectExists(f"{what} {name} already exists (use REPLACE to change it)",
+                                   queue=name)
+            if self.objects[key]["type"] != objtype:
+                raise ObjectExists(f"{name} is a {self.objects[key]['type']}, not a {objtype} "
+                                   "(MQRC 2100 OBJECT_ALREADY_EXISTS)", queue=name)
+            return await self.alter_object(objtype, name, attrs)
+        merged = dict(defaults)
+        merged.update(validate(attrs, defaults, f"{objtype.lower()} {name}"))
+        oid = self.next_object_id
+        self.next_object_id += 1
+        definition = {"type": objtype, "name": name, "object_id": oid, "attrs": merged}
+        lsn = self.append_record(RecordType.OBJECT_CREATE, object_id=oid, name=key,
+                                 payload=encode_json(definition))
+        definition["create_lsn"] = lsn
+        self.set_definition(key, definition, lsn)
+        await self.log.force()
+        self.notify_definitions(objtype, name)
+        return definition
+
+    async def alter_object(self, objtype: str, name: str, attrs: dict) -> dict:
+        self.check_running()
+        d = self.definition(objtype, name)
+        key = self.DEFINITION_TYPES[objtype][1](name)
+        changes = validate(attrs, self.DEFINITION_TYPES[objtype][0], f"{objtype.lower()} {name}")
+        definition = dict(d, attrs=dict(d["attrs"], **changes))
+        lsn = self.append_record(RecordType.OBJECT_ALTER, object_id=d["object_id"], name=key,
+                                 payload=encode_json(definition))
+        self.set_definition(key, definition, lsn)
+        await self.log.force()
+        self.notify_definitions(objtype, name)
+        return definition
+
+    async def delete_object(self, objtype: str, name: str) -> None:
+        self.check_running()
+        d = self.definition(objtype, name)
+        key = self.DEFINITION_TYPES[objtype][1](name)
+        lsn = self.append_record(RecordType.OBJECT_DELETE, object_id=d["object_id"], name=key,
+                                 payload=encode_json({"name": key}))
+        self.set_definition(key, None, lsn)
+        self.media_points.pop(key, None)
+        await self.log.force()
+        self.notify_definitions(objtype, name)
+
+    def notify_definitions(self, objtype: str, name: str) -> None:
+        """Tell whoever runs these objects (the channel initiator) that one changed."""
+        for listener in list(self.definition_listeners):
+            listener(objtype, name)
 
     async def alter_qmgr(self, attrs: dict) -> dict:
         self.check_running()
@@ -459,8 +543,36 @@ class QueueManagerCore:
         return msg
 
     def defaults_for(self, q: LocalQueue, priority: int | None, persistent: bool | None):
-        return (q.attrs["DEFPRTY"] if priority is None else priority,
-                q.attrs["DEFPSIST"] == "YES" if persistent is None else persistent)
+        return self._defaults(q.attrs, priority, persistent)
+
+    @staticmethod
+    def _defaults(attrs: dict, priority: int | None, persistent: bool | None):
+        return (attrs["DEFPRTY"] if priority is None else priority,
+                attrs["DEFPSIST"] == "YES" if persistent is None else persistent)
+
+    def output_queue(self, name: str) -> tuple[LocalQueue, TransmissionHeader | None, dict]:
+        """Where a put to ``name`` goes: the local queue, or for a remote queue
+        definition (QREMOTE) its transmission queue and the header to wrap the
+        message in; and the attributes that give the put's defaults (the
+        QREMOTE's own, as in MQ's name resolution)."""
+        found = remote.resolve(self.objects, name)
+        if found is None:
+            q = self.queue(name)
+            return q, None, q.attrs
+        xmitq, header, attrs = found
+        if attrs["PUT"] != "ENABLED":
+            raise PutInhibited(f"puts are inhibited on remote queue {name} (MQRC 2051)",
+                               queue=name)
+        return self.queue(xmitq), replace(header, from_qm=self.name), attrs
+
+    def is_remote_queue(self, name: str) -> bool:
+        d = self.objects.get(name)
+        return d is not None and d["type"] == "QREMOTE"
+
+    def defaults_for_name(self, name: str, priority: int | None, persistent: bool | None):
+        """A put's priority and persistence where the caller left them to the
+        queue (for a remote queue, its QREMOTE definition)."""
+        return self._defaults(self.output_queue(name)[2], priority, persistent)
 
     async def put(self, queue: str, msg: Message, uow: UnitOfWork | None = None) -> Message:
         """Put ``msg`` (priority and persistence already resolved by the caller);
@@ -478,7 +590,13 @@ class QueueManagerCore:
         Protocol servers use this so that frames are applied in arrival order
         while their forces are shared."""
         self.check_running()
-        q = self.queue(queue)
+        q, header, _attrs = self.output_queue(queue)
+        if header is not None:
+            self.check_put(q, msg)       # (MAXMSGL of the original, not of the wrapping)
+            msg.raw = msg._key = None
+            msg.msg_id = msg.msg_id or new_msg_id()    # the id it keeps end to end
+            msg.put_time_ns = time.time_ns()
+            msg = remote.wrap(msg, header)
         msg = self._prepare_message(q, msg)
         q.last_put_ns = msg.put_time_ns
         if uow is None:

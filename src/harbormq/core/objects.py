@@ -1,10 +1,16 @@
-"""Object definitions: the queue manager object and local queues (QLOCAL).
+"""Object definitions: the queue manager object, local queues (QLOCAL),
+remote queue definitions (QREMOTE), channels and channel listeners.
 
 Attributes use MQSC names. A definition is a plain dict (it is logged as JSON
 in OBJECT_CREATE/ALTER records and kept in the catalog store)::
 
     {"type": "QLOCAL", "name": "Q1", "object_id": 7, "create_lsn": 4242,
      "attrs": {"DESCR": "", "DEFPSIST": "NO", ...}}
+
+Queues (QLOCAL, QREMOTE) share one namespace, as in MQ; channels and
+listeners each have their own, kept in the catalog under ``CHANNEL:name``
+and ``LISTENER:name`` (":" is never in an object name, so the keys cannot
+meet a queue's).
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from ..errors import InvalidAttribute
 QMGR_OBJECT = "QMGR"
 DEFAULT_LOCAL_QUEUE = "SYSTEM.DEFAULT.LOCAL.QUEUE"
 DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
+#: the channels' synchronisation data: one message per channel and side,
+#: replaced under each batch's unit of work (MQ's SYSTEM.CHANNEL.SYNCQ)
+CHANNEL_SYNCQ = "SYSTEM.CHANNEL.SYNCQ"
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._/%]{1,48}$")
 
@@ -31,6 +40,46 @@ QLOCAL_DEFAULTS = {
     "BOQNAME": "",
     "GET": "ENABLED",
     "PUT": "ENABLED",
+    "USAGE": "NORMAL",         # XMITQ: a transmission queue, read by a sender channel
+}
+
+#: QREMOTE: a local name for a queue on another queue manager
+QREMOTE_DEFAULTS = {
+    "DESCR": "",
+    "RNAME": "",               # the queue's name there
+    "RQMNAME": "",             # the queue manager it is on
+    "XMITQ": "",               # blank: the transmission queue named RQMNAME
+    "DEFPSIST": "NO",
+    "DEFPRTY": 0,
+    "PUT": "ENABLED",
+}
+
+#: CHANNEL: a message channel agent's definition (sender or receiver)
+CHANNEL_DEFAULTS = {
+    "CHLTYPE": "SDR",
+    "DESCR": "",
+    "TRPTYPE": "TCP",
+    "CONNAME": "",             # sender: 'host(port)'
+    "XMITQ": "",               # sender: the transmission queue it reads
+    "BATCHSZ": 50,
+    "BATCHINT": 0,             # ms a batch waits for more messages
+    "DISCINT": 6000,           # s idle before the sender disconnects
+    "HBINT": 300,
+    "SHORTRTY": 10,
+    "SHORTTMR": 60,
+    "LONGRTY": 999_999_999,
+    "LONGTMR": 1200,
+    "SSLCIPH": "",
+    "MCAUSER": "",
+}
+
+#: LISTENER: where receiver channels are accepted
+LISTENER_DEFAULTS = {
+    "DESCR": "",
+    "TRPTYPE": "TCP",
+    "IPADDR": "127.0.0.1",
+    "PORT": 1414,
+    "CONTROL": "MANUAL",       # QMGR: started and stopped with the queue manager
 }
 
 QMGR_DEFAULTS = {
@@ -44,13 +93,46 @@ _CHOICES = {
     "INDXTYPE": ("NONE", "MSGID", "CORRELID"),
     "GET": ("ENABLED", "DISABLED"),
     "PUT": ("ENABLED", "DISABLED"),
+    "USAGE": ("NORMAL", "XMITQ"),
+    "CHLTYPE": ("SDR", "RCVR"),
+    "TRPTYPE": ("TCP",),
+    "CONTROL": ("QMGR", "MANUAL"),
 }
 _RANGES = {
     "DEFPRTY": (0, 9),
     "MAXDEPTH": (0, 999_999_999),
     "MAXMSGL": (0, 100 * 1024 * 1024),
     "BOTHRESH": (0, 999_999_999),
+    "BATCHSZ": (1, 9999),
+    "BATCHINT": (0, 999_999_999),
+    "DISCINT": (0, 999_999),
+    "HBINT": (0, 999_999),
+    "SHORTRTY": (0, 999_999_999),
+    "SHORTTMR": (0, 999_999_999),
+    "LONGRTY": (0, 999_999_999),
+    "LONGTMR": (0, 999_999_999),
+    "PORT": (0, 65535),
 }
+#: attributes naming a queue or queue manager
+_NAMES = ("BOQNAME", "DEADQ", "RNAME", "RQMNAME", "XMITQ")
+CONNAME_RE = re.compile(r"^([A-Za-z0-9.\-:]+)\((\d{1,5})\)$")
+
+
+def channel_key(name: str) -> str:
+    return f"CHANNEL:{name}"
+
+
+def listener_key(name: str) -> str:
+    return f"LISTENER:{name}"
+
+
+def parse_conname(conname: str) -> tuple[str, int]:
+    """CONNAME('host(port)') -> (host, port)."""
+    m = CONNAME_RE.match(conname or "")
+    if m is None or not 0 < int(m.group(2)) < 65536:
+        raise InvalidAttribute(f"CONNAME({conname}) is not valid: use 'host(port)', e.g. "
+                               "'127.0.0.1(1414)'")
+    return m.group(1), int(m.group(2))
 
 
 def check_name(name: str, what: str = "queue") -> str:
@@ -87,8 +169,15 @@ def validate(attrs: dict, defaults: dict, what: str) -> dict:
             if not lo <= v <= hi:
                 raise InvalidAttribute(f"{key}({value}) is out of range {lo}..{hi}")
             out[key] = v
-        elif key in ("BOQNAME", "DEADQ"):
+        elif key in _NAMES:
             out[key] = check_name(str(value), key) if value else ""
+        elif key == "CONNAME":
+            out[key] = str(value)
+            if value:
+                parse_conname(out[key])
+        elif key == "SSLCIPH" and value:
+            raise InvalidAttribute("SSLCIPH: TLS on channels is not supported yet; leave it "
+                                   "blank")
         else:
             out[key] = str(value)
     return out

@@ -119,7 +119,7 @@ async def image_object(core: QueueManagerCore, name: str, progress: Progress = n
     done = core.loop.create_future()
     core.imaging[name] = done
     try:
-        if core.objects[name]["type"] == "QMGR":
+        if core.objects[name]["type"] != "QLOCAL":    # a definition, nothing stored
             return await _image_definition(core, name, force)
         return await _image_queue(core, name, progress, force)
     finally:

@@ -333,8 +333,10 @@ async def recreate_objects(core: QueueManagerCore, obj_type: str, pattern: str |
     for name in names:
         if name == QMGR_OBJECT:
             out.append(await _recreate_catalog(core, progress))
-        else:
+        elif core.objects[name]["type"] == "QLOCAL":
             out.append(await recreate_queue(core, name, progress))
+        # (a remote queue, channel or listener is a definition only: the
+        # catalog's recreate brings it back)
     await core.checkpoint("media recovery")
     return out
 

@@ -1,7 +1,8 @@
 """The queue manager as a process (``harbormq start``).
 
 It runs the core on the main asyncio loop, serves STOMP on the listeners of
-qm.toml (``stomp/``), and listens on the admin socket ``qmgrs/<QM>/admin.sock``
+qm.toml (``stomp/``), runs the channels and their listeners (``channels/``),
+and listens on the admin socket ``qmgrs/<QM>/admin.sock``
 (mode 0600: only the owning OS user administers the queue manager locally).
 The admin protocol (``admin/protocol.py``) is served on that socket.
 
@@ -18,6 +19,7 @@ import signal
 import sys
 
 from ..admin.protocol import MAX_REQUEST_BYTES, AdminProtocol
+from ..channels.initiator import ChannelInitiator
 from ..config import QMConfig
 from ..errors import HarbormqError
 from ..qmgr.lifecycle import RunningQueueManager
@@ -35,6 +37,7 @@ class QueueManagerServer:
         self.stop_mode: asyncio.Future | None = None
         self.security = Security.for_config(config)
         self.stomp: StompService | None = None
+        self.channels: ChannelInitiator | None = None
 
     def status(self) -> dict:
         core = self.running.core
@@ -64,9 +67,12 @@ class QueueManagerServer:
         self.running = await RunningQueueManager.start(self.config, console=self.console,
                                                       progress=self.progress)
         self.stomp = StompService(self.running.core, self.config, self.security)
+        self.channels = ChannelInitiator(self.running.core)
         try:
             await self.stomp.start()
+            await self.channels.start()
         except BaseException:
+            await self.channels.stop()
             await self.stomp.stop()
             await self.running.stop("immediate")
             raise
@@ -87,6 +93,7 @@ class QueueManagerServer:
         loop.add_signal_handler(signal.SIGINT, self.request_stop, "immediate")
         mode = await self.stop_mode
         server.close()
+        await self.channels.stop()
         await self.stomp.stop()
         try:
             sock.unlink()

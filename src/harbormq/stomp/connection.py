@@ -247,7 +247,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
     def _needs_define(self, name: str):
         """None when the queue exists; else the coroutine that defines it (or an
         error when queues are not defined on first use)."""
-        if name in self.core.queues:
+        if name in self.core.queues or self.core.is_remote_queue(name):
             return None
         if not self.settings.auto_define_queues:
             raise UnknownObject(f"queue {name} is not defined on queue manager "
@@ -287,7 +287,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
             self._output_queues.add(name)
             self.info.open(name, "output")
         if self.settings.full_queue_wait_ms:
-            q = self.core.queue(name)
+            q = self.core.output_queue(name)[0]
             self.core.check_put(q, msg)     # what depth cannot cure fails at once
             if self._must_wait(q):
                 return self._wait_for_room(q)
@@ -349,7 +349,6 @@ class StompConnection(DeliveryMixin, FrameTransport):
 
     def _message(self, frame: Frame, queue: str) -> Message:
         h = frame.headers
-        q = self.core.queue(queue)
         priority = None
         if "priority" in h:
             try:
@@ -364,7 +363,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
             if value not in ("true", "false"):
                 raise ProtocolError(f"persistent {h['persistent']!r} must be true or false")
             persistent = value == "true"
-        priority, persistent = self.core.defaults_for(q, priority, persistent)
+        priority, persistent = self.core.defaults_for_name(queue, priority, persistent)
         expiry_ns = 0
         if h.get("expires", "0") not in ("", "0"):
             try:

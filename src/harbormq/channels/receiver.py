@@ -1,0 +1,160 @@
+"""The receiver channel agent: one per connection a listener accepts.
+
+It puts each batch's messages, and the batch's sync data, under one unit of
+work, commits it (forced), and only then confirms: a batch is either wholly
+committed here with its sequence number and id, or not at all, and the
+sender learns which at the next HELLO. A message that cannot be put where it
+is addressed goes to the dead-letter queue with a dead-letter header (the
+reason, where it was going); only when that fails too does the batch fail,
+and the messages stay on the sender's transmission queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..core import remote
+from ..core.objects import DEAD_LETTER_QUEUE
+from ..crashpoints import crash_point
+from ..errors import HarbormqError
+from . import protocol as p
+from . import sync
+
+#: how long a sender may stay silent inside a batch
+BATCH_TIMEOUT = 300.0
+
+
+class ReceiverSession:
+    def __init__(self, initiator, reader, writer):
+        self.initiator = initiator
+        self.core = initiator.core
+        self.reader, self.writer = reader, writer
+        self.name = ""
+        self.partner = ""
+        self.conname = ""
+        self.status = "BINDING"
+        self.msgs = self.batches = 0
+        self.last_seq = 0
+        self.last_luwid = ""
+        self.last_msg_ns = 0
+        peer = writer.get_extra_info("peername")
+        if peer:
+            self.conname = f"{peer[0]}({peer[1]})"
+
+    def say(self, msgid: str, text: str) -> None:
+        self.core.oplog.emit(msgid, f"channel {self.name or '?'}: {text}")
+
+    async def refuse(self, msgid: str, text: str) -> None:
+        self.writer.write(p.encode(p.ERROR, {"msgid": msgid, "message": text}))
+        await self.writer.drain()
+        self.say(msgid, f"refused a connection from {self.conname}: {text}")
+
+    async def run(self) -> None:
+        core = self.core
+        _k, hello, _ = p.expect(await asyncio.wait_for(p.read_frame(self.reader), 60), p.HELLO)
+        self.name, self.partner = str(hello.get("channel", "")), str(hello.get("qm", ""))
+        d = core.objects.get(f"CHANNEL:{self.name}")
+        if d is None or d["attrs"]["CHLTYPE"] != "RCVR":
+            await self.refuse("HMQ9520E", f"channel {self.name} is not defined as a receiver "
+                              f"(CHLTYPE(RCVR)) on queue manager {core.name}")
+            return
+        if hello.get("version") != p.PROTOCOL_VERSION:
+            await self.refuse("HMQ9504E", f"channel protocol version {hello.get('version')} "
+                              f"is not {p.PROTOCOL_VERSION}")
+            return
+        if not self.initiator.claim_receiver(self):
+            await self.refuse("HMQ9514E", f"channel {self.name} is in use by another "
+                              "connection")
+            return
+        try:
+            await self._converse(hello)
+        finally:
+            self.initiator.release_receiver(self)
+
+    async def _converse(self, hello: dict) -> None:
+        core = self.core
+        state = sync.read(core, sync.RECEIVER, self.name)
+        self.last_seq, self.last_luwid = state["seq"], state["luwid"]
+        self.writer.write(p.encode(p.HELLO_OK, {"qm": core.name, "seq": state["seq"],
+                                                "luwid": state["luwid"]}))
+        await self.writer.drain()
+        expected = hello["seq"] if hello.get("reset") else None
+        self.status = "RUNNING"
+        self.say("HMQ9002I", f"started from {self.partner} at {self.conname}")
+        uow = None
+        try:
+            while True:
+                kind, h, payload = p.expect(
+                    await asyncio.wait_for(p.read_frame(self.reader), BATCH_TIMEOUT),
+                    p.MSG, p.END_BATCH, p.CLOSE)
+                if kind == p.CLOSE:
+                    self.status = "INACTIVE"
+                    return
+                if kind == p.MSG:
+                    want = (self.last_seq if expected is None else expected) + 1
+                    if h.get("seq") != want:
+                        await self.refuse("HMQ9526E", f"message sequence number error for "
+                                          f"channel {self.name}: received {h.get('seq')}, "
+                                          f"expected {want}")
+                        return
+                    expected = want
+                    if uow is None:
+                        uow = core.begin(owner=sync.owner(self.name))
+                    self._deliver(payload, uow)
+                    continue
+                # END_BATCH
+                if uow is None:
+                    uow = core.begin(owner=sync.owner(self.name))
+                seq = h["seq"]
+                sync.replace(core, uow, sync.RECEIVER, self.name,
+                             {"seq": seq, "luwid": h["luwid"], "partner": self.partner})
+                crash_point("channel.receiver_before_commit")
+                await core.commit(uow)
+                uow = None
+                crash_point("channel.receiver_committed")
+                self.last_seq, self.last_luwid = seq, h["luwid"]
+                self.batches += 1
+                self.writer.write(p.encode(p.CONFIRM, {"luwid": h["luwid"], "seq": seq}))
+                await self.writer.drain()
+        finally:
+            if uow is not None and uow.state == "active":
+                await core.backout(uow)
+
+    def _deliver(self, payload: bytes, uow) -> None:
+        core = self.core
+        try:
+            header, msg = remote.unwrap(payload)
+        except ValueError as exc:
+            raise p.ChannelProtocolError(f"a message on channel {self.name} is not a "
+                                         f"transmission message: {exc}") from None
+        try:
+            if header.rqm != core.name:
+                raise HarbormqError(f"it is addressed to queue manager {header.rqm}, not "
+                                    f"{core.name} (MQRC 2087 UNKNOWN_REMOTE_Q_MGR)",
+                                    msgid="HMQ9544W")
+            core.put_nowait(header.rq, msg, uow)
+        except HarbormqError as exc:
+            self._dead_letter(header, msg, exc, uow)
+        self.msgs += 1
+        self.last_msg_ns = time.time_ns()
+
+    def _dead_letter(self, header, msg, exc: HarbormqError, uow) -> None:
+        """MQ's dead-letter header, as message properties: the reason, where
+        the message was going, which channel brought it."""
+        core = self.core
+        dlq = core.qmgr_attrs.get("DEADQ") or DEAD_LETTER_QUEUE
+        msg.properties = dict(msg.properties, DLH_REASON=str(exc.reason or 0),
+                              DLH_REASON_TEXT=exc.message, DLH_DESTQ=header.rq,
+                              DLH_DESTQMGR=header.rqm, DLH_PUTAPPLNAME=f"channel {self.name}",
+                              DLH_FROMQMGR=header.from_qm)
+        msg.raw = None
+        try:
+            core.put_nowait(dlq, msg, uow)
+        except HarbormqError as dlq_exc:
+            raise HarbormqError(
+                f"a message for {header.rq} cannot be put ({exc.message}) nor put on the "
+                f"dead-letter queue {dlq} ({dlq_exc.message}); the batch is backed out and "
+                "stays on the sender's transmission queue", msgid="HMQ9544E") from None
+        self.say("HMQ9544W", f"a message for queue {header.rq} was put on the dead-letter "
+                 f"queue {dlq}: {exc.message}")

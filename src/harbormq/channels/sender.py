@@ -1,0 +1,263 @@
+"""The sender channel agent: reads its transmission queue in batches and sends
+them to the receiver, exactly once (docs/channels.md).
+
+A batch: up to BATCHSZ messages got from the transmission queue under one
+unit of work, each sent with the next sequence number; the new sync data put
+under the same unit of work; the unit **prepared** (forced: from here the
+batch is in doubt and survives a crash); END_BATCH sent; on the receiver's
+CONFIRM (it has committed the batch) the unit of work is committed. At the
+next HELLO an in-doubt batch is resolved against the receiver's last batch
+id: committed there, committed here; else backed out here and sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from ..core.objects import parse_conname
+from ..crashpoints import crash_point
+from ..errors import HarbormqError
+from . import protocol as p
+from . import sync
+
+#: how long a partner has to answer a HELLO or an END_BATCH
+ANSWER_TIMEOUT = 60.0
+#: partner errors that a retry may cure (the receiver still holds the
+#: channel for a connection it has not yet seen end)
+RETRYABLE = ("HMQ9514E",)
+
+
+class ChannelStopped(HarbormqError):
+    """The channel cannot go on until the operator acts (sequence numbers
+    disagree, the partner refused it): it goes to STOPPED."""
+    msgid = "HMQ9526E"
+
+
+class SenderChannel:
+    def __init__(self, initiator, name: str):
+        self.initiator = initiator
+        self.core = initiator.core
+        self.name = name
+        self.status = "INACTIVE"
+        self.stop_requested = False
+        self.task: asyncio.Task | None = None
+        self.msgs = self.batches = 0
+        self.cur_seq = 0
+        self.cur_luwid = ""
+        self.partner = ""
+        self.short_left = self.long_left = 0
+        self.last_msg_ns = 0
+        self._wake = asyncio.Event()
+
+    @property
+    def definition(self) -> dict:
+        return self.core.definition("CHANNEL", self.name)
+
+    @property
+    def attrs(self) -> dict:
+        return self.definition["attrs"]
+
+    def say(self, msgid: str, text: str) -> None:
+        self.core.oplog.emit(msgid, f"channel {self.name}: {text}")
+
+    # -- running ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.stop_requested = False
+        if self.task is None or self.task.done():
+            self.status = "INACTIVE"
+            self.task = self.core.spawn(self.run())
+
+    async def stop(self) -> None:
+        self.stop_requested = True
+        self._wake.set()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self.status = "STOPPED"
+
+    async def run(self) -> None:
+        a = self.attrs
+        self.short_left, self.long_left = a["SHORTRTY"], a["LONGRTY"]
+        while not self.stop_requested:
+            try:
+                if sync.in_doubt(self.core, self.name) is None:
+                    self.status = "INACTIVE"
+                    await self._work_available()
+                await self._session()
+                self.short_left, self.long_left = self.attrs["SHORTRTY"], self.attrs["LONGRTY"]
+            except asyncio.CancelledError:
+                raise
+            except (ChannelStopped, p.PartnerError) as exc:
+                if exc.msgid in RETRYABLE and not self.stop_requested:
+                    if await self._retry_wait(exc):
+                        continue
+                    return
+                self.status = "STOPPED"
+                self.say(exc.msgid, f"stopped: {exc.message}")
+                return
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError,
+                    p.ChannelProtocolError, HarbormqError) as exc:
+                if self.stop_requested or self.core.stopping:
+                    return
+                if not await self._retry_wait(exc):
+                    return
+
+    async def _work_available(self) -> None:
+        """Wait until the transmission queue has a message to send (MQ triggers
+        the channel then)."""
+        xmitq = self.attrs["XMITQ"]
+        while not self.stop_requested:
+            q = self.core.queue(xmitq)
+            if q.first_available(None, time.time_ns())[1] is not None:
+                return
+            fut = self.core.loop.create_future()
+            q.waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, 1.0)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                if fut in q.waiters:
+                    q.waiters.remove(fut)
+
+    async def _retry_wait(self, exc: BaseException) -> bool:
+        a = self.attrs
+        why = exc.message if isinstance(exc, HarbormqError) else repr(exc)
+        if self.short_left > 0:
+            self.short_left -= 1
+            wait = a["SHORTTMR"]
+        elif self.long_left > 0:
+            self.long_left -= 1
+            wait = a["LONGTMR"]
+        else:
+            self.status = "STOPPED"
+            self.say("HMQ9999E", f"ended: {why}; no retries left (SHORTRTY, LONGRTY)")
+            return False
+        self.status = "RETRYING"
+        self.say("HMQ9509W", f"cannot reach its partner ({why}); retrying in {wait} s")
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), wait)
+        except asyncio.TimeoutError:
+            pass
+        return not self.stop_requested
+
+    async def _session(self) -> None:
+        a = self.attrs
+        host, port = parse_conname(a["CONNAME"])
+        self.status = "BINDING"
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 30)
+        try:
+            await self._converse(reader, writer)
+        finally:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (OSError, ConnectionError):
+                pass
+
+    async def _converse(self, reader, writer) -> None:
+        core, a = self.core, self.attrs
+        state = sync.read(core, sync.SENDER, self.name)
+        doubt = sync.in_doubt(core, self.name)
+        writer.write(p.encode(p.HELLO, {
+            "version": p.PROTOCOL_VERSION, "channel": self.name, "qm": core.name,
+            "seq": state["seq"], "reset": bool(state.get("reset")),
+            "indoubt": doubt[1] if doubt else None}))
+        await writer.drain()
+        _k, hello, _ = p.expect(await asyncio.wait_for(p.read_frame(reader), ANSWER_TIMEOUT),
+                                p.HELLO_OK)
+        self.partner = hello.get("qm", "")
+        if doubt is not None:
+            await self._resolve(doubt, hello)
+            state = sync.read(core, sync.SENDER, self.name)
+        if not state.get("reset") and hello["seq"] != state["seq"]:
+            writer.write(p.encode(p.ERROR, {"msgid": "HMQ9526E", "message": (
+                f"message sequence number error for channel {self.name}: {core.name} last "
+                f"sent {state['seq']}, {self.partner} last received {hello['seq']}")}))
+            await writer.drain()
+            raise ChannelStopped(
+                f"message sequence number error: this queue manager last sent sequence "
+                f"number {state['seq']}, {self.partner} last received {hello['seq']} (MQ's "
+                f"AMQ9526); RESET CHANNEL({self.name}) SEQNUM(n) on one side once the "
+                "operator knows which messages arrived")
+        self.cur_seq = state["seq"]
+        self.status = "RUNNING"
+        self.say("HMQ9002I", f"started to {self.partner} at {a['CONNAME']}")
+        reset = bool(state.get("reset"))
+        while not self.stop_requested:
+            if not await self._batch(reader, writer, reset):
+                writer.write(p.encode(p.CLOSE, {}))
+                await writer.drain()
+                self.status = "INACTIVE"
+                return
+            reset = False
+
+    async def _resolve(self, doubt, hello: dict) -> None:
+        uow, pending = doubt
+        if hello.get("luwid") == pending["luwid"]:
+            await self.core.commit(uow)
+            self.say("HMQ9520I", f"in-doubt batch {pending['luwid']} (sequence number "
+                     f"{pending['seq']}) committed: {self.partner} had committed it")
+        else:
+            await self.core.backout(uow)
+            self.say("HMQ9520I", f"in-doubt batch {pending['luwid']} backed out: "
+                     f"{self.partner} had not committed it; its messages are sent again")
+
+    async def _batch(self, reader, writer, reset: bool) -> bool:
+        """Send one batch; False when the transmission queue stayed empty for
+        DISCINT seconds (the channel then disconnects)."""
+        core, a = self.core, self.attrs
+        xmitq = a["XMITQ"]
+        uow = core.begin(owner=sync.owner(self.name))
+        try:
+            first = await core.get(xmitq, uow, wait=a["DISCINT"] or 10**9)
+            if first is None:
+                core.discard_empty(uow)
+                return False
+            batch = [first]
+            deadline = time.monotonic() + a["BATCHINT"] / 1000
+            while len(batch) < a["BATCHSZ"]:
+                left = deadline - time.monotonic()
+                msg = core.get_nowait(xmitq, uow)[0] if left <= 0 else \
+                    await core.get(xmitq, uow, wait=left)
+                if msg is None:
+                    break
+                batch.append(msg)
+            seq = self.cur_seq
+            for msg in batch:
+                seq += 1
+                writer.write(p.encode(p.MSG, {"seq": seq, "reset": reset}, msg.body))
+                await writer.drain()
+            luwid = uuid.uuid4().hex
+            sync.replace(core, uow, sync.SENDER, self.name,
+                         {"seq": seq, "luwid": luwid, "partner": self.partner})
+            await core.prepare(uow)
+        except BaseException:
+            if uow.state == "active":
+                await core.backout(uow)      # the messages go back on the queue
+            raise
+        # in doubt from here until the receiver's answer (or the next HELLO)
+        crash_point("channel.sender_prepared")
+        self.cur_luwid = luwid
+        writer.write(p.encode(p.END_BATCH, {"seq": seq, "luwid": luwid}))
+        await writer.drain()
+        _k, h, _ = p.expect(await asyncio.wait_for(p.read_frame(reader), ANSWER_TIMEOUT),
+                            p.CONFIRM)
+        if h.get("luwid") != luwid:
+            raise p.ChannelProtocolError(f"the partner confirmed batch {h.get('luwid')}, "
+                                         f"not {luwid}")
+        crash_point("channel.sender_confirmed")
+        await core.commit(uow)
+        self.cur_seq = seq
+        self.cur_luwid = ""
+        self.msgs += len(batch)
+        self.batches += 1
+        self.last_msg_ns = time.time_ns()
+        return True
