@@ -22,6 +22,8 @@ POINTS = (
     "restart.mid_undo",                 # during backward recovery, after some compensation
     "media.mid_image",                  # a media image's chunk appended, its END not yet
     "media.mid_swap",                   # recreate: old store moved aside, new one not in place
+    "backup.mid_copy",                  # a backup: a store copied into the .part, more to come
+    "restore.mid_swap",                 # a restore: the old target set aside, the new not in place
 )
 
 _target, _, _count = (os.environ.get("HARBORMQ_CRASH_AT") or "").partition(":")
