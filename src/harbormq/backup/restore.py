@@ -159,6 +159,10 @@ def plan_restore(qm_name: str, backup: Path, *, home: Path | None = None,
     backup = Path(backup).absolute()
     if not backup.is_dir():
         raise _refuse(f"{backup} is not a backup directory", path=str(backup))
+    if backup.name.endswith(mf.PART):
+        raise _refuse(f"{backup} is a backup that was never completed (a .part directory is "
+                      "one being written, or one cut short): it is never restored",
+                      path=str(backup), hint="restore from a complete backup beside it")
     if not (backup / mf.MANIFEST).exists():
         # a directory of backups: its newest complete one
         candidates = mf.good_backups(backup / file_name(qm_name), qm_name) or \
@@ -281,37 +285,38 @@ def _roll_forward(plan: RestorePlan, archives: list[Path]) -> None:
     qm_name, chain = plan.qm_name, plan.chain
     cur = plan.extents[-1]
     newest: list[tuple[int, str]] = []
-    if cur.end_lsn is not None:
-        found, controls = _archive_entries(archives, qm_name)
-        while cur.end_lsn is not None and cur.end_lsn in found:
-            problems = []
-            for path, entry in found[cur.end_lsn]:
-                try:
-                    size, sha = mf.file_sha256(path)
-                except FileNotFoundError:
-                    problems.append(f"{path} is missing")
-                    continue
-                if (size, sha) != (entry.size, entry.sha256):
-                    problems.append(f"{path} fails its SHA-256")
-                    continue
-                cur = ExtentCopy(entry.number, entry.first_lsn, entry.end_lsn, path, size, sha,
-                                 f"archive {path.parent}", archived=True)
-                plan.extents.append(cur)
-                plan.checked_bytes += size
-                break
-            else:
-                raise _refuse(f"archived log extent {found[cur.end_lsn][0][1].name} (LSN "
-                              f"{cur.end_lsn}..) cannot be used: {'; '.join(problems)}",
-                              hint="put a good copy back (the other archive path, another "
-                                   "backup), or restore from an older point")
-        for path, data in controls:
+    found, controls = _archive_entries(archives, qm_name)
+    # the next extent; or the same one closed, for a stopped queue manager's
+    # open extent copied by a cold backup
+    while (key := _next_key(cur)) in found:
+        problems = []
+        for path, entry in found[key]:
             try:
-                st = decode_copy(data)
-            except ValueError:
+                size, sha = mf.file_sha256(path)
+            except FileNotFoundError:
+                problems.append(f"{path} is missing")
                 continue
-            known = max((e.end_lsn or e.first_lsn for e in st.extents
-                         if e.state in ("full", "active")), default=0)
-            newest.append((known, f"the archive's control file {path}"))
+            if (size, sha) != (entry.size, entry.sha256):
+                problems.append(f"{path} fails its SHA-256")
+                continue
+            cur = _extend(plan, cur, ExtentCopy(entry.number, entry.first_lsn, entry.end_lsn,
+                                                path, size, sha, f"archive {path.parent}",
+                                                archived=True))
+            plan.checked_bytes += size
+            break
+        else:
+            raise _refuse(f"archived log extent {found[key][0][1].name} (LSN "
+                          f"{key}..) cannot be used: {'; '.join(problems)}",
+                          hint="put a good copy back (the other archive path, another "
+                               "backup), or restore from an older point")
+    for path, data in controls:
+        try:
+            st = decode_copy(data)
+        except ValueError:
+            continue
+        known = max((e.end_lsn or e.first_lsn for e in st.extents
+                     if e.state in ("full", "active")), default=0)
+        newest.append((known, f"the archive's control file {path}"))
     src_log = chain[-1][1]["source"]["log_dir"]
     src_dual = chain[-1][1]["source"].get("dual_dir")
     _from_log_dir(plan, Path(src_log), Path(src_dual) if src_dual else None, newest)
@@ -319,6 +324,20 @@ def _roll_forward(plan: RestorePlan, archives: list[Path]) -> None:
         _open_end(plan.extents[-1])
     if newest:
         plan.newest_known = max(newest)
+
+
+def _next_key(cur: ExtentCopy) -> int:
+    """The first LSN of the extent that continues ``cur``: the next one, or
+    (``cur`` open) the same extent, with more in it."""
+    return cur.end_lsn if cur.end_lsn is not None else cur.first_lsn
+
+
+def _extend(plan: RestorePlan, cur: ExtentCopy, nxt: ExtentCopy) -> ExtentCopy:
+    if cur.end_lsn is None:
+        plan.extents[-1] = nxt         # an open copy superseded by a fuller one
+    else:
+        plan.extents.append(nxt)
+    return nxt
 
 
 def _open_end(x: ExtentCopy) -> int:
@@ -350,7 +369,7 @@ def _from_log_dir(plan: RestorePlan, log_dir: Path, dual_dir: Path | None,
                                      f"{extent_file_name(active.number)} starts there)"))
     cur = plan.extents[-1]
     for e in log.chain():
-        if cur.end_lsn is None or e.first_lsn != cur.end_lsn or not log.extent_present(e):
+        if e.first_lsn != _next_key(cur) or not log.extent_present(e):
             continue
         if e.state == "full":
             try:
@@ -359,17 +378,18 @@ def _from_log_dir(plan: RestorePlan, log_dir: Path, dual_dir: Path | None,
                 plan.notes.append(f"{extent_file_name(e.number)} of {log_dir} cannot be read: "
                                   f"{exc.message}")
                 return
-            cur = ExtentCopy(e.number, e.first_lsn, e.end_lsn, path, None, None,
-                             f"the log directory {log_dir}", archived=e.archived)
+            cur = _extend(plan, cur, ExtentCopy(e.number, e.first_lsn, e.end_lsn, path, None,
+                                                None, f"the log directory {log_dir}",
+                                                archived=e.archived))
         elif not source_running:
             path = log.extent_copies(e)[0][1]
-            cur = ExtentCopy(e.number, e.first_lsn, None, path, None, None,
-                             f"the log directory {log_dir} (its open extent)")
+            cur = _extend(plan, cur, ExtentCopy(e.number, e.first_lsn, None, path, None, None,
+                                                f"the log directory {log_dir} (its open "
+                                                "extent)"))
         else:
             plan.notes.append(f"{qm_name} is running: its open extent "
                               f"{extent_file_name(e.number)} is not restored")
             break
-        plan.extents.append(cur)
     if cur.end_lsn is None:
         newest.append((_open_end(cur), f"the end of the log in {log_dir}"))
 

@@ -19,8 +19,8 @@ from rich.console import Console
 from ..admin.client import call
 from ..config import QMConfig
 
-console = Console(stderr=False, highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(stderr=False, highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _progress(done_word: str):
