@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from ..errors import VerifyMismatch
@@ -32,8 +33,15 @@ def verify_backup(backup: Path, *, scratch: Path | None = None,
     chain = mf.resolve_chain(backup)
     copier = Copier(progress)
     checked = 0
+    last = [time.monotonic()]
+
+    def counted(n: int) -> None:
+        now = time.monotonic()
+        copier.counted(n, now - last[0], "check")
+        last[0] = now
+
     for path, m in chain:
-        checked += mf.check_files(path, m, lambda n: copier.counted(n, 0.0, "check"))
+        checked += mf.check_files(path, m, counted)
     extents = backup_extents(chain)
     m = chain[-1][1]
     base = Path(scratch).absolute() if scratch else backup.parent
