@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -58,11 +59,15 @@ def backup():
               help="copy only the log written since the previous backup")
 @click.option("--keep", type=click.IntRange(1), default=None,
               help="then keep only the newest N backups (never the last full one)")
+@click.option("--nice", type=click.IntRange(0, 19), default=10, show_default=True,
+              help="CPU niceness (and lowest best-effort I/O priority when above 0) of the "
+                   "backup: the queue manager it copies keeps serving first")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-def take(qm, to, incremental, keep, as_json):
+def take(qm, to, incremental, keep, nice, as_json):
     """Take a backup of QM into DIR/QM/<time>.full|.incr."""
     from ..backup.take import take_backup
     config = QMConfig.load(qm)
+    _lower_priority(nice)
     result = take_backup(config, to, incremental=incremental, keep=keep,
                          ask=lambda req: call(config, req, timeout=None).get("result", {}),
                          progress=None if as_json else _progress("copied"))
@@ -137,6 +142,17 @@ def restore(qm, source, to_time, to_lsn, archives, as_name, port, replace, dry_r
     console.print(f"HMQ8606I Queue manager {r['target']} restored in {r['qm_dir']} "
                   f"({r['bytes'] / 1e6:.1f} MB, {r['extents']} extent(s)); start it to roll "
                   f"forward to LSN {r['end_lsn']}: harbormq start {r['target']}")
+
+
+def _lower_priority(nice: int) -> None:
+    if nice <= 0:
+        return
+    os.nice(nice)
+    try:
+        import psutil
+        psutil.Process().ionice(psutil.IOPRIO_CLASS_BE, 7)
+    except (ImportError, AttributeError, OSError):
+        pass      # not Linux, or not allowed: the CPU niceness alone
 
 
 def register(cli: click.Group) -> None:
