@@ -6,7 +6,6 @@ backup killed midway (only a .part, never taken for a backup)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -131,8 +130,11 @@ def test_hot_backup_while_a_stomp_producer_runs(tmp_path, log_type):
     home = tmp_path / "src"
     srv = QMServer(home, "QS")
     home.mkdir()
-    srv.cli("create", "QS", "--port", "0", "--log", log_type, "--log-file-pages", "64",
-            *(["--log-primary", "6", "--log-secondary", "8"] if log_type == "circular" else []))
+    # circular: extents large enough not to wrap while the backup copies (a log
+    # that wraps meanwhile fails the backup: HMQ8601E)
+    srv.cli("create", "QS", "--port", "0", "--log", log_type,
+            *(["--log-file-pages", "1024", "--log-primary", "4", "--log-secondary", "8"]
+              if log_type == "circular" else ["--log-file-pages", "64"]))
     srv.start()
     bk = tmp_path / "bk"
     try:
@@ -164,10 +166,11 @@ def test_hot_backup_while_a_stomp_producer_runs(tmp_path, log_type):
     if log_type == "linear":
         assert got == receipted
     else:
-        # a circular log reused the extents after the backup's end: the restore
-        # stops at the backup's consistency point and says what is lost
-        assert got == receipted[:m["queues"]["BK.Q"]["depth"]]
-        assert "is not available: what was logged there is lost" in " ".join(out.split())
+        # a circular log rolls forward as far as its extents were not reused yet;
+        # where it wrapped, the restore says what is lost
+        assert got == receipted[:len(got)] and len(got) >= m["queues"]["BK.Q"]["depth"]
+        if len(got) < len(receipted):
+            assert "is not available: what was logged there is lost" in " ".join(out.split())
 
 
 def test_hot_backup_then_machine_lost_restores_from_backup_and_archive(tmp_path):

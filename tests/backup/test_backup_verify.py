@@ -104,7 +104,7 @@ def test_restore_refusals_change_nothing(backed_up, home, tmp_path):
     refused("QM1", "--from", str(bad), "--as", "QM9", msgid="HMQ8602E", text=store)
     # an extent missing from the chain: an incremental whose log extent is gone
     put = QueueManager.open("QM1", home=home)
-    for i in range(300):
+    for _ in range(300):
         put.put("Q1", b"x" * 900, persistent=True)
     put.close()
     inc = take_backup(QMConfig.load("QM1", home), backed_up.parent.parent,

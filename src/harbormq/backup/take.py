@@ -41,7 +41,7 @@ from typing import Callable
 
 from ..config import QMConfig
 from ..crashpoints import crash_point
-from ..errors import BackupError, QueueManagerNotRunning, QueueManagerRunning
+from ..errors import BackupError, LogCorrupt, QueueManagerNotRunning, QueueManagerRunning
 from ..fsutil import file_name, fsync_dir, make_dirs, remove_tree, rename_durably
 from ..log import archive
 from ..log.control import ExtentInfo, encode_copy
@@ -182,7 +182,12 @@ class _Backup:
             if not open_extent:
                 now = self.control()
                 again = next((x for x in now.extents if x.number == e.number), None)
-                if again is None or again.first_lsn != e.first_lsn or again.state != "full":
+                if again is not None and again.first_lsn == e.first_lsn and \
+                        again.state == "free":
+                    # freed meanwhile, perhaps being reused (zero-filled before the
+                    # control file says so): the copy counts only if it reads whole
+                    _check_extent_records(dst, e)
+                elif again is None or again.first_lsn != e.first_lsn or again.state != "full":
                     raise BackupError(
                         f"log extent {name} (LSN {e.first_lsn}..{e.end_lsn}) was reused by "
                         "the circular log while it was being copied: the log wrapped during "
@@ -228,6 +233,26 @@ class _Backup:
         atomic_write(self.part / CONTROL_COPY, encode_copy(st))
         size, sha = mf.file_sha256(self.part / CONTROL_COPY)
         self.add(CONTROL_COPY, "control", size, sha)
+
+
+def _check_extent_records(path: Path, e: ExtentInfo) -> None:
+    """Every record of the copy, its LSN and CRC, to the EXTENT_END the control
+    file names: a copy that met the extent's reuse (zeros, a new cycle's
+    records) fails."""
+    try:
+        reader = ExtentReader(path, newest=False)
+        for _rec in reader.records():
+            pass
+        ok = reader.header.first_lsn == e.first_lsn and reader.end is not None and \
+            reader.end.how == "extent_end" and reader.end.lsn == e.end_lsn
+    except LogCorrupt:
+        ok = False
+    if not ok:
+        raise BackupError(f"log extent {extent_file_name(e.number)} (LSN {e.first_lsn}.."
+                          f"{e.end_lsn}) was reused by the circular log while it was being "
+                          "copied: the log wrapped during the backup", path=str(path),
+                          hint="give the queue manager more log space, back up while it is "
+                               "less busy, or take a cold backup")
 
 
 def _check_extent_copy(path: Path, e: ExtentInfo) -> None:
@@ -388,8 +413,14 @@ def _check_covered(bk: _Backup, start: int, end: int) -> None:
             break
         pos = e["log_end"]
     if pos is None or pos < end:
-        raise BackupError(f"the backup's extents do not cover the log from LSN {start} to "
-                          f"{end} (they reach {pos})", lsn=pos)
+        circular = bk.log.state is not None and bk.log.state.log_type == "circular"
+        raise BackupError(
+            f"the backup's extents do not cover the log from LSN {start} to {end} (they "
+            f"reach {pos if pos is not None else 'nothing from the recovery point'})"
+            + (": the circular log reused an extent the backup needed before it was copied "
+               "(the log wrapped during the backup)" if circular else ""), lsn=pos,
+            hint="give the queue manager more log space (larger or more extents), back up "
+                 "while it is less busy, or take a cold backup" if circular else None)
 
 
 def rotate(root: Path, qm_name: str, keep: int) -> list[str]:
