@@ -138,6 +138,7 @@ def test_hot_backup_while_a_stomp_producer_runs(tmp_path, log_type):
     srv.start()
     bk = tmp_path / "bk"
     try:
+        srv.sc("DEFINE QLOCAL(BK.Q) MAXDEPTH(999999999)")
         p = Producer(srv.port, "BK.Q")
         p.start()
         wait_sent(p, 300)
@@ -181,6 +182,7 @@ def test_hot_backup_then_machine_lost_restores_from_backup_and_archive(tmp_path)
             "--log-management", "archive", "--log-archive-path", str(arch))
     srv.start()
     try:
+        srv.sc("DEFINE QLOCAL(BK.Q) MAXDEPTH(999999999)")
         p = Producer(srv.port, "BK.Q")
         p.start()
         wait_sent(p, 300)
