@@ -28,6 +28,8 @@ POINTS = (
     "channel.receiver_committed",       # committed, CONFIRM not sent
     "crestart.mid_apply",               # conditional restart: extents set aside, the new
                                         # extent made, the control file not yet written
+    "backup.mid_copy",                  # a backup: a store copied into the .part, more to come
+    "restore.mid_swap",                 # a restore: the old target set aside, the new not in place
 )
 
 _target, _, _count = (os.environ.get("HARBORMQ_CRASH_AT") or "").partition(":")

@@ -179,3 +179,33 @@ class UnitOfWorkError(HarbormqError):
 
 class UnknownUnitOfWork(UnitOfWorkError):
     msgid = "HMQ2018E"
+
+
+# --- backup and restore (HMQ86xx) -------------------------------------------------
+
+class BackupError(HarbormqError):
+    """A backup that cannot be taken (nothing is published: at most a ``.part``
+    directory is left, never mistaken for a backup)."""
+    msgid = "HMQ8601E"
+
+
+class BackupDamaged(BackupError):
+    """A file of a backup fails its size or SHA-256, or the manifest is damaged:
+    the message names the file."""
+    msgid = "HMQ8602E"
+
+
+class BackupChainBroken(BackupError):
+    """An incremental backup whose previous backup is missing or changed, or a
+    log extent missing from the chain a restore needs."""
+    msgid = "HMQ8603E"
+
+
+class RestoreRefused(HarbormqError):
+    """A restore that would overwrite, or that cannot be done: nothing changed."""
+    msgid = "HMQ8604E"
+
+
+class VerifyMismatch(BackupError):
+    """A trial restore of a backup does not give the queues its manifest lists."""
+    msgid = "HMQ8608E"

@@ -738,6 +738,32 @@ async def delete_log(core: QueueManagerCore, through: str | None) -> dict:
     return await core.log_management.delete(through or None)
 
 
+async def backup_point(core: QueueManagerCore, *, checkpoint: bool, switch: bool) -> dict:
+    """The two moments of a hot (fuzzy) backup (docs/backup.md; redbook §2.3.1,
+    method 2). ``checkpoint``: before any store is copied, flush every store
+    and checkpoint, so that the control file on disk names a recovery point
+    (the checkpoint's restart LSN) from which the log brings any later copy
+    of the stores forward. ``switch``: once the stores are copied, close the
+    active extent (as ARCHIVE LOG does, without needing an archive path), so
+    that every record a copied store can hold lies in a closed, stable
+    extent; returns once that extent and the control file listing it are
+    durable."""
+    out: dict = {"qm_name": core.name, "log_type": core.log.state.log_type}
+    if checkpoint:
+        table = await core.checkpoint("backup")
+        out.update(checkpoint_lsn=table["end_lsn"], restart_lsn=table["restart_lsn"],
+                   media_lsn=core.log.state.media_lsn)
+    if switch:
+        closed = core.log.state.active
+        core.log.switch_now()
+        # ordered behind the switch's EXTENT_END, its fsync and its control file
+        await core.log.update_control()
+        out["closed"] = {"number": closed.number, "first_lsn": closed.first_lsn,
+                         "end_lsn": closed.end_lsn, "name": extent_file_name(closed.number)}
+    out["sequence"] = core.log.state.sequence
+    return out
+
+
 # -- scripts -------------------------------------------------------------------------------
 
 def _error_text(exc: BaseException) -> str:

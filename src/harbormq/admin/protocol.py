@@ -25,6 +25,11 @@ One JSON object per line each way:
     {"cmd": "log_delete", "through": "S0000007.LOG" | null}
                                              -> {"ok": true, "result": {"deleted": [...],
                                                 "never_archived": [...]}}
+    {"cmd": "backup_point", "checkpoint": true, "switch": false}
+                                             -> {"ok": true, "result": {"checkpoint_lsn",
+                                                "restart_lsn", "media_lsn", "closed":
+                                                {"number", "first_lsn", "end_lsn"}, ...}}
+                                                (a hot backup's two moments: docs/backup.md)
 
 A refused request gets ``{"ok": false, "error": "HMQnnnnE: ..."}`` and the
 connection serves on: HMQ8151E for a line that is not a request (not UTF-8
@@ -50,7 +55,13 @@ from ..recovery.images import image_objects
 from ..recovery.need import log_need_facts
 from ..recovery.recreate import recreate_objects
 from ..unload.loadfile import load_into_core
-from .commands import archive_log, delete_log, handle_admin_mqsc, mark_log_archived
+from .commands import (
+    archive_log,
+    backup_point,
+    delete_log,
+    handle_admin_mqsc,
+    mark_log_archived,
+)
 
 if TYPE_CHECKING:
     from ..config import QMConfig
@@ -61,7 +72,8 @@ if TYPE_CHECKING:
 #: the longest request line the server reads (the stream reader's limit)
 MAX_REQUEST_BYTES = 64 << 20
 #: the requests ``AdminProtocol.handle`` answers
-COMMANDS = ("ping", "status", "mqsc", "load", "log_need", "image", "recreate", "stop")
+COMMANDS = ("ping", "status", "mqsc", "load", "log_need", "image", "recreate", "stop",
+            "log_archive", "log_archived", "log_delete", "backup_point")
 
 
 def read_request(line: bytes) -> dict:
@@ -171,6 +183,10 @@ class AdminProtocol:
                                                                   req.get("extent"))}
         if cmd == "log_delete":
             return {"ok": True, "result": await delete_log(self.core, req.get("through"))}
+        if cmd == "backup_point":
+            return {"ok": True, "result": await backup_point(
+                self.core, checkpoint=req.get("checkpoint") is True,
+                switch=req.get("switch") is True)}
         if cmd in ("image", "recreate"):
             return await self._media(req, send)
         if cmd == "stop":

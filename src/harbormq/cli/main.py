@@ -650,6 +650,8 @@ def _attach_subcommands() -> None:
     """Commands that live beside the subsystem they drive."""
     from ..pipeline.cli import pipeline
     from .admin import sc, user
+    from .backup import register as register_backup
+    register_backup(cli)
     cli.add_command(sc)
     cli.add_command(user)
     cli.add_command(pipeline)

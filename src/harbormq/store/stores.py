@@ -145,6 +145,11 @@ class Store:
             with self._begin(write=True) as txn:
                 txn.put(b"qm_name", owner.encode(), db=self.meta)
 
+    def set_owner(self, owner: str) -> None:
+        """Record another owner: a store restored under another name."""
+        with self._begin(write=True) as txn:
+            txn.put(b"qm_name", owner.encode(), db=self.meta)
+
     @property
     def owner(self) -> str | None:
         """The queue manager that wrote this store (None: written before
