@@ -75,8 +75,13 @@ def backup_extents(chain: list[tuple[Path, dict]]) -> list[ExtentCopy]:
         raise BackupChainBroken(f"backup {chain[0][0].name} has no log extent holding its "
                                 f"recovery point (LSN {recovery})", lsn=recovery)
     out = [max(start, key=lambda x: x.first_lsn)]
+    # a conditional restart's gap: the log goes on at H after an extent cut at E
+    gaps = {d["from"]: d["to"] for d in control_base(chain).discarded}
     while out[-1].end_lsn is not None and out[-1].end_lsn < end:
         nxt = by_first.get(out[-1].end_lsn)
+        if nxt is None:
+            resumed = next((h for e_, h in gaps.items() if e_ <= out[-1].end_lsn <= h), None)
+            nxt = by_first.get(resumed) if resumed is not None else None
         if nxt is None:
             raise BackupChainBroken(
                 f"the log extent from LSN {out[-1].end_lsn} (after {out[-1].name} of "
@@ -123,11 +128,15 @@ def restored_control(chain: list[tuple[Path, dict]], extents: list[ExtentCopy], 
                      *, dual: bool, renamed: bool) -> ControlState:
     base = control_base(chain)
     lsn = chain[0][1]["lsn"]
+    # extents a conditional restart closed at its cut (log/crestart.py): still cut
+    cut_at = {e.number: e.end_lsn for e in base.extents if e.cut and e.end_lsn is not None}
     entries = []
     for i, x in enumerate(extents):
         last = i == len(extents) - 1
+        cut = not last and x.number in cut_at
         entries.append(ExtentInfo(number=x.number, first_lsn=x.first_lsn,
-                                  end_lsn=None if last else x.end_lsn,
+                                  end_lsn=None if last else cut_at[x.number] if cut
+                                  else x.end_lsn, cut=cut,
                                   state="active" if last else "full",
                                   archived=x.archived and not renamed and not last))
     used = {x.number for x in extents}
@@ -155,7 +164,8 @@ def restored_control(chain: list[tuple[Path, dict]], extents: list[ExtentCopy], 
                         primary=base.primary, secondary=base.secondary, extents=entries,
                         next_extent_number=max(used) + 1, checkpoint_lsn=lsn["checkpoint"],
                         restart_lsn=lsn["recovery"], media_lsn=lsn["media"], sequence=1,
-                        dual=dual)
+                        dual=dual, discarded=list(base.discarded),
+                        id_floor=dict(base.id_floor))
 
 
 def _rename_authrecs(data: bytes, old: str, new: str) -> bytes:

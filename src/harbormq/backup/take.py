@@ -399,6 +399,14 @@ def _cold(config: QMConfig, part: Path, copier: Copier, previous) -> dict:
     return {"backup": bk, "lsn": lsn}
 
 
+def _given_up_between(bk: _Backup, pos: int, first: int) -> bool:
+    """A conditional restart gave up the log from inside the extent ending at
+    ``pos`` (or at it) and went on at ``first``: the gap is no hole."""
+    st = bk.log.state if bk.log is not None else None
+    return st is not None and any(d["from"] <= pos <= d["to"] and d["to"] == first
+                                  for d in st.discarded)
+
+
 def _check_covered(bk: _Backup, start: int, end: int) -> None:
     """The copied extents join up from ``start`` to ``end``."""
     pos = None
@@ -409,7 +417,7 @@ def _check_covered(bk: _Backup, start: int, end: int) -> None:
                 break
             pos = e["log_end"]
             continue
-        if first != pos:
+        if first != pos and not _given_up_between(bk, pos, first):
             break
         pos = e["log_end"]
     if pos is None or pos < end:

@@ -33,7 +33,7 @@ from typing import Callable
 from ..errors import LogCorrupt, LogMissing
 from ..fsutil import FILE_MODE, atomic_write, copy_durably, file_name, fsync_dir, make_dirs
 from .reader import ExtentReader, closed_at, read_header
-from .records import extent_file_name
+from .records import RecordType, decode_json, extent_file_name
 
 MANIFEST = "manifest.jsonl"
 CONTROL_COPY = "control.archived"
@@ -105,9 +105,10 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _record_times(path: Path) -> tuple[int, int]:
+def _record_times(path: Path, end_lsn: int | None = None) -> tuple[int, int]:
+    """The first and last record times (of a cut extent: up to its cut)."""
     first = last = 0
-    for rec in ExtentReader(path, newest=False).records():
+    for rec in ExtentReader(path, newest=False).records(to_lsn=end_lsn):
         first = first or rec.timestamp_ns
         last = rec.timestamp_ns
     return first, last
@@ -120,7 +121,7 @@ def archive_extent(extent_path: Path, number: int, first_lsn: int, end_lsn: int,
     encoded control-file copy), then the manifest line. An extent already in a
     manifest with the same hash is not copied again there. Returns the
     entries written or found."""
-    first_ns, last_ns = _record_times(extent_path)
+    first_ns, last_ns = _record_times(extent_path, end_lsn if cut else None)
     done = []
     for base in paths:
         directory = archive_dir(base, qm_name)
@@ -234,7 +235,8 @@ def scrub(paths: list[Path], qm_name: str) -> list[dict]:
             if entry.prev != expected:
                 problem = (f"manifest entry {entry.name}: the chain of hashes is broken (an "
                            "entry before it was removed or edited)")
-            elif prev_end is not None and entry.first_lsn != prev_end and not prev_cut:
+            elif prev_end is not None and entry.first_lsn != prev_end and not prev_cut and \
+                    not _resumes_after_cut(directory / entry.name, prev_end, entry.first_lsn):
                 problem = (f"manifest entry {entry.name} starts at LSN {entry.first_lsn}, the "
                            f"one before ends at {prev_end}: a gap in the archive")
             else:
@@ -246,6 +248,19 @@ def scrub(paths: list[Path], qm_name: str) -> list[dict]:
             report["bytes"] += entry.size
             prev_line, prev_end, prev_cut = line, entry.end_lsn, entry.cut
     return reports
+
+
+def _resumes_after_cut(path: Path, prev_end: int, first_lsn: int) -> bool:
+    """Whether the extent at ``path`` begins the log again after a conditional
+    restart that gave up the LSNs between (its first record says so)."""
+    try:
+        rec = next(iter(ExtentReader(path, newest=False).records()), None)
+    except (LogCorrupt, LogMissing):
+        return False
+    if rec is None or rec.type != RecordType.LOG_CRESTART:
+        return False
+    given_up_from, resumed_at = decode_json(rec.payload)["discarded"]
+    return given_up_from <= prev_end and resumed_at == first_lsn
 
 
 def _check_file(path: Path, entry: ArchiveEntry) -> str | None:

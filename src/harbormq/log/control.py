@@ -96,6 +96,9 @@ class ControlState:
     crestart: dict | None = None
     #: a new log ('harbormq reset-log'): the first start takes media images
     images_needed: bool = False
+    #: unit-of-work and object ids below these were used by an older log
+    #: ('harbormq reset-log'): never given again ({"uow": n, "object": n})
+    id_floor: dict = field(default_factory=dict)
     #: every conditional restart carried out, {"from": E, "to": H, next ids}:
     #: the log from E was given up and went on at H; a store whose recovery
     #: LSN is in (E, H) holds effects of the given-up log

@@ -177,6 +177,18 @@ def plan(log, *, end_lsn: int | None = None, end_time_ns: int | None = None,
             f"(the oldest extent there starts at LSN {present[0].first_lsn})",
             hint="recall the older extents from the archive into the log directory, or "
                  "choose a later point")
+    _need_on_disk(log, chain, restart_lsn, cut, "restart from the checkpoint before it")
+    if media_lsn:
+        _need_on_disk(log, chain, media_lsn, cut, "media recovery of the stores written "
+                      "after it")
+    if st.log_type == "circular" and cut_ext.state == "active" and \
+            not any(e.state == "free" for e in st.extents) and \
+            len(st.extents) >= st.primary + st.secondary:
+        raise CrestartError(
+            f"every extent of the circular log of {st.qm_name} is in use and the point lies in "
+            "the newest one: the log could not go on after the cut",
+            hint="choose a point in an older extent, or resolve the units of work that pin "
+                 "the log first")
     p = CrestartPlan(requested=requested or f"LSN {cut}", cut_lsn=cut, resume_lsn=0,
                      checkpoint_lsn=checkpoint_lsn, restart_lsn=restart_lsn,
                      media_lsn=media_lsn, cut_extent=extent_file_name(cut_ext.number))
@@ -201,6 +213,26 @@ def plan(log, *, end_lsn: int | None = None, end_time_ns: int | None = None,
     return p
 
 
+def _need_on_disk(log, chain: list[ExtentInfo], from_lsn: int, cut: int, what: str) -> None:
+    """Every extent from ``from_lsn`` up to the cut is in the chain and on disk:
+    else the cut, once carried out, could never be restarted from."""
+    holding = _extent_holding(chain, from_lsn + 1)
+    if holding is None:
+        raise CrestartError(
+            f"{what} needs the log from LSN {from_lsn}, which is no longer in the log of "
+            f"{log.qm_name} (a circular log reused its extent, or it was deleted)",
+            needs_lsn=from_lsn, hint="choose a later point, or recall the extent from the "
+                                     "archive first")
+    for e in chain:
+        if e.first_lsn < cut and (e.end_lsn is None or e.end_lsn > from_lsn) and \
+                not log.extent_present(e):
+            raise CrestartError(
+                f"{what} needs {extent_file_name(e.number)} (LSN {e.first_lsn}..), which is "
+                "not on disk", needs_lsn=from_lsn,
+                hint="recall it from the archive (configure the archive path), or choose a "
+                     "later point")
+
+
 def _extent_holding(chain: list[ExtentInfo], lsn: int) -> ExtentInfo | None:
     """The extent whose records run up to ``lsn`` (at a boundary, the one before)."""
     for e in chain:
@@ -210,15 +242,14 @@ def _extent_holding(chain: list[ExtentInfo], lsn: int) -> ExtentInfo | None:
 
 
 def _records(log, e: ExtentInfo, from_lsn: int | None = None):
-    """One extent's records, from the copy the log would read."""
-    from .reader import ExtentReader
-    path = log.extent_copies(e)[0][1]
-    if not path.exists():
-        raise LogMissing(f"log extent {path.name} (LSN {e.first_lsn}..) is missing",
-                         path=str(path), lsn=e.first_lsn)
-    reader = ExtentReader(path, newest=e.state == "active")
-    stop = e.end_lsn if e.cut else None
-    yield from reader.records(from_lsn, to_lsn=stop)
+    """One extent's records, read as restart reads them (a dual log's other
+    copy where one fails; a cut extent up to its cut)."""
+    for rec in log.scan(max(from_lsn or 0, e.first_lsn)):
+        if e.end_lsn is not None and rec.lsn >= e.end_lsn:
+            return
+        yield rec
+        if rec.type == RecordType.EXTENT_END:
+            return
 
 
 def _find_cut(log, chain, end_lsn, end_time_ns) -> int:
@@ -228,6 +259,10 @@ def _find_cut(log, chain, end_lsn, end_time_ns) -> int:
         e = _extent_holding(chain, end_lsn) or (chain[0] if end_lsn <= chain[0].first_lsn
                                                 else None)
         if e is None:
+            gap = log.state.discarded_at(end_lsn + 1, None) if end_lsn else None
+            if any(d["from"] <= end_lsn < d["to"] for d in log.state.discarded) or gap:
+                raise CrestartError(f"LSN {end_lsn} lies in log given up by an earlier "
+                                    "conditional restart")
             raise CrestartError(f"LSN {end_lsn} lies beyond the log of {log.qm_name}, which "
                                 f"ends in {extent_file_name(chain[-1].number)}")
         if end_lsn == e.end_lsn:
@@ -440,6 +475,14 @@ def record(log, p: CrestartPlan) -> None:
 def cancel(log) -> dict | None:
     st = log.state
     pending = st.crestart
+    begun = [d / f"crestart.{st.sequence}.json" for _, d in log.copies
+             if (d / f"crestart.{st.sequence}.json").exists()]
+    if pending and begun:
+        raise CrestartError(
+            f"the conditional restart of {st.qm_name} was begun by a start that did not "
+            f"finish ({begun[0]} exists, extents may be set aside): it can only be finished",
+            hint=f"start the queue manager: it carries the rest out ('harbormq start "
+                 f"{st.qm_name}')")
     if pending:
         st.crestart = None
         st.sequence += 1
@@ -451,7 +494,19 @@ def cancel(log) -> dict | None:
 
 def apply(log, say: Callable[[str, str], None]) -> CrestartPlan:
     """Carry out the recorded conditional restart on the opened log (restart
-    phase 1, before anything reads the chain). Returns the plan applied."""
+    phase 1, before anything reads the chain). Returns the plan applied. An
+    I/O error leaves it to be finished by the next start (CrestartError)."""
+    try:
+        return _apply(log, say)
+    except OSError as exc:
+        raise CrestartError(
+            f"the conditional restart of {log.qm_name} could not be carried out: {exc}; what "
+            "was done so far is kept and the next start goes on with it",
+            hint="fix the cause (a full disk, a directory that cannot be written) and start "
+                 "again") from None
+
+
+def _apply(log, say: Callable[[str, str], None]) -> CrestartPlan:
     st: ControlState = log.state
     p = CrestartPlan.from_dict(st.crestart)
     E, H = p.cut_lsn, p.resume_lsn
@@ -467,7 +522,7 @@ def apply(log, say: Callable[[str, str], None]) -> CrestartPlan:
     n = st.sequence          # the same on every retry: the control file is unchanged
     # 1. the given-up extents' files renamed aside in every copy (kept), with
     #    the whole plan (the operator log has its summary)
-    for _, directory in log.copies:
+    for _, directory in log.healthy_copies():
         atomic_write(directory / f"crestart.{n}.json",
                      json.dumps(p.as_dict(), indent=1).encode())
         for e in later:
@@ -499,7 +554,7 @@ def apply(log, say: Callable[[str, str], None]) -> CrestartPlan:
     note.lsn, note.timestamp_ns, note.synced_lsn = H, time.time_ns(), H
     head = ExtentHeader(new.number, H, time.time_ns(), st.qm_name, st.pages).encode()
     data = encode(note)
-    for _, directory in log.copies:
+    for _, directory in log.healthy_copies():
         _write_new_extent(directory / extent_file_name(new.number), head, data,
                           st.pages * 4096)
     crash_point("crestart.mid_apply")

@@ -237,9 +237,11 @@ class RecoveryLog:
     @classmethod
     def create(cls, log_dir: Path, qm_name: str, settings: LogSettings,
                dual_dir: Path | None = None, *, base_lsn: int = 0,
-               first_number: int = 0) -> "RecoveryLog":
+               first_number: int = 0, images_needed: bool = False,
+               id_floor: dict | None = None) -> "RecoveryLog":
         """A new log. ``base_lsn``, ``first_number``: where its LSNs and extent
-        numbers start ('harbormq reset-log': above the old log's)."""
+        numbers start; ``images_needed``, ``id_floor``: see ControlState
+        ('harbormq reset-log': above the old log's, in its first control write)."""
         settings.validate()
         make_dirs(log_dir)
         if dual_dir is not None:
@@ -247,7 +249,8 @@ class RecoveryLog:
         log = cls(log_dir, qm_name, dual_dir)
         st = ControlState(qm_name=qm_name, log_type=settings.log_type, pages=settings.pages,
                           primary=settings.primary, secondary=settings.secondary,
-                          dual=dual_dir is not None)
+                          dual=dual_dir is not None, images_needed=images_needed,
+                          id_floor=dict(id_floor or {}))
         log.state = st
         count = settings.primary if settings.log_type == "circular" else 1
         for n in range(first_number, first_number + count):

@@ -49,6 +49,9 @@ class ExtentPlan:
     qm_name: str = ""
     #: a conditional restart gave up this extent's records from here on
     stop_lsn: int | None = None
+    #: this extent begins the log again after a conditional restart that gave up
+    #: the LSNs [E, H): (E, H)
+    given_up: tuple = ()
 
 
 def find_extent_files(spec: str | list[str]) -> list[Path]:
@@ -117,8 +120,10 @@ def plan_extents(spec: str | list[str]) -> list[ExtentPlan]:
     plans = [ExtentPlan(str(p), h.extent_number, h.first_lsn, None,
                         r.timestamp_ns if r is not None else None, None, False, h.qm_name)
              for (p, h), r in zip(ordered, firsts, strict=True)]
-    plans = _without_given_up(plans, [decode_json(r.payload)["discarded"] for r in firsts
-                                      if r is not None and r.type == RecordType.LOG_CRESTART])
+    plans = [replace(pl, given_up=tuple(decode_json(r.payload)["discarded"]))
+             if r is not None and r.type == RecordType.LOG_CRESTART else pl
+             for pl, r in zip(plans, firsts, strict=True)]
+    plans = _without_given_up(plans, [list(pl.given_up) for pl in plans if pl.given_up])
     for i in range(len(plans) - 1):
         plans[i] = replace(plans[i], next_lsn=plans[i + 1].first_lsn,
                            next_ts_ns=plans[i + 1].first_ts_ns)

@@ -71,7 +71,11 @@ class Lake:
             raise LakeError(f"the lake {self.root} holds no records yet",
                             hint="run 'harbormq pipeline ingest' first", path=str(self.root))
         df = spark.read.parquet(str(self.records_dir))
-        return df.filter(df.batch.isin(m["batches"])).drop("batch", "day")
+        df = df.filter(df.batch.isin(m["batches"]))
+        for lo, hi in m.get("given_up", []):
+            # rows ingested before a conditional restart gave their LSNs up
+            df = df.filter((df.lsn < lo) | (df.lsn >= hi))
+        return df.drop("batch", "day")
 
     def extent_bounds(self) -> tuple[list[int], dict[int, int]]:
         ext = self.manifest()["extents"]
@@ -105,9 +109,18 @@ def run_ingest(spark, log: str, lake_dir: str, *, qm_name: str | None = None,
                         f"{'with' if m['with_bodies'] else 'without'} message bodies; "
                         "keep --with-bodies the same for every ingest", path=str(lake.root))
     plans = [p for p in plans if p.qm_name == qm]
+    given_up = [list(p.given_up) for p in plans if p.given_up]
+    new_cuts = [g for g in given_up if g not in m.get("given_up", [])]
+    if new_cuts:       # recorded at once: the rows already in the lake are filtered
+        m["given_up"] = m.get("given_up", []) + new_cuts
+        lake.save_manifest(m)
     todo, resume = [], {}
     for p in plans:
         seen = m["extents"].get(str(p.first_lsn))
+        if seen is not None and p.stop_lsn is not None and not seen["closed"] and \
+                seen["ingested_lsn"] >= p.stop_lsn:
+            seen["closed"] = True       # a cut extent: nothing more will come from it
+            continue
         if seen is None:
             todo.append(p)
         elif not seen["closed"]:
@@ -143,7 +156,8 @@ def run_ingest(spark, log: str, lake_dir: str, *, qm_name: str | None = None,
                                        "ingested_lsn": p.first_lsn, "closed": False})
         if got is not None:
             entry["ingested_lsn"] = got["end"]
-            entry["closed"] = bool(got["closed"])
+            entry["closed"] = bool(got["closed"]) or \
+                (p.stop_lsn is not None and got["end"] >= p.stop_lsn)
         m["extents"][key] = entry
     m["qm_name"] = qm
     m["with_bodies"] = with_bodies

@@ -324,6 +324,7 @@ class RunningQueueManager:
         try:
             core.catalog_store.set_clean_stop({
                 "lsn": core.log.end_lsn, "mode": mode, "stopped_ns": time.time_ns(),
+                "next_uow_id": core.next_uow_id, "next_object_id": core.next_object_id,
                 "in_doubt": sorted(u.id for u in core.uows.values() if u.state == "prepared"),
                 "in_flight": sorted(u.id for u in core.uows.values() if u.first_lsn and
                                     u.state in ("active", "backing_out"))})

@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..fsutil import make_dirs, rename_durably
 from ..log import archive, crestart
-from ..log.control import ControlFile, encode_copy
+from ..log.control import ControlFile, decode_copy, encode_copy
 from ..log.control_rebuild import rebuild_control, write_rebuilt
 from ..log.manager import RecoveryLog
 from ..log.records import extent_file_name
@@ -211,7 +211,7 @@ def crestart_stopped(config: QMConfig, *, end_lsn: int | None = None,
             p = crestart.plan(log, **args)
         except crestart.CrestartError as exc:
             if not config.log_archive_paths or from_lsn == 0 or \
-                    "no checkpoint" not in exc.message:
+                    ("no checkpoint" not in exc.message and "needs_lsn" not in exc.facts):
                 raise
             _recall_what_the_archive_has(config, log, 0, oplog.emit)   # further back
             p = crestart.plan(log, **args)
@@ -309,6 +309,11 @@ def reset_log_stopped(config: QMConfig, *, write: bool, force: bool = False) -> 
         _refuse_if_the_log_is_whole(config)
         notes, problems = [], []
         catalog_lsn, stores = _store_lsns(config)
+        strangers = _stores_of_others(config)
+        if strangers:
+            raise ResetLogRefused(f"stores of another queue manager are in {config.name}'s "
+                                  "directory: " + ", ".join(strangers),
+                                  hint="put this queue manager's own stores back")
         if clean is None:
             problems.append("the stores were not stopped cleanly (the last stop was a crash, "
                             "a preemptive stop, or the queue manager is from before clean "
@@ -346,20 +351,39 @@ def reset_log_stopped(config: QMConfig, *, write: bool, force: bool = False) -> 
                          "log holds none)")
         if not write:
             return notes
+        # (a re-run after a crash here still sees the renamed leftovers: the
+        # start is computed from them too, so it comes out the same or higher)
         for p in leftovers:
             rename_durably(p, p.with_name(p.name + stamp))
         for directory in filter(None, [config.log_dir, config.log_dual_dir]):
             make_dirs(directory)
-        log = RecoveryLog.create(config.log_dir, config.name, config.log,
-                                 config.log_dual_dir, base_lsn=base, first_number=first_number)
-        log.state.images_needed = True
-        log.state.sequence += 1
-        log.control.write(log.state)
+        RecoveryLog.create(config.log_dir, config.name, config.log, config.log_dual_dir,
+                           base_lsn=base, first_number=first_number, images_needed=True,
+                           id_floor={"uow": (clean or {}).get("next_uow_id", 0),
+                                     "object": (clean or {}).get("next_object_id", 0)})
         OperatorLog(config.errors_dir).emit("HMQ7135W", "the log of queue manager "
                                             f"{config.name} was reset: " + "; ".join(notes))
         return notes
     finally:
         lock.release()
+
+
+def _stores_of_others(config: QMConfig) -> list[str]:
+    out = []
+    if config.queues_dir.is_dir():
+        for path in config.queues_dir.iterdir():
+            if not (path / "data.mdb").exists():
+                continue
+            try:
+                store = QueueStore(path)
+            except HarbormqError:
+                continue
+            try:
+                if store.owner not in (None, config.name):
+                    out.append(f"{path.name} (of {store.owner})")
+            finally:
+                store.close()
+    return out
 
 
 def _refuse_if_the_log_is_whole(config: QMConfig) -> None:
@@ -388,17 +412,19 @@ def _new_log_start(config: QMConfig, catalog_lsn: int, stores: dict[str, int],
         if not directory.is_dir():
             continue
         for p in directory.iterdir():
-            if ".reset." in p.name:
-                continue          # kept from an earlier reset
-            leftovers.append(p)
-            if p.suffix == ".LOG" and p.name[1:-4].isdigit():
-                numbers.append(int(p.name[1:-4]))
-        try:
-            old = ControlFile(directory).load(repair=False)
-        except HarbormqError:
-            continue
-        numbers.append(old.next_extent_number - 1)
-        lsns += [e.first_lsn + old.pages * 4096 for e in old.extents]
+            if ".reset." not in p.name:      # (kept from an earlier reset, or this one)
+                leftovers.append(p)
+            name = p.name.split(".reset.")[0]
+            digits = name[1:name.index(".LOG")] if ".LOG" in name else ""
+            if name.startswith("S") and digits.isdigit():     # S…LOG, .torn.N, .given-up.N
+                numbers.append(int(digits))
+            elif name.startswith("control."):
+                try:
+                    old = decode_copy(p.read_bytes())
+                except (ValueError, OSError):
+                    continue
+                numbers.append(old.next_extent_number - 1)
+                lsns += [e.first_lsn + old.pages * 4096 for e in old.extents]
     for base in config.log_archive_paths:
         for entry, _line in archive.read_manifest(archive.archive_dir(base, config.name)):
             numbers.append(entry.number)

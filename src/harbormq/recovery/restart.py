@@ -351,9 +351,11 @@ class Restart:
                 unpack_store_lsns(table.get("store_lsns", [])), redo_start)
         else:
             redo_start = core.log.chain()[0].first_lsn
-        for d in st.discarded:    # ids the given-up log used are never reused
-            core.next_uow_id = max(core.next_uow_id, d["next_uow_id"])
-            core.next_object_id = max(core.next_object_id, d["next_object_id"])
+        # ids a given-up or an older log used are never given again
+        for floor in [{"uow": d["next_uow_id"], "object": d["next_object_id"]}
+                      for d in st.discarded] + [st.id_floor]:
+            core.next_uow_id = max(core.next_uow_id, floor.get("uow", 0))
+            core.next_object_id = max(core.next_object_id, floor.get("object", 0))
         r.checkpoint_lsn = st.checkpoint_lsn
         r.redo_start_lsn = redo_start
         for definition in core.objects.values():
