@@ -4,6 +4,7 @@ and ACKs as ground truth."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import time
 
@@ -16,10 +17,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def pair(tmp_path, *, batchsz: int = 50, shortrty: int = 100):
+def pair(tmp_path, *, batchsz: int = 50, shortrty: int = 100, log_type: str = "circular"):
     """QMA (sender side) and QMB (receiver side), started, the channel defined."""
-    a = QMServer(tmp_path / "a", "QMA").create(log_file_pages=256)
-    b = QMServer(tmp_path / "b", "QMB").create(log_file_pages=256)
+    a = QMServer(tmp_path / "a", "QMA").create(log_file_pages=256, log_type=log_type)
+    b = QMServer(tmp_path / "b", "QMB").create(log_file_pages=256, log_type=log_type)
     port = free_port()
     a.start()
     b.start()
@@ -56,8 +57,11 @@ def receive_all(port: int, queue: str, count: int, timeout: float = 60) -> list[
             conn.col.wait(lambda: conn.col.messages, max(0.1, end - time.monotonic()),
                           f"{count} messages on {queue} ({len(out)} so far)")
             for m in conn.col.take():
-                conn.ack(m.headers["ack"])
+                conn.ack(m.headers["ack"], receipt=f"ack-{m.headers['ack']}")
                 out.append(m.body)
+        conn.col.wait(lambda: len(conn.col.receipts) >= count, timeout,
+                      f"the receipts of {count} ACKs")
+        assert not conn.col.errors, [e.headers for e in conn.col.errors]
         return out
     finally:
         conn.disconnect()
@@ -74,6 +78,157 @@ def test_messages_cross_the_channel_exactly_once_in_order(tmp_path):
         assert "STATUS(RUNNING)" in status or "STATUS(INACTIVE)" in status, status
         assert "LSTSEQNO(100)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
         assert "CURDEPTH(0)" in a.sc("DISPLAY QLOCAL(QMB) CURDEPTH")
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_an_undeliverable_message_goes_to_the_dead_letter_queue(tmp_path):
+    """Unknown queue, full queue: the message goes to the dead-letter queue with
+    a header naming the reason and where it was going; the others arrive."""
+    a, b, _ = pair(tmp_path, batchsz=3)
+    try:
+        b.sc("DEFINE QLOCAL(TINY) DEFPSIST(YES) MAXDEPTH(1)")
+        a.sc("DEFINE QREMOTE(TO.NOWHERE) RNAME(NO.SUCH.Q) RQMNAME(QMB)\n"
+             "DEFINE QREMOTE(TO.TINY) RNAME(TINY) RQMNAME(QMB)")
+        send_all(a.port, "/queue/TO.B", ["ok0"])
+        send_all(a.port, "/queue/TO.NOWHERE", ["lost?"])
+        send_all(a.port, "/queue/TO.TINY", ["t0", "t1"])
+        send_all(a.port, "/queue/TO.B", ["ok1"])
+        assert receive_all(b.port, "IN", 2) == ["ok0", "ok1"]
+        assert receive_all(b.port, "TINY", 1) == ["t0"]
+        conn = stomp_client(b.port)
+        try:
+            conn.subscribe("/queue/SYSTEM.DEAD.LETTER.QUEUE", id="d", ack="auto")
+            dead = conn.col.wait_messages(2, 30)
+        finally:
+            conn.disconnect()
+        by_body = {m.body: m.headers for m in dead}
+        assert by_body["lost?"]["DLH_DESTQ"] == "NO.SUCH.Q"
+        assert by_body["lost?"]["DLH_REASON"] == "2085", by_body["lost?"]
+        assert by_body["t1"]["DLH_REASON"] == "2053"
+        assert "HMQ9544W" in (b.qm_dir / "errors" / "HMQERR01.LOG").read_text()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_sequence_number_mismatch_stops_the_channel_until_reset(tmp_path):
+    """QMB restored from an older state (its sync data says fewer messages
+    arrived than QMA sent): the channel stops with HMQ9526E rather than lose
+    or duplicate anything silently; RESET CHANNEL on the sender lets it go on."""
+    a, b, port = pair(tmp_path, batchsz=5)
+    try:
+        send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(5)])
+        assert receive_all(b.port, "IN", 5) == [f"m{i}" for i in range(5)]
+        a.sc("STOP CHANNEL(QMA.TO.QMB)")
+        end = time.monotonic() + 30
+        while "STATUS(RUNNING)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB)"):
+            assert time.monotonic() < end
+            time.sleep(0.1)
+        # the receiver's sync data as if restored from before: sequence number 2
+        b.sc("RESET CHANNEL(QMA.TO.QMB) SEQNUM(3)")
+        send_all(a.port, "/queue/TO.B", ["m5"])
+        a.sc("START CHANNEL(QMA.TO.QMB)")
+        end = time.monotonic() + 60
+        while "STATUS(STOPPED)" not in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB)"):
+            assert time.monotonic() < end, a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+            time.sleep(0.2)
+        log = (a.qm_dir / "errors" / "HMQERR01.LOG").read_text()
+        assert "HMQ9526E" in log and "last sent sequence number 5" in log, log[-2000:]
+        assert "CURDEPTH(1)" in a.sc("DISPLAY QLOCAL(QMB) CURDEPTH"), "m5 waits, not lost"
+        a.sc("RESET CHANNEL(QMA.TO.QMB) SEQNUM(3)\nSTART CHANNEL(QMA.TO.QMB)")
+        assert receive_all(b.port, "IN", 1) == ["m5"]
+        assert "LSTSEQNO(3)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_resolve_channel_decides_a_batch_in_doubt_by_hand(tmp_path):
+    """The sender dies with a batch in doubt and the receiver is gone for good:
+    RESOLVE CHANNEL ACTION(BACKOUT) puts the batch back on the transmission
+    queue; ACTION(COMMIT) would take it as delivered."""
+    a, b, _ = pair(tmp_path, batchsz=5)
+    try:
+        a.stop()
+        a.env["HARBORMQ_CRASH_AT"] = "channel.sender_prepared"
+        a.start()
+        send_all(a.port, "/queue/TO.B", ["x0"])
+        a.proc.wait(60)
+        assert a.proc.returncode == -9
+        a.env.pop("HARBORMQ_CRASH_AT")
+        b.stop()                      # the partner is gone
+        a.start()
+        a.sc("STOP CHANNEL(QMA.TO.QMB)")
+        status = a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+        assert "INDOUBT(YES)" in status, status
+        out = a.sc("RESOLVE CHANNEL(QMA.TO.QMB) ACTION(BACKOUT)")
+        assert "backed out" in out, out
+        assert "INDOUBT(NO)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+        assert "CURDEPTH(1)" in a.sc("DISPLAY QLOCAL(QMB) CURDEPTH"), "x0 is back to send"
+        out = a.sc("RESOLVE CHANNEL(QMA.TO.QMB) ACTION(COMMIT)")
+        assert "no batch in doubt" in out
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_channel_objects_in_mqsc(tmp_path):
+    srv = QMServer(tmp_path / "c", "QMC").create()
+    srv.start()
+    try:
+        out = srv.sc("DEFINE QLOCAL(XQ) USAGE(XMITQ)\n"
+                     "DEFINE QREMOTE(R1) RNAME(IN) RQMNAME(QMX) XMITQ(XQ)\n"
+                     "DEFINE CHANNEL(C1) CHLTYPE(SDR) CONNAME('127.0.0.1(1)') XMITQ(XQ)\n"
+                     "DEFINE LISTENER(L1) PORT(0)\n"
+                     "DISPLAY QREMOTE(R1) ALL\nDISPLAY CHANNEL(C1) ALL\nDISPLAY LISTENER(*) STATUS")
+        assert "RQMNAME(QMX)" in out and "XMITQ(XQ)" in out and "CONNAME(127.0.0.1(1))" in out
+        assert "STATUS(STOPPED)" in out
+        for bad, why in [("DEFINE CHANNEL(C2) CHLTYPE(SVR)", "choose one of"),
+                         ("DEFINE CHANNEL(C2) CONNAME('nohost')", "host(port)"),
+                         ("DEFINE CHANNEL(C2) BATCHSZ(0)", "out of range"),
+                         ("DEFINE CHANNEL(C2) SSLCIPH(TLS_AES_128_GCM_SHA256)", "not supported"),
+                         ("DEFINE QREMOTE(R1) RNAME(X)", "already exists"),
+                         ("DEFINE QLOCAL(R1)", "already exists"),
+                         ("DEFINE LISTENER(L2) PORT(70000)", "out of range")]:
+            got = srv.sc(bad, check=False)
+            assert why in got, (bad, got)
+        # a put to a remote queue whose transmission queue is not one is refused
+        out = srv.sc("DEFINE QLOCAL(PLAIN)\nDEFINE QREMOTE(R2) RNAME(IN) RQMNAME(QMX) "
+                     "XMITQ(PLAIN)")
+        conn = stomp_client(srv.port)
+        try:
+            conn.send("/queue/R2", "x", headers={"receipt": "r"})
+            conn.col.wait(lambda: conn.col.errors, 10, "an ERROR")
+            assert "not a transmission queue" in conn.col.errors[0].headers["message"]
+        finally:
+            conn.disconnect()
+        srv.sc("DELETE QREMOTE(R1)\nDELETE CHANNEL(C1)\nDELETE LISTENER(L1)")
+        assert "not found" in srv.sc("DISPLAY CHANNEL(C1)", check=False)
+        srv.stop()
+        srv.start()      # definitions survive a restart (the catalog, the log)
+        assert "CHANNEL(C1)" not in srv.sc("DISPLAY CHANNEL(*)")
+        assert "QUEUE(R2)" in srv.sc("DISPLAY QREMOTE(*)")
+    finally:
+        srv.stop()
+
+
+def test_the_sync_data_is_recreated_after_damage(tmp_path):
+    """SYSTEM.CHANNEL.SYNCQ is a queue like any other: its store lost, a linear
+    log recreates it at restart, and the channel goes on where it was, neither
+    losing nor repeating a message (MQ's sync file image and recreate)."""
+    a, b, _ = pair(tmp_path, batchsz=4, log_type="linear")
+    try:
+        send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(10)])
+        assert receive_all(b.port, "IN", 10) == [f"m{i}" for i in range(10)]
+        b.stop()
+        shutil.rmtree(b.qm_dir / "queues" / "SYSTEM.CHANNEL.SYNCQ")
+        b.start()
+        assert "HMQ7474I" in (b.qm_dir / "errors" / "HMQERR01.LOG").read_text()
+        send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(10, 15)])
+        assert receive_all(b.port, "IN", 5) == [f"m{i}" for i in range(10, 15)]
+        assert "LSTSEQNO(15)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
     finally:
         a.stop()
         b.stop()

@@ -79,9 +79,11 @@ class QMServer:
                                  f"{r.stdout}\n{r.stderr}")
         return r
 
-    def create(self, log_file_pages: int = 256, **stomp) -> "QMServer":
+    def create(self, log_file_pages: int = 256, *, log_type: str = "circular",
+               **stomp) -> "QMServer":
         self.home.mkdir(parents=True, exist_ok=True)
-        self.cli("create", self.name, "--port", "0", "--log-file-pages", str(log_file_pages))
+        self.cli("create", self.name, "--port", "0", "--log-file-pages", str(log_file_pages),
+                 "--log", log_type)
         if stomp:
             self.configure(**stomp)
         return self

@@ -77,6 +77,8 @@ class ChannelInitiator:
         d = self.core.objects.get(f"CHANNEL:{name}")
         if d is not None and d["attrs"]["CHLTYPE"] == "SDR" and name not in self.senders:
             self._sender(name).start()
+        elif d is None and name in self.senders:      # deleted (it was not running)
+            self.core.spawn(self.senders.pop(name).stop())
 
     # -- commands -----------------------------------------------------------------------
 
@@ -146,7 +148,8 @@ class ChannelInitiator:
     def check_deletable(self, objtype: str, name: str) -> None:
         if objtype == "CHANNEL":
             s = self.senders.get(name)
-            if (s is not None and s.task is not None and not s.task.done()) or \
+            # (an inactive sender only waits for messages: it may go)
+            if (s is not None and s.status in ("RUNNING", "BINDING", "RETRYING")) or \
                     name in self.receivers:
                 raise ObjectInUse(f"channel {name} is running: STOP CHANNEL({name}) first")
             if sync.in_doubt(self.core, name) is not None:
