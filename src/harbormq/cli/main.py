@@ -429,6 +429,24 @@ def _print_crestart_plan(p: dict) -> None:
         console.print("No committed work lies after the point.")
 
 
+@cli.command("dump-config")
+@click.argument("qm")
+@click.option("--at-time", default=None,
+              help="the definitions as they were at this time (ISO 8601), from the log")
+@click.option("--to", "to_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="write the script here (default: standard output)")
+def dump_config_cmd(qm, at_time, to_file):
+    """Every definition as an MQSC script (dmpmqcfg); 'harbormq sc' replays it."""
+    from ..fsutil import atomic_write
+    from ..unload.definitions import dump_config
+    text = dump_config(QMConfig.load(qm), _parse_time(at_time) if at_time else None)
+    if to_file is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write(to_file, text.encode())
+        _say(f"HMQ8621I The definitions of {qm} were written to {to_file}.")
+
+
 @cli.command("reset-log")
 @click.argument("qm")
 @click.option("--yes", is_flag=True, help="do it (without: only say what it would do)")
