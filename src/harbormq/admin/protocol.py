@@ -54,7 +54,7 @@ from ..qmgr.lifecycle import STOP_MODES
 from ..recovery.images import image_objects
 from ..recovery.need import log_need_facts
 from ..recovery.recreate import recreate_objects
-from ..unload.loadfile import load_into_core
+from ..unload.loadfile import load_into_core, unload_from_core
 from .commands import (
     archive_log,
     backup_point,
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 #: the longest request line the server reads (the stream reader's limit)
 MAX_REQUEST_BYTES = 64 << 20
 #: the requests ``AdminProtocol.handle`` answers
-COMMANDS = ("ping", "status", "mqsc", "load", "log_need", "image", "recreate", "stop",
+COMMANDS = ("ping", "status", "mqsc", "load", "unload", "log_need", "image", "recreate", "stop",
             "log_archive", "log_archived", "log_delete", "backup_point")
 
 
@@ -173,6 +173,8 @@ class AdminProtocol:
                          "connauth": self.config.stomp.connauth})
         if cmd == "load":
             return {"ok": True, "result": await self._load(req)}
+        if cmd == "unload":
+            return {"ok": True, "result": await self._unload(req)}
         if cmd == "log_need":
             return {"ok": True, "log_need": log_need_facts(
                 self.core.log, self.core.last_checkpoint.get("media"))}
@@ -198,6 +200,26 @@ class AdminProtocol:
             return {"ok": True}
         raise AdminRequestError(f"unknown admin command {json.dumps(cmd)[:80]}; known: "
                                 f"{', '.join(COMMANDS)}")
+
+    async def _unload(self, req: dict) -> dict:
+        queue, path = _text(req, "queue"), _text(req, "path")
+        if not queue or not path:
+            raise AdminRequestError("unload needs 'queue' and 'path'")
+        try:
+            ids = {k: bytes.fromhex(req[k]) if req.get(k) else None
+                   for k in ("msg_id", "correl_id")}
+        except (TypeError, ValueError):
+            raise AdminRequestError("msg_id and correl_id are hexadecimal") from None
+        older = req.get("older_than_s")
+        if older is not None and (not isinstance(older, (int, float)) or older < 0):
+            raise AdminRequestError("older_than_s is a number of seconds, 0 or more")
+        try:
+            return await unload_from_core(
+                self.core, queue, Path(path), move=bool(req.get("move")), **ids,
+                older_than_ns=None if older is None else int(older * 1e9))
+        except (OSError, ValueError) as exc:
+            raise AdminRequestError(f"cannot write the unload file {path}: "
+                                    f"{getattr(exc, 'strerror', None) or exc}") from None
 
     async def _load(self, req: dict) -> dict:
         queue, path = _text(req, "queue"), _text(req, "path")

@@ -429,6 +429,43 @@ def _print_crestart_plan(p: dict) -> None:
         console.print("No committed work lies after the point.")
 
 
+@cli.command()
+@click.argument("qm")
+@click.argument("queue")
+@click.option("--to", "to_file", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="the load file to write (harbormq-load format)")
+@click.option("--move", is_flag=True, help="take the messages off the queue too")
+@click.option("--msgid", default=None, help="only the message with this id (hex)")
+@click.option("--correlid", default=None, help="only messages with this correlation id (hex)")
+@click.option("--older-than", type=click.FloatRange(0), default=None,
+              help="only messages put more than this many seconds ago")
+def unload(qm, queue, to_file, move, msgid, correlid, older_than):
+    """Copy (or move) a queue's messages to a load file (dmpmqmsg), queue manager running."""
+    reply = call(QMConfig.load(qm), {"cmd": "unload", "queue": queue,
+                                     "path": str(to_file.absolute()), "move": move,
+                                     "msg_id": msgid, "correl_id": correlid,
+                                     "older_than_s": older_than},
+                 timeout=None, needs="unloading a queue needs a running queue manager")["result"]
+    _say(f"HMQ8622I {reply['unloaded']} message(s) of {queue} "
+         f"{'moved' if move else 'copied'} to {to_file}.")
+
+
+@cli.command()
+@click.argument("qm")
+@click.argument("queue")
+@click.option("--from", "from_file", required=True,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="the load file to put on the queue")
+def load(qm, queue, from_file):
+    """Put the messages of a load file on a queue, in their order (queue manager running)."""
+    reply = call(QMConfig.load(qm), {"cmd": "load", "queue": queue,
+                                     "path": str(from_file.absolute())},
+                 timeout=None, needs="loading a queue needs a running queue manager")["result"]
+    _say(f"HMQ8623I {reply['loaded']} message(s) loaded onto {queue}"
+         + (f" ({reply['expired_skipped']} expired, skipped)." if reply["expired_skipped"]
+            else "."))
+
+
 @cli.command("dump-config")
 @click.argument("qm")
 @click.option("--at-time", default=None,

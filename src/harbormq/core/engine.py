@@ -659,8 +659,8 @@ class QueueManagerCore:
             raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
         if uow is not None:
             self._check_uow(uow)   # it may have been backed out while a caller waited
-        if match is not None and match.ident is None:
-            match = None
+        if isinstance(match, MessageMatch) and match.ident is None:
+            match = None     # (a match of another kind selects by its own rule)
         key, msg, expired = q.first_available(match, time.time_ns())
         for ekey, emsg in expired:
             self._expire(q, ekey, emsg)

@@ -190,3 +190,69 @@ async def load_into_core(core: QueueManagerCore, queue: str, path: Path, *,
 def load_file_into(qm, queue: str, path: Path, *, batch: int = LOAD_BATCH) -> dict:
     """The same for an open harbormq.QueueManager (a queue manager in this process)."""
     return qm.load_file(queue, path, batch=batch)
+
+
+class _Snapshot:
+    """A get that takes only the messages of a snapshot (by store key)."""
+    index_type = ident = None
+
+    def __init__(self, keys: set[bytes]):
+        self.keys = keys
+
+    def __call__(self, msg: Message) -> bool:
+        return msg.key in self.keys
+
+
+def _row(m: Message) -> dict:
+    return {"msg_id": m.msg_id, "correl_id": m.correl_id, "priority": m.priority,
+            "persistent": m.persistent, "expiry_ns": m.expiry_ns,
+            "put_time_ns": m.put_time_ns, "backout_count": m.backout_count,
+            "reply_to": m.reply_to, "format": m.format,
+            "properties_json": json.dumps(m.properties) if m.properties else "",
+            "body": m.body}
+
+
+async def unload_from_core(core: QueueManagerCore, queue: str, path: Path, *,
+                           move: bool = False, msg_id: bytes | None = None,
+                           correl_id: bytes | None = None,
+                           older_than_ns: int | None = None) -> dict:
+    """``harbormq unload`` (dmpmqmsg): the messages of ``queue`` a get could take
+    now, in delivery order, written as a load file (durable, published whole).
+
+    The selection is one synchronous step on the loop: a consistent snapshot.
+    ``move`` takes them too: they are got under one unit of work (locked, so no
+    consumer can take one meanwhile), the file is written and forced, and only
+    then is the unit of work committed. A crash before the commit leaves the
+    messages on the queue (and perhaps the file too): never lost."""
+    now = time.time_ns()
+
+    def selected(m: Message) -> bool:
+        return ((msg_id is None or m.msg_id == msg_id) and
+                (correl_id is None or m.correl_id == correl_id) and
+                (older_than_ns is None or m.put_time_ns <= now - older_than_ns))
+
+    snapshot = [m for m in core.browse(queue) if selected(m)]
+    at_lsn = core.log.end_lsn
+    uow = None
+    try:
+        if move and snapshot:
+            uow = core.begin(owner="harbormq-unload")
+            match = _Snapshot({m.key for m in snapshot})
+            taken = []
+            while len(taken) < len(snapshot):
+                msg, _ = core.get_nowait(queue, uow, match=match)
+                if msg is None:
+                    break          # (expired meanwhile)
+                taken.append(msg)
+            snapshot = taken
+        rows = [_row(m) for m in snapshot]
+        count = await core.loop.run_in_executor(None, write_load_file, Path(path), queue,
+                                                at_lsn, rows)
+        if uow is not None:
+            await core.commit(uow)
+            uow = None
+    finally:
+        if uow is not None:
+            await core.backout(uow)
+    return {"queue": queue, "unloaded": count, "moved": move, "path": str(path),
+            "bytes": sum(len(r["body"]) for r in rows)}
