@@ -11,6 +11,11 @@ the log is full (MQRC 2102) and the traffic fails."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from support.oplog import operator_log
 from support.queues import bodies_with_backouts
@@ -18,6 +23,7 @@ from support.queues import bodies_with_backouts
 from harbormq.config import QMConfig
 from harbormq.errors import HarbormqError, LogFull
 from harbormq.log.records import RecordType
+from harbormq.store.stores import QueueStore
 
 PAGES = 32                  # the smallest extents: 128 KiB; 3 primary + 2 secondary
 BIG = 20_000                # bytes of each of the long unit's puts
@@ -169,6 +175,50 @@ def test_restart_redoes_a_committed_shunted_unit_from_its_shunt(make_qm, open_qm
     qm = open_qm()
     assert [m.body for m in qm.browse("OUT")] == [body(0), body(1), body(2)]
     assert bodies_with_backouts(qm, "APP") == [("app-3", 0)]
+
+
+#: the child killed by SIGKILL: the long unit through 10 wraps, then the kill
+#: with it open, or right after its commit returned (no store written)
+KILLED_CHILD = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from harbormq import QueueManager
+from recovery import test_shunt as t
+from support.differential import force_log
+qm = QueueManager.open("QM1")
+t.setup_queues(qm)
+uow, begin = t.long_unit_through_wraps(qm, Path(os.environ["HARBORMQ_HOME"]))
+if {commit!r}:
+    uow.commit()
+force_log(qm)        # (an open unit's last records are forced by nobody else)
+print(begin, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("commit", [False, True], ids=["open", "committed"])
+def test_sigkilled_with_a_shunted_unit(make_qm, open_qm, home, python_env, commit):
+    """(b) and (c) with a real kill of the process: restart backs the open unit
+    out, or redoes the committed one from its shunt (no store has its puts)."""
+    never_flush(make_qm, home)
+    child = KILLED_CHILD.format(tests=str(Path(__file__).resolve().parents[1]), commit=commit)
+    proc = subprocess.run([sys.executable, "-c", child], env=python_env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    begin = int(proc.stdout.split()[-1])
+    out = QueueStore(QMConfig.load("QM1", home).queue_dir("OUT"))
+    assert out.count() == 0, "nothing of the long unit reached a store"
+    out.close()
+    qm = open_qm()
+    assert qm.restart_report.redo_start_lsn > begin
+    if commit:
+        assert [m.body for m in qm.browse("OUT")] == [body(0), body(1), body(2)]
+        assert bodies_with_backouts(qm, "APP") == [("app-3", 0)]
+    else:
+        assert qm.restart_report.uows_backed_out == 1
+        assert bodies_with_backouts(qm, "APP") == APP_AFTER_BACKOUT
+        assert qm.browse("OUT") == []
 
 
 def test_an_in_doubt_shunted_unit_survives_restart_and_resolves(make_qm, open_qm, home):
