@@ -388,3 +388,30 @@ def test_a_shunt_of_a_unit_being_backed_out_carries_its_compensations(tmp_path):
     assert [(e[0], e[4]) for e in fx.effects] == [("backout", 1)], \
         "the compensation copied in the shunt, at its own LSN"
     assert fx.effects[0][3] < shunt and rule.open == {}
+
+
+def test_a_reading_that_starts_between_a_get_and_its_compensation(tmp_path):
+    """A reading (a restart point a store holds back) that starts after a get of
+    a unit being backed out and at its compensation: the compensation is read
+    before the rule knows the get; the shunt then brings the get back from its
+    copy, and its compensation's copy with it, so the backout count is applied
+    once and the get is not left pending to be backed out again."""
+    from support.pipeline_logbuilder import LogBuilder
+    lb = LogBuilder(tmp_path, pages=16)
+    lb.define("Q", 1)
+    old = lb.message(1)
+    lb.put("Q", 1, old)
+    got = lb.get("Q", 1, old, uow=9)
+    p = lb.message(1, b"p")
+    put = lb.put("Q", 1, p, uow=9)
+    comp = lb.compensate_get("Q", 1, old, 9, got, backout_count=1)
+    shunt = lb.shunt(9, "backing_out")
+    lb.compensate_put("Q", 1, p, 9, put)
+    lb.backout(9)
+    lb.close()
+    records = _records(tmp_path)
+    full, _, _ = run_rule(records, {1})
+    assert [e[0] for e in full] == ["put", "backout"]
+    assert got < comp < shunt
+    effects, units, _ = run_rule(records, {1}, comp)
+    assert effects == [e for e in full if e[3] >= comp] and units == {}

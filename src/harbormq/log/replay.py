@@ -27,7 +27,9 @@ The rule:
   first record: restart redo from a restart point the shunt let move on), the
   copies of the records it did not read are fed to the rule as if they were
   those records, in their order and at their own LSNs, so the unit's pending
-  operations are exactly what the original records would have made them. A
+  operations are exactly what the original records would have made them (a
+  compensation read before the shunt, of a get it had not read, is fed again
+  with that get: read first, it had no operation to undo). A
   shunt cut into parts takes effect at its last part; one whose parts are not
   all read (a crash while it was written, or a reading that starts inside it)
   is ignored.
@@ -268,10 +270,15 @@ class CommitRule:
             uow = self.open[rec.uow_id] = OpenUow(rec.uow_id, got.lsn, rec.lsn,
                                                   read_from=rec.lsn)
         if not uow.whole:
-            # the records before the first one read, replayed from their copies
+            # the records before the first one read, replayed from their copies;
+            # and the compensation of such a record, read already but then of an
+            # operation the rule did not know (it had no effect): so a get comes
+            # back with its compensation, never pending to be backed out again
             last = uow.last_lsn
             for copy in got.copies:
-                if copy.lsn < uow.read_from:
+                if copy.lsn < uow.read_from or (
+                        copy.type == RecordType.COMPENSATION and
+                        Compensation.decode(copy.payload).undone_lsn < uow.read_from):
                     self._handlers[copy.type](copy)
             head = got.head
             uow.last_lsn = last
