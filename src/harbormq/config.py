@@ -36,6 +36,10 @@
     qindxbld = "wait"           # or "nowait": index rebuild at restart
     verify_store_mb = 128       # restart checks every message seal of stores up to this size
     long_uow_checkpoints = 3    # name a unit of work in the log through this many checkpoints
+    shunt_checkpoints = 3       # circular logs: copy a unit of work's records forward (log
+                                #   shunting) once it has lived through this many
+                                #   checkpoints, and again each time as many more pass;
+                                #   0 = never (a long unit is backed out when the log fills)
     [image]                     # media images (linear logs; MQ's IMGSCHED/IMGINTVL/IMGLOGLN)
     schedule = "manual"         # or "auto"
     interval_minutes = 60       # auto: image an object this long after its last image
@@ -105,6 +109,10 @@ class Tuning:
     #: name a unit of work in the log through every this many checkpoints
     #: (HMQ7465W; MQ's URCHKTH); 0 = never
     long_uow_checkpoints: int = _opt(3, lo=0, hi=1_000_000)
+    #: circular logs: shunt a unit of work through every this many checkpoints
+    #: (MQ shunts every third); 0 = never, and a long unit of work is backed out
+    #: when the log is full (HMQ7469W)
+    shunt_checkpoints: int = _opt(3, lo=0, hi=1_000_000)
 
 
 @dataclass
@@ -264,7 +272,8 @@ class QMConfig:
                            "flush_max_entries": t.flush_max_entries,
                            "store_map_size_mb": t.store_map_size_mb, "qindxbld": t.qindxbld,
                            "verify_store_mb": t.verify_store_mb,
-                           "long_uow_checkpoints": t.long_uow_checkpoints},
+                           "long_uow_checkpoints": t.long_uow_checkpoints,
+                           "shunt_checkpoints": t.shunt_checkpoints},
                 "image": {"schedule": self.image.schedule,
                           "interval_minutes": self.image.interval_minutes,
                           "log_length_mb": self.image.log_length_mb},

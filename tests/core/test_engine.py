@@ -402,7 +402,8 @@ def test_log_full_leaves_no_end_record_and_later_puts_survive(make_qm, open_qm):
     qm.define_queue("Q1", DEFPSIST="YES", MAXDEPTH=100000)
     log = qm.core.log
     pin = qm.begin("app1")
-    pin.put("Q1", b"in-doubt")
+    for _ in range(3):                     # half the log: too big to shunt (HMQ7471W)
+        pin.put("Q1", b"in-doubt" * 7500)
     pin.prepare()                          # in doubt: never backed out by the queue manager
     late = None
     with pytest.raises(LogFull):
@@ -411,6 +412,7 @@ def test_log_full_leaves_no_end_record_and_later_puts_survive(make_qm, open_qm):
             if late is None and log.available_extents() == 0:
                 late = qm.begin("app2")    # starts in the newest extent, keeps it needed
                 late.put("Q1", b"late-work")
+    assert "HMQ7471W" in qm.core.oplog.ids()
     qm.resolve(pin.id, commit=False)
     qm.checkpoint()                        # small records: they still fit
     qm.put("Q1", b"small-acked")

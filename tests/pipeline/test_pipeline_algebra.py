@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.differential import all_rows
 from support.pipeline_logbuilder import LogBuilder
@@ -148,3 +150,46 @@ def test_coverage_starts_after_the_last_gap():
     assert coverage_start(firsts, ends, 450) == 300
     assert coverage_start(firsts, ends, 150) == 0
     assert coverage_start([0, 100], {0: 100}, 150) == 0
+
+
+def test_shunt_records_change_no_rebuild(tmp_path):
+    """A shunt copies records already in the log (log shunting): a rebuild at any
+    point is the same with and without shunts, and a shunt's row is described
+    (its copies in ``data``), never counted as a put or a get."""
+    out = {}
+    for shunted in (False, True):
+        lb = LogBuilder(tmp_path / str(shunted))
+        lb.define("Q", 1)
+        a, b = lb.message(1), lb.message(1)
+        lb.put("Q", 1, a)
+        lb.put("Q", 1, b)
+        p = lb.message(1, b"p" * 500)
+        lb.put("Q", 1, p, uow=7)
+        lb.get("Q", 1, a, uow=7)
+        g = lb.get("Q", 1, b, uow=8)
+        lb.compensate_get("Q", 1, b, 8, g, backout_count=1)
+        if shunted:
+            lb.shunt(7)
+            lb.shunt(8, "backing_out")
+        points = {"open": lb.lsn - 1}
+        lb.commit(7)
+        lb.backout(8)
+        lb.close()
+        points["end"] = lb.lsn - 1
+        rows = all_rows(tmp_path / str(shunted))
+        out[shunted] = {name: rebuild(rows, at)["Q"] for name, at in points.items()}
+        if shunted:
+            shunts = [r for r in rows if r["type"] == "UOW_SHUNT"]
+            assert [r["uow_id"] for r in shunts] == [7, 8]
+            assert all(r["msg_id"] is None and r["seq"] is None for r in shunts)
+            seven = json.loads(shunts[0]["data"])
+            assert seven["state"] == "active" and seven["parts"] == 1
+            assert [(c["type"], c["msg_id"]) for c in seven["copies"]] == [
+                ("MSG_PUT", p.msg_id.hex()), ("MSG_GET", a.msg_id.hex())]
+            assert seven["copies"][0]["body_size"] == 500
+            eight = json.loads(shunts[1]["data"])
+            assert [c["type"] for c in eight["copies"]] == ["MSG_GET", "COMPENSATION"]
+    assert out[True] == out[False]
+    assert ids(out[True]["end"]) == ["id-1-2", "id-1-3"]        # b (count 1), p
+    assert [m["backout_count"] for m in out[True]["end"]] == [1, 0]
+    assert [m["locked_uow"] for m in out[True]["open"]] == [7, None]

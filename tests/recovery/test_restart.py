@@ -204,11 +204,13 @@ def test_long_unit_of_work_is_backed_out_to_release_circular_log(make_qm, open_q
     qm = open_qm()
     qm.define_queue("Q1", DEFPSIST="YES", MAXDEPTH=1_000_000)
     pinning = qm.begin(owner="sleepy-app")
-    pinning.put("Q1", b"pinned")
+    for _ in range(3):      # half the log: too big to shunt forward (the last resort)
+        pinning.put("Q1", b"pinned" * 10_000)
     body = b"y" * 1000
     for i in range(1200):
         qm.put("Q1", body + str(i).encode())
         qm.get("Q1")
+    assert "HMQ7471W" in errlog(home)
     assert "HMQ7469W" in errlog(home)
     assert "sleepy-app" in errlog(home)
     with pytest.raises(UnitOfWorkError, match="2003"):

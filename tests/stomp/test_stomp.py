@@ -1576,11 +1576,16 @@ def test_delivery_backed_out_to_release_log_space(tmp_path):
     """A consumer sits on an unacknowledged persistent delivery while others fill
     the (tiny, circular) log: the queue manager backs its unit of work out to
     release log space (HMQ7469W), the message comes back, and the late ACK gets
-    an ERROR with MQRC 2003 instead of acknowledging a backed-out delivery."""
+    an ERROR with MQRC 2003 instead of acknowledging a backed-out delivery.
+
+    A delivery (one get) is always small enough to shunt forward, so with log
+    shunting it would stay open for as long as its consumer holds it: this
+    queue manager does not shunt (``tuning.shunt_checkpoints = 0``)."""
     srv = QMServer(tmp_path / "hmq", "QP")
     srv.home.mkdir(parents=True)
     srv.cli("create", "QP", "--port", "0", "--log-file-pages", "32", "--log-primary", "2",
             "--log-secondary", "1", "--checkpoint-records", "200")
+    srv.configure(tuning={"shunt_checkpoints": 0})
     srv.start()
     try:
         h = raw_connected(srv.port)
@@ -1711,8 +1716,9 @@ def test_transaction_backed_out_to_release_log_space(tmp_path):
     try:
         t = raw_connected(srv.port)
         t.call("BEGIN", {"transaction": "long"})
-        t.call("SEND", {"destination": "/queue/LONGTX.Q", "transaction": "long",
-                        "persistent": "true"}, b"never")
+        for _ in range(3):      # half the log: too big to shunt forward (the last resort)
+            t.call("SEND", {"destination": "/queue/LONGTX.Q", "transaction": "long",
+                            "persistent": "true"}, b"never" * 12_000)
         p = raw_connected(srv.port)
         subscribe(p, "FLOW2.Q", ack="auto")
         log = srv.qm_dir / "errors" / "HMQERR01.LOG"

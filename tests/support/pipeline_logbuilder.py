@@ -19,8 +19,10 @@ from harbormq.log.records import (
     encode,
     encode_image_chunk,
     encode_json,
+    encode_shunt,
     encoded_length,
     extent_file_name,
+    shunt_copy,
 )
 
 T = RecordType
@@ -43,6 +45,9 @@ class LogBuilder:
         self.first = 0
         self.next_seq: dict[int, int] = {}
         self.uow_last: dict[int, int] = {}
+        #: per unit of work: its BEGIN's LSN, its message records (what a shunt copies)
+        self.uow_begin: dict[int, int] = {}
+        self.uow_records: dict[int, list[LogRecord]] = {}
         self._new_extent()
 
     # -- extents ------------------------------------------------------------------------
@@ -108,12 +113,39 @@ class LogBuilder:
     def _uow_rec(self, rtype, uow: int, name: str = "", oid: int = 0,
                  payload: bytes = b"") -> int:
         if uow not in self.uow_last:
-            self.uow_last[uow] = self.append(LogRecord(T.UOW_BEGIN, uow_id=uow,
-                                                       payload=encode_json({"owner": "t"})))
-        lsn = self.append(LogRecord(rtype, uow_id=uow, prev_lsn=self.uow_last[uow],
-                                    object_id=oid, object_name=name, payload=payload))
+            self.uow_last[uow] = self.uow_begin[uow] = self.append(
+                LogRecord(T.UOW_BEGIN, uow_id=uow, payload=encode_json({"owner": "t"})))
+        rec = LogRecord(rtype, uow_id=uow, prev_lsn=self.uow_last[uow], object_id=oid,
+                        object_name=name, payload=payload)
+        lsn = self.append(rec)
         self.uow_last[uow] = lsn
+        if rtype in (T.MSG_PUT, T.MSG_GET, T.COMPENSATION):
+            self.uow_records.setdefault(uow, []).append(rec)
         return lsn
+
+    def shunt(self, uow: int, state: str = "active", limit: int = 1 << 20,
+              parts: int | None = None) -> int:
+        """A shunt of ``uow`` as a checkpoint writes it (core/engine.py): copies of
+        its puts and gets still pending, and of the gets compensated with their
+        compensations; ``parts``: write only the first so many parts (a shunt cut
+        short). Returns the first part's LSN."""
+        recs = self.uow_records.get(uow, [])
+        comps = [Compensation.decode(r.payload) for r in recs if r.type == T.COMPENSATION]
+        undone = {c.undone_lsn: c for c in comps}
+        keep = [r for r in recs if r.type != T.COMPENSATION and (
+            r.lsn not in undone or undone[r.lsn].undone_type == T.MSG_GET)]
+        keep += [r for r in recs if r.type == T.COMPENSATION
+                 and Compensation.decode(r.payload).undone_type == T.MSG_GET]
+        keep.sort(key=lambda r: r.lsn)
+        payloads = encode_shunt({"state": state, "owner": "t", "begin_lsn": self.uow_begin[uow],
+                                 "started_ns": 1}, [shunt_copy(r) for r in keep], limit)
+        first = 0
+        for p in payloads[:parts]:
+            lsn = self.append(LogRecord(T.UOW_SHUNT, uow_id=uow, prev_lsn=self.uow_last[uow],
+                                        payload=p))
+            self.uow_last[uow] = lsn
+            first = first or lsn
+        return first
 
     def put(self, name: str, oid: int, msg: Message, uow: int = 0) -> int:
         if not uow:

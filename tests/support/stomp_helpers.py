@@ -88,12 +88,16 @@ class QMServer:
             self.configure(**stomp)
         return self
 
-    def configure(self, *, listeners: list[dict] | None = None, **stomp) -> None:
-        """Edit qm.toml: ``[stomp]`` settings, and the listener list if given."""
+    def configure(self, *, listeners: list[dict] | None = None, tuning: dict | None = None,
+                  **stomp) -> None:
+        """Edit qm.toml: ``[stomp]`` settings, the listener list and ``[tuning]``
+        settings if given."""
         data = tomllib.loads(self.config_path.read_text())
         data.setdefault("stomp", {}).update(stomp)
         if listeners is not None:
             data["listeners"] = listeners
+        if tuning:
+            data.setdefault("tuning", {}).update(tuning)
         self.config_path.write_text(tomli_w.dumps(data))
 
     def start(self, timeout: float = 90) -> "QMServer":

@@ -285,7 +285,7 @@ class Executor:
                           UOWSTTI=mq_time(uow.started_ns),
                           UOWLOG=self._extent_name(uow.first_lsn),
                           UOWLOGDA=mq_date(uow.first_log_ns), UOWLOGTI=mq_time(uow.first_log_ns),
-                          QMURID=str(uow.first_lsn) if uow.first_lsn else "", UOWID=uow.id)
+                          QMURID=str(uow.begin) if uow.first_lsn else "", UOWID=uow.id)
         return values
 
     @staticmethod
@@ -419,7 +419,7 @@ class Executor:
                 continue
             ns = u.first_log_ns or u.started_ns
             values = {"UOWID": u.id, "STATE": "PREPARED" if u.in_doubt else u.state.upper(),
-                      "OWNER": u.owner, "FIRSTLSN": u.first_lsn, "LASTLSN": u.last_lsn,
+                      "OWNER": u.owner, "FIRSTLSN": u.begin, "LASTLSN": u.last_lsn,
                       "UOWLOGDA": mq_date(ns), "UOWLOGTI": mq_time(ns), "CHKPTS": u.checkpoints}
             if not mqsc.where_matches(cmd.where, values):
                 continue

@@ -47,6 +47,9 @@ from ..log.records import (
     RecordFlag,
     RecordType,
     encode_json,
+    encode_shunt,
+    encoded_length,
+    shunt_copy,
 )
 from ..store.dirs import set_aside
 from ..store.stores import CatalogStore, QueueStore
@@ -102,7 +105,9 @@ class UnitOfWork:
     owner: str = ""
     state: str = "active"     # active | prepared | backing_out | committed | backed_out
     ops: list[UowOp] = field(default_factory=list)
-    first_lsn: int = 0        # its UOW_BEGIN record, 0 while nothing is logged
+    #: the first record restart needs for it: its UOW_BEGIN, or its latest shunt
+    #: (log shunting); 0 while nothing is logged
+    first_lsn: int = 0
     last_lsn: int = 0
     started_ns: int = field(default_factory=time.time_ns)
     first_log_ns: int = 0
@@ -110,10 +115,26 @@ class UnitOfWork:
     rolled_back: str | None = None
     #: checkpoints taken while it was in the log (HMQ7465W, MQ's URCHKTH)
     checkpoints: int = 0
+    #: its UOW_BEGIN's LSN once a shunt has moved ``first_lsn`` on (0: the same;
+    #: a unit of work restart rebuilt from a shunt knows only the shunt)
+    begin_lsn: int = 0
+    #: while it is being backed out: copies of the gets compensated so far and of
+    #: their compensations (a shunt carries them, see ``_shunt_copies``)
+    undone: list[LogRecord] = field(default_factory=list, repr=False)
+    #: shunts written for it, and ``checkpoints`` at the latest one
+    shunts: int = 0
+    shunted_at: int = 0
+    #: HMQ7471W said it cannot be shunted (said once until a shunt succeeds)
+    unshuntable: bool = False
 
     @property
     def in_doubt(self) -> bool:
         return self.state == "prepared"
+
+    @property
+    def begin(self) -> int:
+        """Its first record: the UOW_BEGIN (as far as it is known)."""
+        return self.begin_lsn or self.first_lsn
 
 
 class MessageMatch:
@@ -242,7 +263,7 @@ class QueueManagerCore:
                  payload: bytes) -> tuple[int, int]:
         """Append a record of ``uow`` (writing its BEGIN first); returns (lsn, prev)."""
         if not uow.first_lsn:
-            uow.first_lsn = uow.last_lsn = self.append_record(
+            uow.first_lsn = uow.last_lsn = uow.begin_lsn = self.append_record(
                 RecordType.UOW_BEGIN, uow_id=uow.id, payload=_begin_payload(uow.owner))
             uow.first_log_ns = time.time_ns()
         prev = uow.last_lsn
@@ -781,7 +802,7 @@ class QueueManagerCore:
         logged_joined = [j.id for j in joined if j.first_lsn]
         if logged_joined and not uow.first_lsn:
             # the decision must be a record of its own unit of work
-            uow.first_lsn = uow.last_lsn = self.append_record(
+            uow.first_lsn = uow.last_lsn = uow.begin_lsn = self.append_record(
                 RecordType.UOW_BEGIN, uow_id=uow.id, payload=_begin_payload(uow.owner))
             uow.first_log_ns = time.time_ns()
         effect_lsn = 0
@@ -866,11 +887,23 @@ class QueueManagerCore:
 
     def _compensate(self, uow: UnitOfWork, op: UowOp, backout_count: int) -> int:
         undone = RecordType.MSG_PUT if op.kind == "put" else RecordType.MSG_GET
-        comp = Compensation(undone, op.lsn, op.prev_lsn,
-                            MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id), backout_count)
+        ref = MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id)
+        comp = Compensation(undone, op.lsn, op.prev_lsn, ref, backout_count)
+        prev = uow.last_lsn
+        payload = comp.encode()
         uow.last_lsn = self.append_record(RecordType.COMPENSATION, uow_id=uow.id,
-                                          prev_lsn=uow.last_lsn, obj=op.queue,
-                                          payload=comp.encode())
+                                          prev_lsn=prev, obj=op.queue, payload=payload)
+        if op.kind == "get":
+            # a backout the log cuts short stays in the log: a shunt then carries
+            # the get and its compensation (the backout count is their effect)
+            q = op.queue
+            uow.undone += [
+                LogRecord(RecordType.MSG_GET, uow_id=uow.id, prev_lsn=op.prev_lsn,
+                          object_id=q.object_id, object_name=q.name, payload=ref.encode(),
+                          lsn=op.lsn),
+                LogRecord(RecordType.COMPENSATION, uow_id=uow.id, prev_lsn=prev,
+                          object_id=q.object_id, object_name=q.name, payload=payload,
+                          lsn=uow.last_lsn)]
         return uow.last_lsn
 
     def requeue_backout(self, q: LocalQueue, msg: Message) -> None:
@@ -1026,6 +1059,9 @@ class QueueManagerCore:
             await asyncio.wait(list(self._store_io))
 
     def restart_point(self, begin_lsn: int, oldest_at_begin: int | None) -> int:
+        """The oldest LSN restart would need now: a unit of work is needed from its
+        ``first_lsn`` (its latest shunt, once shunted), a store from its oldest
+        unflushed effect."""
         candidates = [begin_lsn]
         if oldest_at_begin:
             candidates.append(oldest_at_begin)
@@ -1044,6 +1080,9 @@ class QueueManagerCore:
             self._checkpoint_pending = False
             begin = self.append_record(RecordType.CHECKPOINT_BEGIN,
                                        payload=encode_json({"reason": reason}))
+            # in the same step as BEGIN: the shunts are forced with the checkpoint,
+            # before the control file lets the log behind them be reused
+            self._shunt_long_units(begin, urgent=reason == "log space")
             oldest_at_begin = min((u.first_lsn for u in self.uows.values() if u.first_lsn),
                                   default=0)
             await self.flush_all()
@@ -1051,8 +1090,10 @@ class QueueManagerCore:
             table = {
                 "begin_lsn": begin,
                 "oldest_uow_at_begin": oldest_at_begin,
+                # first_lsn: where restart needs it from (its latest shunt, if any)
                 "uows": [{"id": u.id, "state": u.state, "first_lsn": u.first_lsn,
-                          "last_lsn": u.last_lsn} for u in self.uows.values() if u.first_lsn],
+                          "begin_lsn": u.begin, "last_lsn": u.last_lsn}
+                         for u in self.uows.values() if u.first_lsn],
                 # only the stores behind the log: a flushed store holds its own
                 # recovery LSN and next sequence (thousands of idle queues cost nothing)
                 "stores": {q.name: {"object_id": q.object_id, "recovery_lsn": q.recovery_lsn,
@@ -1092,24 +1133,145 @@ class QueueManagerCore:
 
     def _warn_long_units_of_work(self) -> None:
         """Name every unit of work in the log through each ``long_uow_checkpoints``
-        checkpoints (MQ's CSQJ160I and URCHKTH): it pins the restart point, and
-        on a circular log it will be backed out when the log is full."""
+        checkpoints (MQ's CSQJ160I and URCHKTH): it pins the restart point (or,
+        once shunted, still holds its messages), and on a circular log that
+        cannot shunt it, it will be backed out when the log is full."""
         every = self.config.tuning.long_uow_checkpoints
-        if not every:
-            return
         now = time.time_ns()
         for u in self.uows.values():
             if not u.first_lsn:
                 continue
             u.checkpoints += 1
-            if u.checkpoints % every == 0:
-                ext = self.log.extent_of(u.first_lsn)
+            if every and u.checkpoints % every == 0:
+                ext = self.log.extent_of(u.begin)
                 where = f" in {self.log.extent_path(ext.number).name}" if ext else ""
                 age = (now - (u.first_log_ns or u.started_ns)) / 1e9
+                holds = ("it pins the restart point" if u.first_lsn == u.begin else
+                         f"its records are shunted (restart needs the log from LSN "
+                         f"{u.first_lsn}), but it holds its messages")
                 self.oplog.emit("HMQ7465W", f"unit of work {u.id} ({u.state}, owner "
                                 f"{u.owner or '-'}) has been in the log through {u.checkpoints} "
-                                f"checkpoints, for {age:.0f} s since LSN {u.first_lsn}{where}: "
-                                "it pins the restart point; commit or back it out")
+                                f"checkpoints, for {age:.0f} s since LSN {u.begin}{where}: "
+                                f"{holds}; commit or back it out")
+
+    # ------------------------------------------------------------------ log shunting
+
+    def _shunt_long_units(self, begin_lsn: int, *, urgent: bool) -> None:
+        """Log shunting (circular logs; docs/design-notes.md, "Log shunting"): copy
+        forward the records of each unit of work that restart would otherwise
+        need from an older extent than the one this checkpoint begins in, once it
+        has lived through ``tuning.shunt_checkpoints`` checkpoints since it began
+        or was last shunted; and, at once, each one that holds the oldest extent
+        (the units the queue manager would otherwise back out, HMQ7469W) when
+        the log has at most one spare extent left (``urgent``: none). One spare
+        extent, not none: the checkpoint that frees the oldest extent must be
+        done before the log fills the active one, while work goes on. Runs in
+        the step that writes CHECKPOINT_BEGIN."""
+        every = self.config.tuning.shunt_checkpoints
+        if not every or self.config.log.log_type != "circular":
+            return
+        here = self.log.extent_of(begin_lsn)
+        chain = self.log.chain()
+        if here is None or not chain:
+            return
+        urgent = urgent or self.log.available_extents() <= 1
+        oldest_end = chain[0].end_lsn or here.first_lsn
+        for u in sorted(self.uows.values(), key=lambda u: u.first_lsn):
+            if not u.first_lsn or u.first_lsn >= here.first_lsn or \
+                    u.state not in ("active", "prepared", "backing_out"):
+                continue
+            if (urgent and u.first_lsn < oldest_end) or u.checkpoints - u.shunted_at >= every:
+                self._shunt(u)
+
+    def _shunt_copies(self, u: UnitOfWork) -> list[bytes]:
+        """Copies of the records restart needs to rebuild ``u`` exactly as its
+        original records would: every logged put (the whole message) and get
+        still pending, and, being backed out, every get compensated so far with
+        its compensation; in LSN order."""
+        recs = list(u.undone)
+        for op in u.ops:
+            if not op.lsn:
+                continue     # a non-persistent message: never logged
+            q = op.queue
+            if op.kind == "put":
+                rtype, payload = RecordType.MSG_PUT, op.msg.encode()
+            else:
+                rtype = RecordType.MSG_GET
+                payload = MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id).encode()
+            recs.append(LogRecord(rtype, uow_id=u.id, prev_lsn=op.prev_lsn,
+                                  object_id=q.object_id, object_name=q.name, payload=payload,
+                                  lsn=op.lsn))
+        recs.sort(key=lambda r: r.lsn)
+        return [shunt_copy(r) for r in recs]
+
+    def _shunt_room(self, lengths: list[int]) -> tuple[bool, int]:
+        """(whether records of ``lengths`` fit in the log without reusing an extent
+        that is still needed, leaving room for the rest of the checkpoint; the
+        bytes there are to spare). Records never span extents."""
+        log = self.log
+        payload = log.extent_payload
+        reserve = part_limit(payload)          # the checkpoint's own END (and a part)
+        left = log.state.active.first_lsn + payload - log.end_lsn
+        spare = log.available_extents()
+        room = left + spare * payload - reserve
+        for n in lengths + [reserve]:
+            if n > left:
+                if spare == 0:
+                    return False, room
+                spare -= 1
+                left = payload
+            left -= n
+        return True, room
+
+    def _cannot_shunt(self, u: UnitOfWork, records: int, size: str, room: int) -> bool:
+        if not u.unshuntable:
+            u.unshuntable = True
+            then = ("it is never backed out: resolve it" if u.in_doubt else
+                    "it will be backed out if the log fills")
+            self.oplog.emit("HMQ7471W", f"unit of work {u.id} ({u.state}, owner "
+                            f"{u.owner or '-'}) cannot be shunted: a copy of its {records} "
+                            f"log record(s) takes {size} bytes, the circular log has "
+                            f"{max(0, room)} to spare; it "
+                            f"keeps the restart point at LSN {u.first_lsn}, and {then}")
+        return False
+
+    def _shunt(self, u: UnitOfWork) -> bool:
+        """Write one shunt of ``u`` (UOW_SHUNT, in parts when large); from then on
+        restart needs it from the shunt's first part. False when it cannot be
+        written: it would not fit in the log (HMQ7471W, said once)."""
+        # the message bodies alone, before anything is encoded: a unit of work
+        # bigger than the log is refused without copying it
+        records = len(u.undone) + sum(1 for op in u.ops if op.lsn)
+        at_least = sum(len(op.msg.body) for op in u.ops if op.lsn and op.kind == "put")
+        fits, room = self._shunt_room([])
+        if at_least > room:
+            return self._cannot_shunt(u, records, f"at least {at_least}", room)
+        copies = self._shunt_copies(u)
+        head = {"state": u.state, "owner": u.owner, "begin_lsn": u.begin,
+                "started_ns": u.first_log_ns or u.started_ns}
+        payloads = encode_shunt(head, copies, part_limit(self.log.extent_payload))
+        lengths = [encoded_length(0, len(p)) for p in payloads]
+        fits, room = self._shunt_room(lengths)
+        if not fits or max(lengths) > self.log.extent_payload:
+            return self._cannot_shunt(u, records, str(sum(lengths)), room)
+        first = 0
+        try:
+            for p in payloads:
+                u.last_lsn = self.append_record(RecordType.UOW_SHUNT, uow_id=u.id,
+                                                prev_lsn=u.last_lsn, payload=p)
+                first = first or u.last_lsn
+        except LogFull:
+            return False     # an incomplete shunt: readers ignore it
+        u.first_lsn = first
+        u.shunts += 1
+        u.shunted_at = u.checkpoints
+        u.unshuntable = False
+        self.oplog.emit("HMQ7470I", f"unit of work {u.id} ({u.state}, owner {u.owner or '-'}) "
+                        f"shunted: the {len(copies)} log record(s) it still needs since LSN "
+                        f"{u.begin} copied forward to LSN {first} ({sum(lengths)} bytes in "
+                        f"{len(payloads)} record(s)); restart and backout no longer need the "
+                        "log before it")
+        return True
 
     def report_log_need(self) -> None:
         st = self.log.state

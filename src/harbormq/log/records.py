@@ -96,8 +96,9 @@ class RecordType(enum.IntEnum):
     MEDIA_IMAGE_END = 42
     # channels (issue: channels)
     CHANNEL_SYNC = 50
-    # long-running UOW shunting
-    SHUNT = 60
+    # log shunting (core/engine.py): a copy of the records a long unit of work
+    # still needs, written forward at a checkpoint; payload: UOW_SHUNT below
+    UOW_SHUNT = 60
     # log housekeeping
     EXTENT_END = 90       # last record of a full extent; the next LSN is in the next extent
     QM_START = 91         # the queue manager finished restart (payload: JSON)
@@ -464,6 +465,122 @@ def message_key_of(raw: bytes) -> bytes:
     return message_key(priority, seq)
 
 
+# UOW_SHUNT payload (log shunting). A checkpoint copies forward the records a
+# long unit of work still needs, so that restart need not read back to its
+# first record (the commit rule, log/replay.py, rebuilds the unit from the
+# copy). A shunt too big for one record is cut into parts: consecutive
+# UOW_SHUNT records of the unit, part 0 first (a crash between them leaves an
+# incomplete shunt, which readers ignore). Each part:
+#
+#   0   2  part          index of this part, from 0
+#   2   2  parts         how many parts the shunt has
+#   4   4  head_len      bytes of the JSON head that follows (part 0; 0 after it)
+#   8   4  count         record copies in this part
+#   12  4  reserved
+#   head (JSON): {"state": "active"|"prepared"|"backing_out", "owner": str,
+#                 "begin_lsn": LSN of the unit's UOW_BEGIN, "started_ns": int,
+#                 "records": copies in all parts}
+#   then ``count`` copies, in LSN order, each SHUNT_COPY, the object name and
+#   the payload of the original record, byte for byte:
+#   0   1  type          MSG_PUT, MSG_GET, MSG_EXPIRE or COMPENSATION
+#   1   1  flags
+#   2   2  name_len
+#   4   4  object_id
+#   8   8  lsn           the original record's LSN
+#   16  8  prev_lsn      the original record's prev_lsn
+#   24  4  payload_len
+SHUNT_PART = struct.Struct("<HHIII")
+assert SHUNT_PART.size == 16
+SHUNT_COPY = struct.Struct("<BBHIQQI")
+assert SHUNT_COPY.size == 28
+
+
+def shunt_copy(rec: LogRecord) -> bytes:
+    """One record copy for a UOW_SHUNT payload (``rec``: type, flags, object,
+    LSN, prev LSN and payload of the original record)."""
+    name = rec.object_name.encode()
+    return SHUNT_COPY.pack(int(rec.type), int(rec.flags), len(name), rec.object_id, rec.lsn,
+                           rec.prev_lsn, len(rec.payload)) + name + bytes(rec.payload)
+
+
+def encode_shunt(head: dict, copies: list[bytes], limit: int) -> list[bytes]:
+    """The payloads of one shunt: ``copies`` (``shunt_copy``) cut into parts of
+    at most ``limit`` bytes each (a copy larger than that goes alone)."""
+    head = dict(head, records=len(copies))
+    head_raw = encode_json(head)
+    groups: list[list[bytes]] = [[]]
+    size = SHUNT_PART.size + len(head_raw)
+    for c in copies:
+        if groups[-1] and size + len(c) > limit:
+            groups.append([])
+            size = SHUNT_PART.size
+        groups[-1].append(c)
+        size += len(c)
+    if len(groups) > 0xFFFF:
+        raise ValueError(f"a shunt of {len(copies)} records needs more than 65535 parts")
+    out = []
+    for i, group in enumerate(groups):
+        raw = head_raw if i == 0 else b""
+        out.append(SHUNT_PART.pack(i, len(groups), len(raw), len(group), 0) + raw
+                   + b"".join(group))
+    return out
+
+
+@dataclass(slots=True)
+class ShuntPart:
+    part: int
+    parts: int
+    head: dict            # part 0 only; {} after it
+    copies: list[LogRecord]
+
+
+def decode_shunt(buf, uow_id: int = 0) -> ShuntPart:
+    """One UOW_SHUNT payload; its copies as LogRecords of unit ``uow_id``, with
+    the LSNs of the records they copy."""
+    part, parts, head_len, count, _r = SHUNT_PART.unpack_from(buf, 0)
+    pos = SHUNT_PART.size
+    head = decode_json(bytes(buf[pos:pos + head_len]))
+    pos += head_len
+    copies = []
+    for _ in range(count):
+        rtype, flags, nlen, oid, lsn, prev, plen = SHUNT_COPY.unpack_from(buf, pos)
+        pos += SHUNT_COPY.size
+        name = bytes(buf[pos:pos + nlen]).decode()
+        pos += nlen
+        payload = bytes(buf[pos:pos + plen])
+        pos += plen
+        rtype_enum = _TYPES.get(rtype)
+        if rtype_enum is None:
+            raise ValueError(f"unknown record type {rtype} copied in a shunt")
+        copies.append(LogRecord(rtype_enum, uow_id=uow_id, prev_lsn=prev, object_id=oid,
+                                object_name=name, payload=payload, flags=flags, lsn=lsn))
+    if pos != len(buf) or part >= parts:
+        raise ValueError("shunt payload does not match its header")
+    return ShuntPart(part, parts, head, copies)
+
+
+def describe_shunt(payload) -> dict:
+    """What a UOW_SHUNT part holds, without message bodies (``log dump``, the
+    pipeline's ``data`` column): its head and one line per record copied."""
+    sp = decode_shunt(payload)
+    out = {"part": sp.part, "parts": sp.parts, **sp.head, "copies": []}
+    for c in sp.copies:
+        entry = {"type": c.type.name, "lsn": c.lsn, "object": c.object_name}
+        if c.type == RecordType.MSG_PUT:
+            m = Message.decode(c.payload, with_body=False)
+            entry.update(msg_id=m.msg_id.hex(), priority=m.priority, seq=m.seq,
+                         body_size=Message.body_size(c.payload))
+        elif c.type in (RecordType.MSG_GET, RecordType.MSG_EXPIRE):
+            r = MessageRef.decode(c.payload)
+            entry.update(msg_id=r.msg_id.hex(), priority=r.priority, seq=r.seq)
+        elif c.type == RecordType.COMPENSATION:
+            comp = Compensation.decode(c.payload)
+            entry.update(undone_lsn=comp.undone_lsn, msg_id=comp.ref.msg_id.hex(),
+                         backout_count=comp.backout_count)
+        out["copies"].append(entry)
+    return out
+
+
 def encode_json(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
 
@@ -493,6 +610,8 @@ def describe(rec: LogRecord) -> dict:
         out.update(undone=c.undone_type.name, undone_lsn=c.undone_lsn,
                    undo_next_lsn=c.undo_next_lsn, msg_id=c.ref.msg_id.hex(),
                    backout_count=c.backout_count)
+    elif t == RecordType.UOW_SHUNT:
+        out["data"] = describe_shunt(rec.payload)
     elif rec.payload and t in (RecordType.OBJECT_CREATE, RecordType.OBJECT_ALTER,
                                RecordType.OBJECT_DELETE, RecordType.CHECKPOINT_END,
                                RecordType.CHECKPOINT_PART,

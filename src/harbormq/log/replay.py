@@ -17,6 +17,22 @@ The rule:
   undone get leaves the message on its queue with the backout count the
   record carries; that count is an effect at the compensation's LSN.
 * A UOW_BACKOUT ends the unit: whatever is still pending ends with no effect.
+* A UOW_SHUNT (log shunting, written by a checkpoint) copies forward the
+  records a long unit of work still needs: its pending puts and gets, and for
+  a unit being backed out the gets already compensated with their
+  compensations, with its state, owner and BEGIN LSN. For a unit the rule has
+  read from its UOW_BEGIN (or from an earlier shunt) the copies are of records
+  already read, and the shunt changes nothing but where the unit is needed
+  from. For a unit it has not read whole (the reading started after its
+  first record: restart redo from a restart point the shunt let move on), the
+  copies of the records it did not read are fed to the rule as if they were
+  those records, in their order and at their own LSNs, so the unit's pending
+  operations are exactly what the original records would have made them (a
+  compensation read before the shunt, of a get it had not read, is fed again
+  with that get: read first, it had no operation to undo). A
+  shunt cut into parts takes effect at its last part; one whose parts are not
+  all read (a crash while it was written, or a reading that starts inside it)
+  is ignored.
 * Units of work still open at the end (in flight, in backout, prepared) are
   left in ``open`` for the caller (restart backs them out or keeps them in
   doubt).
@@ -41,6 +57,7 @@ from .records import (
     MessageRef,
     RecordType,
     decode_json,
+    decode_shunt,
 )
 
 
@@ -60,6 +77,8 @@ class PendingOp:
 class OpenUow:
     """A unit of work the records have begun and not yet ended."""
     id: int
+    #: the first record a reading needs for it: its UOW_BEGIN, its latest shunt,
+    #: or (read only in part) the first of its records read
     first_lsn: int
     last_lsn: int
     state: str = "active"     # active, prepared, backing_out
@@ -67,6 +86,21 @@ class OpenUow:
     started_ns: int = 0
     #: pending operations by LSN, in log order (a compensation finds its op at once)
     ops: dict[int, PendingOp] = field(default_factory=dict)
+    #: its UOW_BEGIN's LSN, once read or told by a shunt (0: not known)
+    begin_lsn: int = 0
+    #: every record of it is known: its UOW_BEGIN was read, or a shunt
+    whole: bool = False
+    #: where the first record of it read lies (a shunt fills in what is before)
+    read_from: int = 0
+
+
+@dataclass(eq=False)
+class _ShuntRead:
+    """A shunt cut into parts, while its parts are read."""
+    lsn: int                  # its first part's
+    head: dict
+    copies: list[LogRecord] = field(default_factory=list)
+    next_part: int = 0
 
 
 class Effects(Protocol):
@@ -114,8 +148,10 @@ class CommitRule:
             T.MSG_PUT: self._put, T.MSG_GET: self._get, T.MSG_EXPIRE: self._get,
             T.UOW_BEGIN: self._begin, T.UOW_PREPARE: self._prepare,
             T.UOW_COMMIT: self._commit, T.COMPENSATION: self._compensation,
-            T.UOW_BACKOUT: self._backout,
+            T.UOW_BACKOUT: self._backout, T.UOW_SHUNT: self._shunt,
         }
+        #: the parts of a shunt read so far, by unit
+        self._shunt_parts: dict[int, _ShuntRead] = {}
 
     def feed(self, rec: LogRecord) -> bool:
         """Apply one record; False when the rule has nothing to do with its type
@@ -129,7 +165,8 @@ class CommitRule:
     def _uow(self, rec: LogRecord) -> OpenUow:
         uow = self.open.get(rec.uow_id)
         if uow is None:
-            uow = self.open[rec.uow_id] = OpenUow(rec.uow_id, rec.lsn, rec.lsn)
+            uow = self.open[rec.uow_id] = OpenUow(rec.uow_id, rec.lsn, rec.lsn,
+                                                  read_from=rec.lsn)
         return uow
 
     def _put(self, rec: LogRecord) -> None:
@@ -169,6 +206,8 @@ class CommitRule:
         uow = self._uow(rec)
         uow.owner = decode_json(rec.payload).get("owner", "")
         uow.started_ns = rec.timestamp_ns
+        uow.begin_lsn = rec.lsn
+        uow.whole = True
 
     def _prepare(self, rec: LogRecord) -> None:
         uow = self._uow(rec)
@@ -186,6 +225,7 @@ class CommitRule:
         self._decide(rec.uow_id, rec.lsn)
 
     def _decide(self, uow_id: int, commit_lsn: int) -> None:
+        self._shunt_parts.pop(uow_id, None)
         uow = self.open.pop(uow_id, None)
         if uow is None:
             return
@@ -213,7 +253,45 @@ class CommitRule:
             fx.backed_out(op, comp.backout_count, rec.lsn)
         fx.closed(op, applied)
 
+    def _shunt(self, rec: LogRecord) -> None:
+        part = decode_shunt(rec.payload, rec.uow_id)
+        got = self._shunt_parts.pop(rec.uow_id, None)
+        if part.part == 0:
+            got = _ShuntRead(rec.lsn, part.head)
+        elif got is None or got.next_part != part.part:
+            return      # a shunt whose earlier parts were not read: ignored
+        got.copies += part.copies
+        got.next_part += 1
+        if got.next_part < part.parts:
+            self._shunt_parts[rec.uow_id] = got
+            return
+        uow = self.open.get(rec.uow_id)
+        if uow is None:
+            uow = self.open[rec.uow_id] = OpenUow(rec.uow_id, got.lsn, rec.lsn,
+                                                  read_from=rec.lsn)
+        if not uow.whole:
+            # the records before the first one read, replayed from their copies;
+            # and the compensation of such a record, read already but then of an
+            # operation the rule did not know (it had no effect): so a get comes
+            # back with its compensation, never pending to be backed out again
+            last = uow.last_lsn
+            for copy in got.copies:
+                if copy.lsn < uow.read_from or (
+                        copy.type == RecordType.COMPENSATION and
+                        Compensation.decode(copy.payload).undone_lsn < uow.read_from):
+                    self._handlers[copy.type](copy)
+            head = got.head
+            uow.last_lsn = last
+            uow.state = head.get("state", uow.state)
+            uow.owner = head.get("owner", uow.owner)
+            uow.started_ns = head.get("started_ns", uow.started_ns)
+            uow.begin_lsn = head.get("begin_lsn", uow.begin_lsn)
+            uow.whole = True
+        uow.first_lsn = got.lsn
+        uow.last_lsn = max(uow.last_lsn, rec.lsn)
+
     def _backout(self, rec: LogRecord) -> None:
+        self._shunt_parts.pop(rec.uow_id, None)
         uow = self.open.pop(rec.uow_id, None)
         if uow is not None:      # its operations were compensated already: release the rest
             for op in uow.ops.values():

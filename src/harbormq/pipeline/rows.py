@@ -17,6 +17,11 @@ One row per record. Columns a record type does not use are null:
                 backout_count (the message's count after the undo)
   (``properties`` is a string map for queries; ``properties_json`` the exact JSON)
 * CHECKPOINT_END: restart_lsn, data (the checkpoint table as JSON)
+* UOW_SHUNT:    data (JSON: the part, the unit's state, owner and BEGIN LSN, and
+                one line per record copied: type, LSN, object, message id, seq,
+                priority; no bodies). The copies are of records already in the
+                log: they are no rows of their own and no query counts them as
+                puts or gets (the commit rule uses them at restart)
 * MEDIA_IMAGE_BEGIN/END: image_id, data (JSON); MEDIA_IMAGE_CHUNK: image_id,
                 image_messages (one struct per message of the chunk)
 * OBJECT_*, UOW_BEGIN, QM_START/STOP, CHECKPOINT_BEGIN: data (the JSON payload)
@@ -41,6 +46,7 @@ from ..log.records import (
     MessageRef,
     RecordType,
     decode_image_chunk,
+    describe_shunt,
 )
 from .extents import ExtentPlan, ScanBounds
 
@@ -190,6 +196,8 @@ class BatchBuilder:
             self._set("image_id", image_id)
             self._set("image_messages", [message_struct(m, len(m.body), self.include_body)
                                          for m in messages])
+        elif t == RecordType.UOW_SHUNT:
+            self._set("data", json.dumps(describe_shunt(rec.payload), separators=(",", ":")))
         elif t in _JSON_TYPES and rec.payload:
             text = str(rec.payload, "utf-8")
             self._set("data", text)
