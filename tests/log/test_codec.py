@@ -29,10 +29,12 @@ from harbormq.log.records import (
     describe,
     encode,
     encode_json,
+    encode_shunt,
     encoded_length,
     extent_file_name,
     key_parts,
     message_key,
+    shunt_copy,
 )
 
 FAST = settings(max_examples=100, deadline=None,
@@ -133,6 +135,11 @@ PAYLOADS = {
     RecordType.UOW_BEGIN: encode_json({"owner": "app"}),
     RecordType.QM_START: encode_json({"pid": 1}),
     RecordType.QM_STOP: encode_json({"mode": "immediate"}),
+    RecordType.UOW_SHUNT: encode_shunt(
+        {"state": "active", "owner": "app", "begin_lsn": 64, "started_ns": 1},
+        [shunt_copy(LogRecord(RecordType.MSG_GET, object_name="Q1", object_id=3, lsn=900,
+                              payload=MessageRef(5, 3, b"X" * 24).encode()))], 4096)[0],
+    RecordType.LOG_CRESTART: encode_json({"discarded": [100, 8192], "requested": "LSN 100"}),
 }
 
 

@@ -11,8 +11,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import pytest
+import tomli_w
 from test_crestart import bodies, crestart, log_end
 from test_reset_log import lose_the_log
 
@@ -38,10 +40,18 @@ def active(qm) -> int:
     return qm._call_sync(lambda: qm.core.log.state.active.number)
 
 
-def test_a_point_whose_restart_extent_was_reused_is_refused(make_qm, open_qm, home, capsys):
+@pytest.mark.parametrize("shunting", [False, True])
+def test_a_point_whose_restart_extent_was_reused_is_refused(make_qm, open_qm, home, capsys,
+                                                            shunting):
     """Circular log: the checkpoint before the point needs an extent a later
-    checkpoint freed. Carried out, the cut could never be restarted from."""
+    checkpoint freed. Carried out, the cut could never be restarted from: it
+    is refused. With log shunting the long unit of work was copied forward, the
+    checkpoint needs no freed extent, and the same point is carried out."""
     make_qm(log_type="circular", log_primary=3, log_secondary=2)
+    config_path = QMConfig.load("QM1").config_path
+    data = tomllib.loads(config_path.read_text())
+    data.setdefault("tuning", {})["shunt_checkpoints"] = 3 if shunting else 0
+    config_path.write_text(tomli_w.dumps(data))
     qm = open_qm()
     qm.define_queue("ORDERS", DEFPSIST="YES")
     qm.define_queue("BULK", DEFPSIST="YES")
@@ -55,16 +65,23 @@ def test_a_point_whose_restart_extent_was_reused_is_refused(make_qm, open_qm, ho
     while active(qm) < 2:
         qm.put("BULK", f"b{i}".ljust(2000, "."))
         i += 1
-    qm.checkpoint()                         # its restart point: extent 1
+    qm.checkpoint()                         # its restart point: extent 1 (unless shunted)
     u.commit()
     point = log_end(qm)
     qm.put("ORDERS", "after the point")
     qm.checkpoint()                         # extents 0 and 1 freed
     qm.close("immediate")
     rc, out = run(capsys, "log", "crestart", "QM1", "--end-lsn", point, "--yes")
-    assert rc == 1 and "HMQ7132E" in out and "no longer in the log" in out, out
-    qm = open_qm()                          # nothing was recorded: it starts as before
-    assert "after the point" in bodies(qm, "ORDERS")
+    if not shunting:
+        assert rc == 1 and "HMQ7132E" in out and "no longer in the log" in out, out
+        qm = open_qm()                      # nothing was recorded: it starts as before
+        assert "after the point" in bodies(qm, "ORDERS")
+        qm.close()
+        return
+    assert rc == 0, out
+    qm = open_qm()
+    assert not qm.core.queues["ORDERS"].damaged or \
+        "given up" in qm.core.queues["ORDERS"].damage_reason
     qm.close()
 
 
