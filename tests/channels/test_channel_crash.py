@@ -17,7 +17,7 @@ import time
 
 import pytest
 from support.stomp_helpers import stomp_client
-from test_channels import pair, receive_all
+from test_channels import pair, receive_all, send_all
 
 DEFAULT_RANDOM_KILLS = 92
 SEED = int(os.environ.get("HARBORMQ_CRASH_SEED") or random.randrange(1 << 30))
@@ -158,5 +158,31 @@ def test_random_kills_of_either_side(tmp_path, request):
         assert stats["receipted"] > kills, "the producer made progress between kills"
     finally:
         producer.stop_flag.set()
+        a.stop()
+        b.stop()
+
+
+def test_a_reset_channel_whose_first_batch_is_cut_short_goes_on(tmp_path):
+    """RESET CHANNEL SEQNUM(10) on the sender, then the receiver dies before it
+    commits the first batch: the batch is backed out at the sender and sent
+    again with number 10, and the receiver, which never committed it, adopts
+    the reset numbering (a review found it stopped with HMQ9526E instead)."""
+    a, b, _ = pair(tmp_path, batchsz=5)
+    try:
+        send_all(a.port, "/queue/TO.B", ["m0"])
+        assert receive_all(b.port, "IN", 1) == ["m0"]
+        a.sc("STOP CHANNEL(QMA.TO.QMB)\nRESET CHANNEL(QMA.TO.QMB) SEQNUM(10)")
+        b.stop()
+        crash_at(b, "channel.receiver_before_commit")
+        b.start()
+        send_all(a.port, "/queue/TO.B", ["x0"])
+        a.sc("START CHANNEL(QMA.TO.QMB)")
+        assert wait_dead(b, 60)
+        crash_at(b, None)
+        b.start()
+        assert receive_all(b.port, "IN", 1) == ["x0"]
+        assert "LSTSEQNO(10)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+        assert "HMQ9526E" not in (a.qm_dir / "errors" / "HMQERR01.LOG").read_text()
+    finally:
         a.stop()
         b.stop()

@@ -154,7 +154,10 @@ def test_resolve_channel_decides_a_batch_in_doubt_by_hand(tmp_path):
         a.stop()
         a.env["HARBORMQ_CRASH_AT"] = "channel.sender_prepared"
         a.start()
+        # (the put's receipt first: the crash may come in the same loop turn as it)
+        a.sc("STOP CHANNEL(QMA.TO.QMB)")
         send_all(a.port, "/queue/TO.B", ["x0"])
+        a.sc("START CHANNEL(QMA.TO.QMB)", check=False)
         a.proc.wait(60)
         assert a.proc.returncode == -9
         a.env.pop("HARBORMQ_CRASH_AT")
@@ -229,6 +232,42 @@ def test_the_sync_data_is_recreated_after_damage(tmp_path):
         send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(10, 15)])
         assert receive_all(b.port, "IN", 5) == [f"m{i}" for i in range(10, 15)]
         assert "LSTSEQNO(15)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_the_edges_of_the_put_path_and_of_resolve(tmp_path):
+    """A message of exactly MAXMSGL goes to a remote queue as to a local one; a
+    plain put to a transmission queue is refused (2091); a message addressed to
+    the receiver's transmission queue is dead-lettered (no routing onward);
+    RESOLVE CHANNEL is refused while the channel runs."""
+    a, b, _ = pair(tmp_path, batchsz=5)
+    try:
+        a.sc("ALTER QLOCAL(QMB) MAXMSGL(1000)")
+        b.sc("ALTER QLOCAL(IN) MAXMSGL(1000)\nDEFINE QLOCAL(XB) USAGE(XMITQ)")
+        a.sc("DEFINE QREMOTE(TO.XB) RNAME(XB) RQMNAME(QMB)")
+        send_all(a.port, "/queue/TO.B", ["x" * 1000])
+        assert receive_all(b.port, "IN", 1) == ["x" * 1000]
+        conn = stomp_client(a.port)
+        try:
+            conn.send("/queue/QMB", "plain", headers={"receipt": "r"})
+            conn.col.wait(lambda: conn.col.errors, 10, "an ERROR")
+            assert "2091" in conn.col.errors[0].headers["message"]
+        finally:
+            conn.disconnect()
+        send_all(a.port, "/queue/TO.XB", ["onward?"])
+        conn = stomp_client(b.port)
+        try:
+            conn.subscribe("/queue/SYSTEM.DEAD.LETTER.QUEUE", id="d", ack="auto")
+            [dead] = conn.col.wait_messages(1, 30)
+            assert dead.body == "onward?" and dead.headers["DLH_DESTQ"] == "XB"
+        finally:
+            conn.disconnect()
+        assert "CURDEPTH(0)" in b.sc("DISPLAY QLOCAL(XB) CURDEPTH")
+        assert "STATUS(RUNNING)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB)")   # (DISCINT 30 s)
+        out = a.sc("RESOLVE CHANNEL(QMA.TO.QMB) ACTION(BACKOUT)", check=False)
+        assert "HMQ8149E" in out and "STOP CHANNEL" in out, out
     finally:
         a.stop()
         b.stop()

@@ -135,6 +135,10 @@ class ChannelInitiator:
         """RESOLVE CHANNEL: the operator decides an in-doubt batch (when the
         partner is gone or cannot say)."""
         self._channel(name)
+        s = self.senders.get(name)
+        if s is not None and s.status in ("RUNNING", "BINDING", "RETRYING"):
+            raise ObjectInUse(f"channel {name} is {s.status}: it resolves its batch in doubt "
+                              f"itself; STOP CHANNEL({name}) first to decide by hand")
         doubt = sync.in_doubt(self.core, name)
         if doubt is None:
             return f"channel {name} has no batch in doubt."

@@ -15,11 +15,18 @@ import asyncio
 import time
 
 from ..core import remote
-from ..core.objects import DEAD_LETTER_QUEUE
+from ..core.objects import CHANNEL_SYNCQ, DEAD_LETTER_QUEUE
 from ..crashpoints import crash_point
 from ..errors import HarbormqError
 from . import protocol as p
 from . import sync
+
+
+def _undeliverable(text: str, reason: int) -> HarbormqError:
+    exc = HarbormqError(text, msgid="HMQ9544W")
+    exc.reason = reason
+    return exc
+
 
 #: how long a sender may stay silent inside a batch
 BATCH_TIMEOUT = 300.0
@@ -79,7 +86,11 @@ class ReceiverSession:
         self.writer.write(p.encode(p.HELLO_OK, {"qm": core.name, "seq": state["seq"],
                                                 "luwid": state["luwid"]}))
         await self.writer.drain()
-        expected = hello["seq"] if hello.get("reset") else None
+        # a reset sender's numbers are adopted, unless its batch in doubt is the one
+        # committed here last (it commits it, and the numbers already agree)
+        doubt = hello.get("indoubt") or {}
+        adopt = hello.get("reset") and doubt.get("luwid") != state["luwid"]
+        expected = hello["seq"] if adopt else None
         self.status = "RUNNING"
         self.say("HMQ9002I", f"started from {self.partner} at {self.conname}")
         uow = None
@@ -130,9 +141,15 @@ class ReceiverSession:
                                          f"transmission message: {exc}") from None
         try:
             if header.rqm != core.name:
-                raise HarbormqError(f"it is addressed to queue manager {header.rqm}, not "
-                                    f"{core.name} (MQRC 2087 UNKNOWN_REMOTE_Q_MGR)",
-                                    msgid="HMQ9544W")
+                raise _undeliverable(f"it is addressed to queue manager {header.rqm}, not "
+                                     f"{core.name} (MQRC 2087 UNKNOWN_REMOTE_Q_MGR)", 2087)
+            target = core.objects.get(header.rq)
+            if target is not None and (target["type"] != "QLOCAL" or
+                                       target["attrs"].get("USAGE") == "XMITQ" or
+                                       header.rq == CHANNEL_SYNCQ):
+                raise _undeliverable(f"queue {header.rq} is not a local queue a channel may "
+                                     "put to (a remote queue, a transmission queue or the "
+                                     "channel sync queue: no routing onward) (MQRC 2085)", 2085)
             core.put_nowait(header.rq, msg, uow)
         except HarbormqError as exc:
             self._dead_letter(header, msg, exc, uow)

@@ -16,7 +16,8 @@ import asyncio
 import time
 import uuid
 
-from ..core.objects import parse_conname
+from ..core import remote
+from ..core.objects import DEAD_LETTER_QUEUE, parse_conname
 from ..crashpoints import crash_point
 from ..errors import HarbormqError
 from . import protocol as p
@@ -201,6 +202,9 @@ class SenderChannel:
 
     async def _resolve(self, doubt, hello: dict) -> None:
         uow, pending = doubt
+        if uow.state != "prepared":      # decided meanwhile (it cannot be, RESOLVE waits)
+            raise ChannelStopped(f"batch {pending['luwid']} was {uow.state} while the "
+                                 "channel resolved it")
         if hello.get("luwid") == pending["luwid"]:
             await self.core.commit(uow)
             self.say("HMQ9520I", f"in-doubt batch {pending['luwid']} (sequence number "
@@ -209,6 +213,24 @@ class SenderChannel:
             await self.core.backout(uow)
             self.say("HMQ9520I", f"in-doubt batch {pending['luwid']} backed out: "
                      f"{self.partner} had not committed it; its messages are sent again")
+
+    def _sendable(self, msg, uow) -> bool:
+        """A message without a transmission header (it cannot be put on a
+        transmission queue now, but one may be there from elsewhere) goes to
+        the dead-letter queue here, in the batch's unit of work (MQRC 2091)."""
+        if remote.is_wrapped(msg.body):
+            return True
+        core = self.core
+        dlq = core.qmgr_attrs.get("DEADQ") or DEAD_LETTER_QUEUE
+        msg.properties = dict(msg.properties, DLH_REASON="2091",
+                              DLH_REASON_TEXT="no transmission header on a transmission "
+                              "queue", DLH_DESTQ=self.attrs["XMITQ"],
+                              DLH_PUTAPPLNAME=f"channel {self.name}")
+        msg.raw = None
+        core.put_nowait(dlq, msg, uow)
+        self.say("HMQ9544W", f"a message on transmission queue {self.attrs['XMITQ']} has no "
+                 f"transmission header: put on the dead-letter queue {dlq}")
+        return False
 
     async def _batch(self, reader, writer, reset: bool) -> bool:
         """Send one batch; False when the transmission queue stayed empty for
@@ -230,6 +252,10 @@ class SenderChannel:
                 if msg is None:
                     break
                 batch.append(msg)
+            batch = [m for m in batch if self._sendable(m, uow)]
+            if not batch:
+                await core.commit(uow)      # only dead letters: nothing to send
+                return True
             seq = self.cur_seq
             for msg in batch:
                 seq += 1

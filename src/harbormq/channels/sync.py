@@ -37,11 +37,15 @@ async def ensure_syncq(core: QueueManagerCore) -> None:
 
 
 def read(core: QueueManagerCore, side: str, name: str) -> dict:
-    """The last committed sync data ({"seq": 0, "luwid": ""} for a new channel)."""
-    found = core.browse(CHANNEL_SYNCQ, limit=1, match=MessageMatch(msg_id=sync_id(side, name)))
-    if not found:
-        return {"seq": 0, "luwid": ""}
-    return json.loads(found[0].body)
+    """The last committed sync data ({"seq": 0, "luwid": ""} for a new channel),
+    also while a batch in doubt has it locked (a browse would skip it)."""
+    q = core.queue(CHANNEL_SYNCQ)
+    mid = sync_id(side, name)
+    for key in q.iter_keys():
+        msg = q.lookup(key)
+        if msg is not None and msg.msg_id == mid:
+            return json.loads(msg.body)
+    return {"seq": 0, "luwid": ""}
 
 
 def replace(core: QueueManagerCore, uow: UnitOfWork, side: str, name: str, state: dict) -> None:

@@ -552,8 +552,10 @@ class QueueManagerCore:
         if not 0 <= msg.priority <= 9:
             raise InvalidAttribute(f"priority {msg.priority} is out of range 0..9")
 
-    def _prepare_message(self, q: LocalQueue, msg: Message) -> Message:
-        self.check_put(q, msg)
+    def _prepare_message(self, q: LocalQueue, msg: Message, *, checked: bool = False
+                         ) -> Message:
+        if not checked:
+            self.check_put(q, msg)
         if q.full:
             raise QueueFull(f"queue {q.name} is full: MAXDEPTH is {q.attrs['MAXDEPTH']} "
                             "(MQRC 2053 Q_FULL)", queue=q.name)
@@ -618,7 +620,11 @@ class QueueManagerCore:
             msg.msg_id = msg.msg_id or new_msg_id()    # the id it keeps end to end
             msg.put_time_ns = time.time_ns()
             msg = remote.wrap(msg, header)
-        msg = self._prepare_message(q, msg)
+        elif q.attrs.get("USAGE") == "XMITQ" and not remote.is_wrapped(msg.body):
+            raise InvalidAttribute(f"queue {q.name} is a transmission queue: put to a remote "
+                                   "queue definition (QREMOTE) that names it instead "
+                                   "(MQRC 2091 XMIT_Q_USAGE_ERROR)", queue=q.name)
+        msg = self._prepare_message(q, msg, checked=header is not None)
         q.last_put_ns = msg.put_time_ns
         if uow is None:
             forced = None
@@ -875,7 +881,9 @@ class QueueManagerCore:
             clr_lsn = self._compensate(uow, op, msg.backout_count) if op.lsn else 0
             q.commit_update(msg, clr_lsn)
             uow.ops.pop()
-            threshold = q.attrs["BOTHRESH"]
+            # (a channel's backouts of a transmission queue move nothing: its
+            # messages are wrapped, and their order is the channel's)
+            threshold = q.attrs["BOTHRESH"] if q.attrs.get("USAGE") != "XMITQ" else 0
             if threshold and msg.backout_count >= threshold:
                 requeue.append((q, msg))
         if uow.first_lsn:

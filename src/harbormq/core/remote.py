@@ -42,6 +42,10 @@ def wrap(msg: Message, header: TransmissionHeader) -> Message:
                    persistent=msg.persistent, expiry_ns=msg.expiry_ns, format="MQXMIT")
 
 
+def is_wrapped(body: bytes) -> bool:
+    return body[:8] == XQH_MAGIC
+
+
 def unwrap(body: bytes) -> tuple[TransmissionHeader, Message]:
     """The header and the original message of a transmission queue message;
     ValueError when ``body`` is not one."""
