@@ -59,6 +59,7 @@ class ReceiverSession:
 
     async def run(self) -> None:
         core = self.core
+        p.no_delay(self.writer)
         _k, hello, _ = p.expect(await asyncio.wait_for(p.read_frame(self.reader), 60), p.HELLO)
         self.name, self.partner = str(hello.get("channel", "")), str(hello.get("qm", ""))
         d = core.objects.get(f"CHANNEL:{self.name}")

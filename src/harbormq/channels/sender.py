@@ -154,6 +154,7 @@ class SenderChannel:
         host, port = parse_conname(a["CONNAME"])
         self.status = "BINDING"
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 30)
+        p.no_delay(writer)
         try:
             await self._converse(reader, writer)
         finally:

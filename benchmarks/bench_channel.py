@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""A channel's throughput and latency: two queue manager processes on this
+machine, a sender channel QMA -> QMB, persistent 1 KiB messages.
+
+Producers send to a remote queue on QMA (receipted, pipelined); consumers on
+QMB take the messages off the target queue (an ACK each). Two phases:
+
+* throughput: BATCHSZ 50 (--batchsz), --messages messages, 4 producers with a
+  window of 64 and 2 consumers: messages/s end to end (first SEND to last
+  MESSAGE on QMB);
+* latency: BATCHSZ 1, one producer with a window of 1: SEND written on QMA to
+  MESSAGE parsed on QMB, p50/p99 in ms.
+
+Prints one JSON object on stdout; progress on stderr.
+
+    .venv/bin/python benchmarks/bench_channel.py                 # 20,000 messages
+    .venv/bin/python benchmarks/bench_channel.py --messages 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common  # noqa: F401  (src path)
+import stomp_load
+from _common import make_progress
+from stomp_load import Consumer, Producer, Run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.stomp_helpers import QMServer  # noqa: E402  (the tests' process helper)
+
+progress = make_progress("bench_channel")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pair(root: Path, batchsz: int) -> tuple[QMServer, QMServer]:
+    a = QMServer(root / "a", "QMA").create(log_file_pages=4096)
+    b = QMServer(root / "b", "QMB").create(log_file_pages=4096)
+    port = free_port()
+    a.start()
+    b.start()
+    b.sc(f"DEFINE LISTENER(L1) PORT({port}) CONTROL(QMGR)\nSTART LISTENER(L1)\n"
+         "DEFINE CHANNEL(QMA.TO.QMB) CHLTYPE(RCVR)\n"
+         "DEFINE QLOCAL(IN) DEFPSIST(YES) MAXDEPTH(999999999)")
+    a.sc("DEFINE QLOCAL(QMB) USAGE(XMITQ) DEFPSIST(YES) MAXDEPTH(999999999)\n"
+         "DEFINE QREMOTE(TO.B) RNAME(IN) RQMNAME(QMB) DEFPSIST(YES)\n"
+         f"DEFINE CHANNEL(QMA.TO.QMB) CHLTYPE(SDR) CONNAME('127.0.0.1({port})') XMITQ(QMB) "
+         f"BATCHSZ({batchsz}) SHORTTMR(1)")
+    return a, b
+
+
+async def open_conn(loop, proto, port: int) -> None:
+    await loop.create_connection(lambda: proto, "127.0.0.1", port)
+    await asyncio.wait_for(proto.connected, 30)
+
+
+async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window: int,
+                consumers: int) -> dict:
+    loop = asyncio.get_running_loop()
+    run = Run(loop, messages)
+    for i in range(consumers):
+        c = Consumer(run, f"c{i}", "/queue/IN", ack="client-individual", prefetch=64,
+                     ack_every=32)
+        run.consumers.append(c)
+        await open_conn(loop, c, b.port)
+    for i, share in enumerate([messages // producers + (i < messages % producers)
+                               for i in range(producers)]):
+        p = Producer(run, f"p{i}", "/queue/TO.B", share, 1024, window=window)
+        run.producers.append(p)
+        await open_conn(loop, p, a.port)
+    await asyncio.wait_for(asyncio.gather(*(c.subscribe() for c in run.consumers)), 30)
+    t0 = time.perf_counter()
+    run.t0 = stomp_load._now()
+    for p in run.producers:
+        p.start()
+    last = time.perf_counter()
+    while not run.all_received.done():
+        await asyncio.sleep(0.5)
+        if run.error is not None:
+            raise run.error
+        if time.perf_counter() - last >= 5:
+            last = time.perf_counter()
+            progress(f"  sent={run.sent} receipted={run.receipted} received={run.received}")
+    seconds = time.perf_counter() - t0
+    for proto in run.producers + run.consumers:
+        await proto.disconnect()
+    lat = sorted(run.e2e_lat)
+    pick = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))] / 1e6, 2)) if lat \
+        else (lambda q: None)
+    return {"messages": messages, "seconds": round(seconds, 2),
+            "msgs_per_s": round(messages / seconds), "e2e_ms": {
+                "p50": pick(0.5), "p99": pick(0.99), "max": pick(1.0)}}
+
+
+async def main_async(args) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="bench-channel-"))
+    out = {"benchmark": "channel", "machine": {
+        "cpus": os.cpu_count(), "python": platform.python_version(),
+        "loadavg_start": [round(x, 1) for x in os.getloadavg()]}}
+    try:
+        a, b = pair(root / "throughput", args.batchsz)
+        try:
+            progress(f"throughput: {args.messages} messages, BATCHSZ {args.batchsz}")
+            out["throughput"] = await phase(a, b, args.messages, 4, 64, 2) | {
+                "batchsz": args.batchsz}
+        finally:
+            a.stop()
+            b.stop()
+        a, b = pair(root / "latency", 1)
+        try:
+            progress(f"latency: {args.latency_messages} messages one at a time, BATCHSZ 1")
+            out["latency"] = await phase(a, b, args.latency_messages, 1, 1, 1) | {
+                "batchsz": 1}
+        finally:
+            a.stop()
+            b.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out["machine"]["loadavg_end"] = [round(x, 1) for x in os.getloadavg()]
+    out["target_msgs_per_s"] = 10_000
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=20_000)
+    ap.add_argument("--latency-messages", type=int, default=500)
+    ap.add_argument("--batchsz", type=int, default=50)
+    args = ap.parse_args()
+    print(json.dumps(asyncio.run(main_async(args)), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
