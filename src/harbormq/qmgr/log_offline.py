@@ -264,8 +264,16 @@ def _store_lsns(config: QMConfig) -> tuple[int, dict[str, int]]:
                          if d.get("type") == "QLOCAL"}
             finally:
                 catalog.close()
+    for path, store in _queue_stores(config):
+        out[names.get(path.name, path.name)] = store.recovery_lsn
+    return catalog_lsn, out
+
+
+def _queue_stores(config: QMConfig):
+    """(directory, open store) of every readable queue store on disk, each
+    closed once the caller moves on (an unreadable one is restart's to judge)."""
     if not config.queues_dir.is_dir():
-        return catalog_lsn, out
+        return
     for path in config.queues_dir.iterdir():
         if not (path / "data.mdb").exists():
             continue
@@ -274,10 +282,9 @@ def _store_lsns(config: QMConfig) -> tuple[int, dict[str, int]]:
         except HarbormqError:
             continue
         try:
-            out[names.get(path.name, path.name)] = store.recovery_lsn
+            yield path, store
         finally:
             store.close()
-    return catalog_lsn, out
 
 
 def reset_log_stopped(config: QMConfig, *, write: bool, force: bool = False) -> list[str]:
@@ -369,21 +376,8 @@ def reset_log_stopped(config: QMConfig, *, write: bool, force: bool = False) -> 
 
 
 def _stores_of_others(config: QMConfig) -> list[str]:
-    out = []
-    if config.queues_dir.is_dir():
-        for path in config.queues_dir.iterdir():
-            if not (path / "data.mdb").exists():
-                continue
-            try:
-                store = QueueStore(path)
-            except HarbormqError:
-                continue
-            try:
-                if store.owner not in (None, config.name):
-                    out.append(f"{path.name} (of {store.owner})")
-            finally:
-                store.close()
-    return out
+    return [f"{path.name} (of {store.owner})" for path, store in _queue_stores(config)
+            if store.owner not in (None, config.name)]
 
 
 def _refuse_if_the_log_is_whole(config: QMConfig) -> None:
