@@ -408,7 +408,7 @@ def _print_crestart_plan(p: dict) -> None:
     if p["uows_lost"]:
         console.print("Units of work committed after the point (lost):")
         console.print(table)
-    queues = sorted(set(p["puts_lost"]) | set(p["gets_undone"]) | set(p["expiries_undone"]))
+    queues = sorted(set(p["puts_lost"]) | set(p["gets_undone"]))
     for n in queues:
         console.print(f"  queue {n}: {p['puts_lost'].get(n, 0)} committed put(s) lost, "
                       f"{p['gets_undone'].get(n, 0)} committed get(s) undone (the messages "

@@ -94,10 +94,10 @@ class CrestartPlan:
     uows_in_doubt: list[int] = field(default_factory=list)
     #: units of work in flight at E: backed out at restart
     uows_in_flight: list[int] = field(default_factory=list)
-    #: per queue: committed puts lost, committed gets undone (the messages come back)
+    #: per queue: committed puts lost, committed gets (and expiries) undone: those
+    #: messages come back
     puts_lost: dict[str, int] = field(default_factory=dict)
     gets_undone: dict[str, int] = field(default_factory=dict)
-    expiries_undone: dict[str, int] = field(default_factory=dict)
     messages_lost: list[dict] = field(default_factory=list)      # up to LIST_LIMIT
     messages_back: list[dict] = field(default_factory=list)      # up to LIST_LIMIT
     definitions: list[dict] = field(default_factory=list)
