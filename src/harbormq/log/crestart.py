@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -115,7 +115,8 @@ class CrestartPlan:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CrestartPlan":
-        return cls(**d)
+        known = {f.name for f in fields(cls)}      # (a plan recorded by another release)
+        return cls(**{k: v for k, v in d.items() if k in known})
 
     def summary(self) -> str:
         puts, gets = sum(self.puts_lost.values()), sum(self.gets_undone.values())
