@@ -175,3 +175,15 @@ def test_point_in_time_restore_stops_at_the_point(backed_up, home, tmp_path):
     assert bodies == [f"m{i:04d}".encode() * 30 for i in range(210)]
     with QueueManager.open("QM1", home=home) as qm:
         assert qm.queue_status("Q1")["CURDEPTH"] == 220
+
+
+def test_a_restore_killed_while_swapping_in_is_run_again(backed_up, home):
+    """Killed between setting the old queue manager aside and moving the
+    restored one in (restore.mid_swap): running the restore again finishes it."""
+    env = child_env(home)
+    r = hmq(dict(env, HARBORMQ_CRASH_AT="restore.mid_swap"), "restore", "QM1", "--from",
+            str(backed_up), "--replace", check=False)
+    assert r.returncode == -9, r.stdout + r.stderr
+    hmq(env, "restore", "QM1", "--from", str(backed_up), "--replace")
+    with QueueManager.open("QM1", home=home) as qm:
+        assert qm.queue_status("Q1")["CURDEPTH"] == 200

@@ -706,10 +706,26 @@ LOAD_POINTS = [(p, n) for p, (a, b, _) in _POINT_HITS.items() for n in (a, b, "r
 BOTH_LOGS = pytest.mark.parametrize("log_type", ["circular", "linear"])
 
 
+#: crash points armed by harnesses of their own, and the test file that arms each
+OTHER_HARNESSES = {
+    "crestart.mid_apply": "recovery/test_crestart.py",
+    "channel.sender_prepared": "channels/test_channel_crash.py",
+    "channel.sender_confirmed": "channels/test_channel_crash.py",
+    "channel.receiver_before_commit": "channels/test_channel_crash.py",
+    "channel.receiver_committed": "channels/test_channel_crash.py",
+    "backup.mid_copy": "backup/test_backup.py",
+    "restore.mid_swap": "backup/test_backup_verify.py",
+}
+
+
 def test_every_crash_point_is_exercised():
     from support.crash_cases import MEDIA_CRASH_CASES
     covered = {p for p, _ in LOAD_POINTS} | {"restart.mid_redo", "restart.mid_undo"}
     covered |= {p.partition(":")[0] for p, _ in MEDIA_CRASH_CASES}
+    tests = Path(__file__).resolve().parents[1]
+    for point, path in OTHER_HARNESSES.items():
+        assert f'"{point}"' in (tests / path).read_text(), f"{path} does not arm {point}"
+    covered |= set(OTHER_HARNESSES)
     assert covered == set(POINTS)
 
 
