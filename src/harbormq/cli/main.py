@@ -149,7 +149,8 @@ def stop(qm, mode, wait):
                 os.kill(pid, signal.SIGKILL)
                 console.print(f"HMQ8026W Queue manager {qm} (process {pid}) did not end in "
                               "30 s and was killed.")
-        elif running_pid(config) is not None:
+        elif _still_locked(config, 5.0):
+            # (a process already ending is no longer provable, but lets go at once)
             raise HarbormqError(
                 f"queue manager {qm} still holds its lock, but process {pid} cannot be "
                 "proven to be it (its lock file names no harbormq process for it): nothing "
@@ -482,6 +483,17 @@ def dump_config_cmd(qm, at_time, to_file):
     else:
         atomic_write(to_file, text.encode())
         _say(f"HMQ8621I The definitions of {qm} were written to {to_file}.")
+
+
+def _still_locked(config: QMConfig, seconds: float) -> bool:
+    """Whether the queue manager's lock is still held after ``seconds``."""
+    from ..qmgr.lifecycle import running_pid
+    deadline = time.monotonic() + seconds
+    while running_pid(config) is not None:
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 @cli.command("reset-log")
