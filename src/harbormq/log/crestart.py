@@ -260,8 +260,7 @@ def _find_cut(log, chain, end_lsn, end_time_ns) -> int:
         e = _extent_holding(chain, end_lsn) or (chain[0] if end_lsn <= chain[0].first_lsn
                                                 else None)
         if e is None:
-            gap = log.state.discarded_at(end_lsn + 1, None) if end_lsn else None
-            if any(d["from"] <= end_lsn < d["to"] for d in log.state.discarded) or gap:
+            if any(d["from"] <= end_lsn < d["to"] for d in log.state.discarded):
                 raise CrestartError(f"LSN {end_lsn} lies in log given up by an earlier "
                                     "conditional restart")
             raise CrestartError(f"LSN {end_lsn} lies beyond the log of {log.qm_name}, which "
