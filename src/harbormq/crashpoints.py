@@ -30,6 +30,8 @@ POINTS = (
                                         # extent made, the control file not yet written
     "backup.mid_copy",                  # a backup: a store copied into the .part, more to come
     "restore.mid_swap",                 # a restore: the old target set aside, the new not in place
+    "standby.after_fetch",              # standby replay: an archived extent copied in, the
+                                        # control file not yet listing it
 )
 
 _target, _, _count = (os.environ.get("HARBORMQ_CRASH_AT") or "").partition(":")

@@ -51,6 +51,11 @@ class QueueManagerRunning(HarbormqError):
     msgid = "HMQ8041E"
 
 
+class StandbyError(HarbormqError):
+    """A standby queue manager started, or replay refused (qmgr/standby.py)."""
+    msgid = "HMQ7310E"
+
+
 class QueueManagerNotRunning(HarbormqError):
     msgid = "HMQ8146E"
 

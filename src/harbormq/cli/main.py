@@ -72,22 +72,10 @@ def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
                   f"({log_type} log in {config.log_dir}).")
 
 
-@cli.command()
-@click.argument("qm")
-@click.option("--foreground", is_flag=True, help="run in this terminal until stopped")
-def start(qm, foreground):
-    """Start queue manager QM (strmqm): restart recovery, then serve."""
-    from ..qmgr.lifecycle import running_pid
-    config = QMConfig.load(qm)
-    pid = running_pid(config)
-    if pid is not None:
-        raise QueueManagerRunning(f"queue manager {qm} is already running (process {pid})")
-    if foreground:
-
-        from ..server.process import QueueManagerServer, run_event_loop
-        server = QueueManagerServer(config, console=console,
-                                    progress=make_progress_callback(console))
-        sys.exit(run_event_loop(server.run()))
+def start_in_background(config: QMConfig) -> dict:
+    """Spawn the server process of a stopped queue manager and wait until it
+    answers on its admin socket; returns its status."""
+    qm = config.name
     make_dirs(config.errors_dir)
     out_path = config.errors_dir / "console.log"
     with open(out_path, "ab", opener=private) as out:
@@ -104,11 +92,32 @@ def start(qm, foreground):
                                 msgid="HMQ8042E")
         try:
             status = call(config, {"cmd": "status"}, timeout=2)["status"]
-            break
+            return status
         except QueueManagerNotRunning:
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.1)
+            time.sleep(0.05)
+
+
+@cli.command()
+@click.argument("qm")
+@click.option("--foreground", is_flag=True, help="run in this terminal until stopped")
+def start(qm, foreground):
+    """Start queue manager QM (strmqm): restart recovery, then serve."""
+    from ..qmgr.lifecycle import running_pid
+    config = QMConfig.load(qm)
+    pid = running_pid(config)
+    if pid is not None:
+        raise QueueManagerRunning(f"queue manager {qm} is already running (process {pid})")
+    from ..qmgr.standby import refuse_if_standby
+    refuse_if_standby(config)
+    if foreground:
+
+        from ..server.process import QueueManagerServer, run_event_loop
+        server = QueueManagerServer(config, console=console,
+                                    progress=make_progress_callback(console))
+        sys.exit(run_event_loop(server.run()))
+    status = start_in_background(config)
     r = status.get("restart") or {}
     console.print(f"HMQ8003I Queue manager {qm} started (process {status['pid']}): replayed "
                   f"{r.get('records_replayed', 0)} log records, backed out "
@@ -718,7 +727,9 @@ def _attach_subcommands() -> None:
     from ..pipeline.cli import pipeline
     from .admin import sc, user
     from .backup import register as register_backup
+    from .standby import register as register_standby
     register_backup(cli)
+    register_standby(cli)
     cli.add_command(sc)
     cli.add_command(user)
     cli.add_command(pipeline)

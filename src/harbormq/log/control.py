@@ -103,6 +103,10 @@ class ControlState:
     #: the log from E was given up and went on at H; a store whose recovery
     #: LSN is in (E, H) holds effects of the given-up log
     discarded: list = field(default_factory=list)
+    #: a standby queue manager kept current by log replay (qmgr/standby.py):
+    #: {"archives": [paths], "since_ns": n, "replayed_lsn": n, "active_sha": s};
+    #: it cannot start until 'harbormq activate' removes this
+    standby: dict | None = None
 
     def to_json(self) -> bytes:
         d = asdict(self)

@@ -27,7 +27,7 @@ from ..core.engine import QueueManagerCore, UnitOfWork, UowOp
 from ..core.objects import QMGR_OBJECT
 from ..core.queue import LocalQueue
 from ..crashpoints import crash_point
-from ..errors import HarbormqError, LogMissing, ObjectDamaged, StoreDamaged
+from ..errors import HarbormqError, LogMissing, ObjectDamaged, StandbyError, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
 from ..log import crestart
 from ..log.checkpoint import read_checkpoint, unpack_store_lsns
@@ -78,8 +78,14 @@ class RestartReport:
 
 
 class Restart:
-    def __init__(self, core: QueueManagerCore, progress: Progress | None = None):
+    def __init__(self, core: QueueManagerCore, progress: Progress | None = None, *,
+                 replaying: bool = False):
         self.core = core
+        #: standby replay (qmgr/standby.py): phases 1-3 only, nothing written to
+        #: the log, and a standby queue manager is not refused
+        self.replaying = replaying
+        #: (LSN, head) of the last CHECKPOINT_END redo read
+        self.last_checkpoint: tuple[int, dict] | None = None
         self.progress = progress or (lambda phase, done, total: None)
         self.report = RestartReport()
         self.redo_from: dict[int, int] = {}     # object id -> store recovery LSN at open
@@ -107,6 +113,19 @@ class Restart:
             return await self._run(t0)
         finally:
             core.log.say = said
+
+    def redo_only(self):
+        """Phases 1 to 3 (standby replay, qmgr/standby.py): the stores brought to
+        the end of the log, nothing written to it, units of work left open.
+        Returns the scan (its end LSN)."""
+        said = self.core.log.say
+        self.core.log.say = self._log_said
+        try:
+            self.phase1_log_init()
+            self.phase2_status_rebuild()
+            return self.phase3_redo()
+        finally:
+            self.core.log.say = said
 
     async def _run(self, t0: float) -> RestartReport:
         core = self.core
@@ -141,6 +160,11 @@ class Restart:
         for msgid, text in log.control.warnings:
             self.emit(msgid, text)
             r.warnings.append(f"{msgid} {text}")
+        if st.standby and not self.replaying:
+            raise StandbyError(
+                f"queue manager {core.name} is a standby kept current by log replay from "
+                f"{', '.join(st.standby['archives'])}: it cannot be started",
+                hint=f"make it the active queue manager with 'harbormq activate {core.name}'")
         if st.crestart:       # recorded by 'harbormq log crestart': carried out first
             r.crestart = crestart.apply(log, self._log_said).as_dict()
             st = log.state
@@ -554,6 +578,8 @@ class Restart:
             core.catalog_dirty, core.catalog_dirty_lsn = {}, None
 
     def _redo(self, rec: LogRecord) -> None:
+        if rec.type == RecordType.CHECKPOINT_END:
+            self.last_checkpoint = (rec.lsn, decode_json(rec.payload))
         if rec.uow_id and rec.uow_id >= self.core.next_uow_id:
             self.core.next_uow_id = rec.uow_id + 1
         if self.rule.feed(rec):
