@@ -1,8 +1,18 @@
 """harbormq: a durable message queue manager on IBM MQ's logging and recovery design."""
 
-from .api import QueueManager, UnitOfWorkHandle
 from .errors import HarbormqError
-from .log.records import Message
 
 __all__ = ["QueueManager", "UnitOfWorkHandle", "HarbormqError", "Message"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # the API (and the whole queue manager under it) is imported on first use:
+    # every 'harbormq' command starts without paying for what it does not run
+    if name in ("QueueManager", "UnitOfWorkHandle"):
+        from . import api
+        return getattr(api, name)
+    if name == "Message":
+        from .log.records import Message
+        return Message
+    raise AttributeError(f"module 'harbormq' has no attribute {name!r}")

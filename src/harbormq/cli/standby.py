@@ -79,7 +79,8 @@ def register(cli: click.Group) -> None:
         config = QMConfig.load(qm)
         last = activate(config)
         facts = {"queue_manager": qm, "last_round": last.as_dict(),
-                 "replayed_lsn": last.replayed_lsn}
+                 "replayed_lsn": last.replayed_lsn,
+                 "replay_ended_s": round(time.monotonic() - t0, 3)}
         if not no_start:
             status = start_in_background(config)
             r = status.get("restart") or {}

@@ -144,8 +144,11 @@ class Standby:
             if not self.archives:
                 raise StandbyError(f"queue manager {self.config.name} is not a standby yet: "
                                    "name the primary's archive with --from DIR")
+            # "stale": the log has records the stores may not have yet (set with
+            # every extent fetched, cleared when a redo has read to the end)
             st.standby = {"archives": [str(a) for a in self.archives],
-                          "since_ns": time.time_ns(), "replayed_lsn": 0, "active_sha": ""}
+                          "since_ns": time.time_ns(), "replayed_lsn": 0, "active_sha": "",
+                          "stale": True}
             self._write_control(log)
             self.say("HMQ7301I", f"queue manager {self.config.name} is now a standby: it "
                      f"replays the log archived in {', '.join(map(str, self.archives))} and "
@@ -184,6 +187,7 @@ class Standby:
                                          state="active"))
             st.next_extent_number = max(st.next_extent_number, nxt.number + 1)
             st.standby["active_sha"] = nxt.sha256
+            st.standby["stale"] = True
             crash_point("standby.after_fetch")
             self._write_control(log)        # after the extent is durable
             report.fetched.append(nxt.name)
@@ -219,6 +223,7 @@ class Standby:
             archive.recall(self.archives, self.config.name, active.number, active.first_lsn,
                            directory, self.say)
         st.standby["active_sha"] = entry.sha256
+        st.standby["stale"] = True
         self._write_control(log)
 
     # -- one round ---------------------------------------------------------------------
@@ -232,7 +237,11 @@ class Standby:
             raise StandbyError(f"queue manager {self.config.name} is not a standby")
         self.fetch(log, report)
         log.close()
-        asyncio.run(self._redo(report, progress))
+        mark = log.state.standby
+        if mark.get("stale", True):
+            asyncio.run(self._redo(report, progress))
+        else:             # nothing new: the stores are where the last redo left them
+            report.replayed_lsn = mark["replayed_lsn"]
         report.seconds = time.monotonic() - t0
         return report
 
@@ -251,6 +260,7 @@ class Standby:
                 st.checkpoint_lsn, st.restart_lsn = lsn, table["restart_lsn"]
                 st.media_lsn = min(media) if media else st.media_lsn
             st.standby["replayed_lsn"] = end
+            st.standby["stale"] = False
             self._write_control(core.log)
             r = restart.report
             report.replayed_lsn, report.records = end, r.records_replayed
