@@ -402,11 +402,10 @@ def activate(config: QMConfig, *, say: Callable[[str, str], None] | None = None)
         standby.mark()
         try:
             last = standby.replay_round()
-        except StandbyError:
-            raise
         except (HarbormqError, OSError) as exc:
-            # the archive may be gone with the primary's site: what is here is
-            # activated, and the operator is told what was not replayed
+            # the archive may be gone with the primary's site, or hold what the
+            # standby cannot follow: what is here is activated (the start redoes
+            # any extent fetched and not yet replayed), and the operator is told
             standby.say("HMQ7304W", f"the last replay round of {config.name} before "
                         f"activation failed ({exc}); it is activated with the log it has")
             last = RoundReport()
