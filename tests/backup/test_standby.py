@@ -307,3 +307,35 @@ def test_replay_killed_at_random_moments_loses_nothing(tmp_path, request):
     expected = drain(primary, "K.Q")
     hmq(child_env(standby), "activate", "QS", "--no-start")
     assert drain(standby, "K.Q") == expected
+
+
+def test_activation_without_the_archive_uses_the_log_it_has(tmp_path):
+    """The archive went with the primary's site: activation says so and goes
+    on with what was replayed."""
+    primary, standby, arch = tmp_path / "primary", tmp_path / "standby", tmp_path / "arch"
+    srv = create_primary(primary, arch)
+    srv.start()
+    try:
+        srv.sc("DEFINE QLOCAL(A.Q)")
+        restore_standby(standby, hot_backup(srv, tmp_path / "bk"))
+        c = stomp_client(srv.port)
+        for i in range(20):
+            c.send("/queue/A.Q", f"a-{i}", headers={"receipt": str(i), "persistent": "true"})
+        c.col.wait_receipt("19")
+        srv.sc("ARCHIVE LOG")
+        replay_once(standby, arch)
+        for i in range(20, 30):          # archived after the last round, then lost with it
+            c.send("/queue/A.Q", f"a-{i}", headers={"receipt": str(i), "persistent": "true"})
+        c.col.wait_receipt("29")
+        srv.sc("ARCHIVE LOG")
+    finally:
+        srv.kill()
+    shutil.rmtree(arch)
+    r = hmq(child_env(standby), "activate", "QS", "--no-start")
+    said = " ".join(r.stderr.split())
+    assert "HMQ7304W" in said and "activated with the log it has" in said, said
+    with QueueManager.open("QS", home=standby) as qm:
+        bodies = []
+        while (m := qm.get("A.Q")) is not None:
+            bodies.append(bytes(m.body).decode())
+    assert bodies == [f"a-{i}" for i in range(20)]

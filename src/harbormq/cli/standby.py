@@ -62,7 +62,7 @@ def register(cli: click.Group) -> None:
             err_console.print(f"{exc.msgid}: {exc.message} (retried every {interval} s)")
 
         replay(QMConfig.load(qm), list(archives), follow=follow, interval=interval,
-               on_round=on_round, on_error=on_error)
+               on_round=on_round, on_error=on_error, console=err_console)
 
     @cli.command("activate")
     @click.argument("qm")
@@ -77,7 +77,7 @@ def register(cli: click.Group) -> None:
         from .main import start_in_background
         t0 = time.monotonic()
         config = QMConfig.load(qm)
-        last = activate(config)
+        last = activate(config, console=err_console)
         facts = {"queue_manager": qm, "last_round": last.as_dict(),
                  "replayed_lsn": last.replayed_lsn,
                  "replay_ended_s": round(time.monotonic() - t0, 3)}

@@ -45,7 +45,7 @@ from ..config import QMConfig
 from ..core.engine import QueueManagerCore
 from ..core.operator_log import OperatorLog
 from ..crashpoints import crash_point
-from ..errors import HarbormqError, StandbyError
+from ..errors import HarbormqError, LogMissing, StandbyError
 from ..log import archive
 from ..log.checkpoint import read_checkpoint
 from ..log.control import ExtentInfo
@@ -82,8 +82,13 @@ class RoundReport:
 def _archive_entries(archives: list[Path], qm_name: str) -> dict[int, archive.ArchiveEntry]:
     """The archive's entries by extent number (the first path that lists one)."""
     out: dict[int, archive.ArchiveEntry] = {}
-    for base in archives:
-        for entry, _ in archive.read_manifest(archive.archive_dir(base, qm_name)):
+    dirs = [archive.archive_dir(base, qm_name) for base in archives]
+    if not any(d.is_dir() for d in dirs):
+        raise LogMissing(f"the archive of queue manager {qm_name} is not there: "
+                         f"{', '.join(map(str, dirs))} (a path unmounted, or lost)",
+                         hint="mount the archive again, or give its new place with --from")
+    for d in dirs:
+        for entry, _ in archive.read_manifest(d):
             out.setdefault(entry.number, entry)
     return out
 
@@ -109,11 +114,11 @@ def _same_prefix(a: Path, b: Path, length: int) -> bool:
 class Standby:
     """Replay rounds for one standby queue manager (the caller holds its lock)."""
 
-    def __init__(self, config: QMConfig, archives: list[Path] | None = None,
-                 say: Callable[[str, str], None] | None = None):
+    def __init__(self, config: QMConfig, archives: list[Path] | None = None, console=None):
         self.config = config
-        self.oplog = OperatorLog(config.errors_dir)
-        self.say = say or self.oplog.emit
+        #: the operator log, and the console of the command when it has one
+        self.oplog = OperatorLog(config.errors_dir, console=console)
+        self.say = self.oplog.emit
         self.archives = [Path(a).absolute() for a in archives or []]
 
     # -- the log: marking and fetching ---------------------------------------------
@@ -246,7 +251,9 @@ class Standby:
         return report
 
     async def _redo(self, report: RoundReport, progress: Progress | None) -> None:
-        core = QueueManagerCore(self.config, self.oplog)
+        # restart's own messages go to the operator log only: one line a round
+        # on the console is the round's report
+        core = QueueManagerCore(self.config, OperatorLog(self.config.errors_dir))
         core.loop = asyncio.get_running_loop()
         restart = Restart(core, progress, replaying=True)
         try:
@@ -316,7 +323,7 @@ def refuse_if_standby(config: QMConfig) -> None:
 def replay(config: QMConfig, archives: list[Path], *, follow: bool, interval: float = 1.0,
            on_round: Callable[[RoundReport], None] | None = None,
            on_error: Callable[[HarbormqError], None] | None = None,
-           progress: Progress | None = None) -> RoundReport:
+           progress: Progress | None = None, console=None) -> RoundReport:
     """``harbormq replay QM --from DIR [--follow]``: one round, or rounds every
     ``interval`` seconds until SIGTERM or SIGINT (``activate`` sends SIGTERM).
     In follow mode an archive that cannot be read is reported and retried;
@@ -330,7 +337,7 @@ def replay(config: QMConfig, archives: list[Path], *, follow: bool, interval: fl
 
     old = {s: signal.signal(s, asked_to_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        standby = Standby(config, archives)
+        standby = Standby(config, archives, console=console)
         standby.mark()
         last = RoundReport()
         failing = None
@@ -380,7 +387,7 @@ def _replay_process(config: QMConfig) -> int | None:
                        "its replay", hint="wait for that command to end and run activate again")
 
 
-def activate(config: QMConfig, *, say: Callable[[str, str], None] | None = None) -> RoundReport:
+def activate(config: QMConfig, *, console=None) -> RoundReport:
     """``harbormq activate QM``: end replay, replay what is left in the archive,
     remove the standby mark. The caller then starts the queue manager."""
     if standby_mark(config) is None:
@@ -398,7 +405,7 @@ def activate(config: QMConfig, *, say: Callable[[str, str], None] | None = None)
     lock = InstanceLock(config)
     lock.acquire()
     try:
-        standby = Standby(config, say=say)
+        standby = Standby(config, console=console)
         standby.mark()
         try:
             last = standby.replay_round()
