@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,8 +17,8 @@ from rich.table import Table
 from ..admin.client import call
 from ..config import QMConfig, harbormq_home
 from ..errors import HarbormqError, QueueManagerNotRunning, QueueManagerRunning
-from ..fsutil import make_dirs, private
 from .progress import make_progress_callback
+from .starting import start_in_background
 
 #: the hint when image or recreate finds the queue manager stopped
 MEDIA_NEEDS = "media images and recreate need a running queue manager"
@@ -70,33 +69,6 @@ def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
                          log_dual_path=log_dual_path, port=port)
     console.print(f"HMQ8001I Queue manager {qm} created in {config.qm_dir} "
                   f"({log_type} log in {config.log_dir}).")
-
-
-def start_in_background(config: QMConfig) -> dict:
-    """Spawn the server process of a stopped queue manager and wait until it
-    answers on its admin socket; returns its status."""
-    qm = config.name
-    make_dirs(config.errors_dir)
-    out_path = config.errors_dir / "console.log"
-    with open(out_path, "ab", opener=private) as out:
-        proc = subprocess.Popen([sys.executable, "-m", "harbormq.server", qm],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True,
-                                env=dict(os.environ, HARBORMQ_HOME=str(config.home)))
-    deadline = time.monotonic() + 600
-    while True:
-        if proc.poll() is not None:
-            tail = out_path.read_text(errors="replace").strip().splitlines()[-5:]
-            raise HarbormqError(f"queue manager {qm} failed to start: " +
-                                (" | ".join(tail) or f"exit status {proc.returncode}"),
-                                msgid="HMQ8042E")
-        try:
-            status = call(config, {"cmd": "status"}, timeout=2)["status"]
-            return status
-        except QueueManagerNotRunning:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 @cli.command()

@@ -74,7 +74,7 @@ def register(cli: click.Group) -> None:
         replay what is left in the archive, back out what was in flight, and
         start it."""
         from ..qmgr.standby import activate
-        from .main import start_in_background
+        from .starting import start_in_background
         t0 = time.monotonic()
         config = QMConfig.load(qm)
         last = activate(config, console=err_console)
