@@ -250,7 +250,19 @@ def test_a_standby_refuses_to_start_and_replay_refuses_what_it_cannot_follow(tmp
     finally:
         srv.stop()
     r = hmq(child_env(other), "replay", "QS", "--from", str(arch), check=False)
-    assert r.returncode == 1 and "has written a log of its own" in r.stderr, r.stderr
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 1 and "has been started since" in said, said
+    # nor the primary itself, nor an archive that is not there: nothing is marked
+    r = hmq(srv.env, "replay", "QS", "--from", str(arch), check=False)
+    assert r.returncode == 1 and "was not restored from a backup" in " ".join(r.stderr.split())
+    third = tmp_path / "third"
+    restore_standby(third, bk)
+    r = hmq(child_env(third), "replay", "QS", "--from", str(tmp_path / "typo"), check=False)
+    assert r.returncode == 1 and "is not there" in " ".join(r.stderr.split())
+    hmq(srv.env, "start", "QS")
+    hmq(srv.env, "stop", "QS")
+    hmq(child_env(third), "start", "QS")       # not marked: it starts
+    hmq(child_env(third), "stop", "QS")
 
     # a circular log has no archive to follow
     circ = tmp_path / "circ"
@@ -339,3 +351,73 @@ def test_activation_without_the_archive_uses_the_log_it_has(tmp_path):
         while (m := qm.get("A.Q")) is not None:
             bodies.append(bytes(m.body).decode())
     assert bodies == [f"a-{i}" for i in range(20)]
+
+
+def _put(home: Path, first: int, n: int, *, archive_log: bool = False) -> None:
+    """Persistent puts in-process; then ARCHIVE LOG (close the extent, archive it)."""
+    with QueueManager.open("QS", home=home) as qm:
+        for i in range(first, first + n):
+            qm.put("C.Q", f"m{i}", persistent=True)
+        if archive_log:
+            qm._call(qm.core.log_management.archive_now())
+
+
+@pytest.mark.parametrize("cut_in", ["archived extent", "open extent"])
+def test_a_conditional_restart_of_the_primary_stops_the_standby(tmp_path, cut_in):
+    """The primary gives up its log after a point (harbormq log crestart): the
+    standby must neither replay the given-up log nor be activated with it."""
+    primary, standby, arch = tmp_path / "primary", tmp_path / "standby", tmp_path / "arch"
+    create_primary(primary, arch)
+    with QueueManager.open("QS", home=primary) as qm:
+        qm.define_queue("C.Q")
+    _put(primary, 0, 5, archive_log=True)
+    bk = json.loads(hmq(child_env(primary), "backup", "QS", "--to", str(tmp_path / "bk"),
+                        "--json").stdout)["path"]
+    restore_standby(standby, bk)
+    replay_once(standby, arch)
+    _put(primary, 5, 5)
+    with QueueManager.open("QS", home=primary) as qm:
+        cut = qm.core.log.end_lsn
+    # archived extent: the extent holding the cut point is archived whole first
+    _put(primary, 10, 5, archive_log=cut_in == "archived extent")
+    hmq(child_env(primary), "log", "crestart", "QS", "--end-lsn", str(cut), "--yes")
+    _put(primary, 20, 3, archive_log=True)
+    with QueueManager.open("QS", home=primary) as qm:
+        kept = [bytes(m.body).decode() for m in qm.browse("C.Q")]
+    assert kept == [f"m{i}" for i in [*range(10), 20, 21, 22]]
+    for _ in range(2):                 # refused every time, not once
+        r = replay_once(standby, check=False)
+        said = " ".join(r.stderr.split())
+        assert r.returncode == 1 and "HMQ7310E" in said and "conditional restart" in said, said
+    for extra in ([], ["--force"]):
+        r = hmq(child_env(standby), "activate", "QS", "--no-start", *extra, check=False)
+        said = " ".join(r.stderr.split())
+        assert r.returncode == 1 and "conditional restart" in said, said
+    r = hmq(child_env(standby), "start", "QS", check=False)
+    assert r.returncode == 1 and "HMQ7310E" in r.stderr     # still a standby
+
+
+def test_activation_is_refused_when_the_archive_fails_unless_forced(tmp_path):
+    primary, standby, arch = tmp_path / "primary", tmp_path / "standby", tmp_path / "arch"
+    create_primary(primary, arch)
+    with QueueManager.open("QS", home=primary) as qm:
+        qm.define_queue("C.Q")
+    _put(primary, 0, 5, archive_log=True)
+    bk = json.loads(hmq(child_env(primary), "backup", "QS", "--to", str(tmp_path / "bk"),
+                        "--json").stdout)["path"]
+    restore_standby(standby, bk)
+    replay_once(standby, arch)
+    _put(primary, 5, 5, archive_log=True)
+    newest = archived(arch)[-1]
+    path = archive.archive_dir(arch, "QS") / newest.name
+    data = bytearray(path.read_bytes())
+    data[5000] ^= 0xFF                 # the newest archived extent is damaged
+    path.write_bytes(bytes(data))
+    r = hmq(child_env(standby), "activate", "QS", "--no-start", check=False)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 1 and "nothing was activated" in said and "--force" in said, said
+    r = hmq(child_env(standby), "activate", "QS", "--no-start", "--force")
+    assert "HMQ7304W" in " ".join(r.stderr.split())
+    with QueueManager.open("QS", home=standby) as qm:
+        got = [bytes(m.body).decode() for m in qm.browse("C.Q")]
+    assert got == [f"m{i}" for i in range(5)]     # what was replayed, nothing else

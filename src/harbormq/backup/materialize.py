@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,7 +166,7 @@ def restored_control(chain: list[tuple[Path, dict]], extents: list[ExtentCopy], 
                         next_extent_number=max(used) + 1, checkpoint_lsn=lsn["checkpoint"],
                         restart_lsn=lsn["recovery"], media_lsn=lsn["media"], sequence=1,
                         dual=dual, discarded=list(base.discarded),
-                        id_floor=dict(base.id_floor))
+                        id_floor=dict(base.id_floor), restored_ns=time.time_ns())
 
 
 def _rename_authrecs(data: bytes, old: str, new: str) -> bytes:

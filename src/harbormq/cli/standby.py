@@ -68,8 +68,11 @@ def register(cli: click.Group) -> None:
     @click.argument("qm")
     @click.option("--no-start", is_flag=True,
                   help="only end replay and make it an ordinary queue manager")
+    @click.option("--force", is_flag=True,
+                  help="activate even if the archive cannot be replayed to its end (what it "
+                       "holds beyond the log replayed so far is lost)")
     @click.option("--json", "as_json", is_flag=True, help="the facts for scripts")
-    def activate_cmd(qm, no_start, as_json):
+    def activate_cmd(qm, no_start, force, as_json):
         """Make standby QM the active queue manager (strmqm -a): end its replay,
         replay what is left in the archive, back out what was in flight, and
         start it."""
@@ -77,7 +80,7 @@ def register(cli: click.Group) -> None:
         from .starting import start_in_background
         t0 = time.monotonic()
         config = QMConfig.load(qm)
-        last = activate(config, console=err_console)
+        last = activate(config, force=force, console=err_console)
         facts = {"queue_manager": qm, "last_round": last.as_dict(),
                  "replayed_lsn": last.replayed_lsn,
                  "replay_ended_s": round(time.monotonic() - t0, 3)}

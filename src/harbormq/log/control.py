@@ -107,6 +107,9 @@ class ControlState:
     #: {"archives": [paths], "since_ns": n, "replayed_lsn": n, "active_sha": s};
     #: it cannot start until 'harbormq activate' removes this
     standby: dict | None = None
+    #: when 'harbormq restore' wrote this log (0: never, or started since):
+    #: only such a queue manager can become a standby
+    restored_ns: int = 0
 
     def to_json(self) -> bytes:
         d = asdict(self)

@@ -48,7 +48,7 @@ from ..crashpoints import crash_point
 from ..errors import HarbormqError, LogMissing, StandbyError
 from ..log import archive
 from ..log.checkpoint import read_checkpoint
-from ..log.control import ExtentInfo
+from ..log.control import ExtentInfo, decode_copy
 from ..log.manager import RecoveryLog
 from ..log.reader import ExtentReader
 from ..log.records import extent_file_name
@@ -86,7 +86,8 @@ def _archive_entries(archives: list[Path], qm_name: str) -> dict[int, archive.Ar
     if not any(d.is_dir() for d in dirs):
         raise LogMissing(f"the archive of queue manager {qm_name} is not there: "
                          f"{', '.join(map(str, dirs))} (a path unmounted, or lost)",
-                         hint="mount the archive again, or give its new place with --from")
+                         hint="mount the archive again, or give its new place with --from",
+                         archive_gone=True)
     for d in dirs:
         for entry, _ in archive.read_manifest(d):
             out.setdefault(entry.number, entry)
@@ -149,6 +150,17 @@ class Standby:
             if not self.archives:
                 raise StandbyError(f"queue manager {self.config.name} is not a standby yet: "
                                    "name the primary's archive with --from DIR")
+            if not st.restored_ns:
+                raise StandbyError(
+                    f"queue manager {self.config.name} was not restored from a backup, or has "
+                    "been started since: only a queue manager restored with 'harbormq "
+                    "restore' and never started can follow the primary's log",
+                    hint="restore a backup of the primary under the same name on the "
+                         "standby's machine or home, and do not start it")
+            # the archive is there and holds this log (nothing is marked otherwise)
+            entry = _archive_entries(self.archives, self.config.name).get(st.active.number)
+            if entry is not None:
+                self._same_log(st.active, entry)
             # "stale": the log has records the stores may not have yet (set with
             # every extent fetched, cleared when a redo has read to the end)
             st.standby = {"archives": [str(a) for a in self.archives],
@@ -164,26 +176,75 @@ class Standby:
         self.archives = [Path(a) for a in st.standby["archives"]]
         return self.archives
 
+    def _same_log(self, active: ExtentInfo, entry: archive.ArchiveEntry) -> None:
+        if entry.first_lsn != active.first_lsn:
+            raise StandbyError(
+                f"the archive's {entry.name} starts at LSN {entry.first_lsn}, the standby's "
+                f"at LSN {active.first_lsn}: the archive holds the log of another queue "
+                f"manager named {self.config.name}",
+                hint="name the primary's own archive with --from")
+
+    def _cuts(self, own: list) -> list[dict]:
+        """The conditional restarts of the primary (``harbormq log crestart``)
+        that the archive's copies of its control file record and the standby's
+        own log does not (those were carried out before its backup)."""
+        seen = {(d["from"], d["to"]) for d in own}
+        cuts = []
+        for base in self.archives:
+            path = archive.archive_dir(base, self.config.name) / archive.CONTROL_COPY
+            try:
+                known = decode_copy(path.read_bytes())
+            except (OSError, ValueError):
+                continue
+            cuts += [d for d in known.discarded if (d["from"], d["to"]) not in seen]
+        return cuts
+
+    def _refuse_cut(self, at: int, replayed: int) -> None:
+        beyond = (f"; it has already replayed log the primary gave up (to LSN {replayed})"
+                  if replayed > at else "")
+        raise StandbyError(
+            f"the primary's log was cut at LSN {at} by a conditional restart and goes on "
+            f"after a gap that a standby cannot replay across{beyond}",
+            hint="take a new backup of the primary and restore the standby from it")
+
     def fetch(self, log: RecoveryLog, report: RoundReport) -> None:
-        """Bring every archived extent that continues the log into it."""
+        """Bring every archived extent that continues the log into it. Nothing
+        is fetched from a log the primary cut (conditional restart) after the
+        standby's backup: a standby cannot follow past a cut."""
         st = log.state
         name = self.config.name
         entries = _archive_entries(self.archives, name)
+        cuts = self._cuts(st.discarded)
+        if cuts:
+            self._refuse_cut(min(d["from"] for d in cuts), st.standby["replayed_lsn"])
         while True:
             active = st.active
             entry = entries.get(active.number)
-            if entry is None or entry.first_lsn != active.first_lsn:
+            if entry is None:
+                later = sorted(n for n in entries if n > active.number)
+                if later:
+                    raise StandbyError(
+                        f"the archive holds {extent_file_name(later[0])} and later, but not "
+                        f"{extent_file_name(active.number)}, the extent the standby is in: "
+                        "a gap it cannot replay across",
+                        hint="put the missing extent back into the archive, or restore the "
+                             "standby again from a newer backup")
                 return          # the primary has not archived the extent we are in
-            self._check_active(log, active, entry)
+            self._same_log(active, entry)
             if entry.cut:
-                raise StandbyError(
-                    f"the primary's extent {entry.name} was cut at LSN {entry.end_lsn} by a "
-                    "conditional restart: its log goes on after a gap that a standby cannot "
-                    "replay across", hint="take a new backup of the primary and restore the "
-                                          "standby from it")
+                self._refuse_cut(entry.end_lsn, st.standby["replayed_lsn"])
+            self._check_active(log, active, entry)
             nxt = next((e for e in entries.values() if e.first_lsn == entry.end_lsn), None)
             if nxt is None:
+                if any(n > active.number for n in entries):
+                    raise StandbyError(
+                        f"no archived extent continues the log at LSN {entry.end_lsn} (the "
+                        f"end of {entry.name}), yet the archive holds later ones: a gap "
+                        "the standby cannot replay across",
+                        hint="restore the standby again from a newer backup")
                 return
+            if nxt.cut:
+                self._refuse_cut(nxt.end_lsn, st.standby["replayed_lsn"])
             for _, directory in log.healthy_copies():
                 archive.recall(self.archives, name, nxt.number, nxt.first_lsn, directory,
                                self.say)
@@ -201,34 +262,36 @@ class Standby:
     def _check_active(self, log: RecoveryLog, active: ExtentInfo,
                       entry: archive.ArchiveEntry) -> None:
         """The standby's newest extent is the archived one, or a prefix of it
-        (then replaced by it); else the standby has written a log of its own."""
+        (then replaced by it, in every copy of a dual log); else the standby
+        has written a log of its own."""
         st = log.state
         if st.standby.get("active_sha") == entry.sha256:
             return
-        copies = log.extent_copies(active)
-        path = copies[0][1] if copies else None
-        if path is not None and archive.file_sha256(path) == entry.sha256:
-            st.standby["active_sha"] = entry.sha256
-            self._write_control(log)
-            return
-        src = archive.archive_dir(self.archives[0], self.config.name) / entry.name
-        found = archive.find(self.archives, self.config.name, active.number)
-        if found:
-            src = found[0][0]
-        if path is not None and src.exists():
-            end = _records_end(path)
-            if not _same_prefix(path, src, end):
-                raise StandbyError(
-                    f"the standby's log extent {extent_file_name(active.number)} differs from "
-                    f"the primary's archived copy {src}: queue manager {self.config.name} has "
-                    "written a log of its own since it was restored (it was started), and "
-                    "cannot follow the primary any more",
-                    hint="restore the standby again from a backup of the primary")
-        for _, directory in log.healthy_copies():
-            archive.recall(self.archives, self.config.name, active.number, active.first_lsn,
-                           directory, self.say)
+        copies = [path for _, path in log.extent_copies(active)]
+        stale = [p for p in copies if archive.file_sha256(p) != entry.sha256]
+        if stale or not copies:
+            good = next((src for src, e in archive.find(self.archives, self.config.name,
+                                                        active.number)
+                         if e.sha256 == entry.sha256 and src.exists()
+                         and archive.file_sha256(src) == entry.sha256), None)
+            if good is None:
+                raise LogMissing(f"no archived copy of {entry.name} has the SHA-256 its "
+                                 "manifest names", path=str(self.archives[0]))
+            for path in stale:
+                if not _same_prefix(path, good, _records_end(path)):
+                    raise StandbyError(
+                        f"the standby's log extent {path} differs from the primary's archived "
+                        f"copy {good}: queue manager {self.config.name} has written a log of "
+                        "its own since it was restored (it was started), and cannot follow "
+                        "the primary any more",
+                        hint="restore the standby again from a backup of the primary")
+            stale_dirs = {p.parent for p in stale} if copies else \
+                {d for _, d in log.healthy_copies()}
+            for directory in sorted(stale_dirs):
+                archive.recall(self.archives, self.config.name, active.number,
+                               active.first_lsn, directory, self.say)
+            st.standby["stale"] = True
         st.standby["active_sha"] = entry.sha256
-        st.standby["stale"] = True
         self._write_control(log)
 
     # -- one round ---------------------------------------------------------------------
@@ -387,9 +450,17 @@ def _replay_process(config: QMConfig) -> int | None:
                        "its replay", hint="wait for that command to end and run activate again")
 
 
-def activate(config: QMConfig, *, console=None) -> RoundReport:
+def activate(config: QMConfig, *, force: bool = False, console=None) -> RoundReport:
     """``harbormq activate QM``: end replay, replay what is left in the archive,
-    remove the standby mark. The caller then starts the queue manager."""
+    remove the standby mark. The caller then starts the queue manager.
+
+    If the archive is not there any more (it went with the primary's site),
+    the standby is activated with the log it has (HMQ7304W). Any other failure
+    of the last round (an extent that fails its hash, a full disk) refuses
+    activation, unless ``force``: the archive holds log the standby would
+    lose. A standby that cannot follow the primary's log (it was cut, or the
+    standby wrote its own) is never activated: it holds log the primary gave
+    up, or lacks log it kept."""
     if standby_mark(config) is None:
         raise StandbyError(f"queue manager {config.name} is not a standby",
                            hint=f"start it with 'harbormq start {config.name}'")
@@ -400,7 +471,8 @@ def activate(config: QMConfig, *, console=None) -> RoundReport:
         while running_pid(config) is not None:
             if time.monotonic() > deadline:
                 raise StandbyError(f"the replay of {config.name} (process {pid}) did not end "
-                                   f"within {ACTIVATE_WAIT_S:.0f} s")
+                                   f"within {ACTIVATE_WAIT_S:.0f} s",
+                                   hint="it ends after its round: run activate again")
             time.sleep(0.02)
     lock = InstanceLock(config)
     lock.acquire()
@@ -409,13 +481,20 @@ def activate(config: QMConfig, *, console=None) -> RoundReport:
         standby.mark()
         try:
             last = standby.replay_round()
+        except StandbyError:
+            raise
         except (HarbormqError, OSError) as exc:
-            # the archive may be gone with the primary's site, or hold what the
-            # standby cannot follow: what is here is activated (the start redoes
-            # any extent fetched and not yet replayed), and the operator is told
+            gone = isinstance(exc, HarbormqError) and exc.facts.get("archive_gone")
+            if not gone and not force:
+                raise StandbyError(
+                    f"the last replay round of standby {config.name} failed ({exc}); "
+                    "nothing was activated", hint="make the archive readable and run "
+                    "activate again, or add --force to activate with the log replayed so far "
+                    "(what the archive holds beyond it is then lost)") from None
+            # the start redoes any extent fetched and not yet replayed
             standby.say("HMQ7304W", f"the last replay round of {config.name} before "
                         f"activation failed ({exc}); it is activated with the log it has")
-            last = RoundReport()
+            last = RoundReport(replayed_lsn=standby_mark(config)["replayed_lsn"])
         standby.unmark()
         standby.say("HMQ7302I", f"standby queue manager {config.name} activated: replay "
                     "ended, it starts as the active queue manager")

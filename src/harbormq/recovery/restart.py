@@ -165,6 +165,8 @@ class Restart:
                 f"queue manager {core.name} is a standby kept current by log replay from "
                 f"{', '.join(st.standby['archives'])}: it cannot be started",
                 hint=f"make it the active queue manager with 'harbormq activate {core.name}'")
+        if st.restored_ns and not self.replaying:
+            st.restored_ns = 0      # started: it has a log of its own from here on
         if st.crestart:       # recorded by 'harbormq log crestart': carried out first
             r.crestart = crestart.apply(log, self._log_said).as_dict()
             st = log.state
