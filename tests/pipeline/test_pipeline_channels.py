@@ -211,6 +211,34 @@ def test_one_queue_manager_log_per_input(two_logs, spark):
         trace_across(spark, [log_of(a), log_of(_b)], msg_id_hex="00ff")
 
 
+def test_the_commands(two_logs, spark, tmp_path, capsys):
+    """``harbormq pipeline trace`` with a --log per queue manager prints one
+    line per step, naming the queue manager; ``channels`` writes its files.
+    (In this process: the commands take the tests' Spark session.)"""
+    from harbormq.pipeline.cli import main
+    a, b, truth = two_logs
+    logs = ["--log", log_of(a).log, "--log", log_of(b).log]
+    assert main(["trace", "--msgid", truth["ids"]["m0"], *logs]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"message {truth['ids']['m0']}"
+    assert [ln.split()[0] for ln in lines[1:5]] == ["QMA", "QMA", "QMB", "QMB"], lines
+    assert "for queue IN on QMB" in lines[1]
+    assert f"got by channel {CHANNEL} for QMB: message 1 of batch 1.." in lines[2]
+    assert f"put by channel {CHANNEL} from QMA: message 1 of batch 1.." in lines[3]
+    assert lines[5].startswith("  final: got from IN on QMB at LSN")
+    assert main(["channels", *logs, "--out", str(tmp_path / "c")]) == 0
+    summary = json.loads(capsys.readouterr().out)["channels"][CHANNEL]
+    assert summary["last_seq"] == [23, 23] and summary["mismatches"] == 0
+    assert (tmp_path / "c" / "channels.json").exists()
+    # usage errors, before Spark is asked anything
+    assert main(["trace", "--msgid", "00", "--qm", "QMA", *logs]) == 1
+    assert "HMQ7602E: --qm chooses among" in capsys.readouterr().err
+    assert main(["trace", *logs]) == 1
+    assert "HMQ7602E: give exactly one of --msgid and --correlid" in capsys.readouterr().err
+    assert main(["channels", "--out", str(tmp_path / "d")]) == 1
+    assert "HMQ7602E: give --log or --lake" in capsys.readouterr().err
+
+
 def test_a_negated_filter_is_left_to_spark(tmp_path, spark):
     """``object != X`` reaches the reader as Not(EqualTo): it names no single
     column and must go back to Spark, not fail the query."""
