@@ -59,6 +59,12 @@ def kill_sender_at(a, point: str, bodies: list[str]) -> None:
     time.sleep(1.5)
     crash_at(a, None)
     a.start()
+    # the channel resolves its batch at once; wait for it (a STOP CHANNEL during
+    # the resolution would cut it short)
+    end = time.monotonic() + 60
+    while status(a).get("INDOUBT") != "NO":
+        assert time.monotonic() < end, status(a)
+        time.sleep(0.1)
 
 
 def status(srv) -> dict:
@@ -142,6 +148,12 @@ def test_trace_and_channel_report_across_two_queue_managers(two_logs, spark, tmp
               and e["outcome"].startswith("backed out")]
     assert backed and backed[0]["channel"]["seq"] == 23
     assert backed[0]["channel"]["luwid"] != hops[0]["luwid"]
+    # QMB had put it in a unit of work of its own, backed out when the connection
+    # died before END_BATCH: the channel is named (its owner), no batch number
+    lone = [e for e in last["events"] if e["qm"] == "QMB" and e["event"].startswith("put")
+            and e["outcome"].startswith("backed out")]
+    assert lone and lone[0]["channel"] == {"channel": CHANNEL, "luwid": None}
+    assert "in a batch that never ended" in lone[0]["event"]
 
     # by correlation id: the three messages put with order-3
     by_correl = trace_across(spark, logs, correl_id_hex=b"order-3".hex())
@@ -149,9 +161,13 @@ def test_trace_and_channel_report_across_two_queue_managers(two_logs, spark, tmp
         sorted(ids[f"m{i}"] for i in (3, 7, 11))
 
     # the dead letter: its reason on QMB
-    lost = [e for e in trace_across(spark, [logs[1]], msg_id_hex=_dead_letter_id(spark, logs[1])
-                                    )["events"]]
-    assert lost[0]["dead_letter_reason"] == 2085 and "NO.SUCH.Q" in lost[0]["event"]
+    lost_life = trace_across(spark, [logs[1]], msg_id_hex=_dead_letter_id(spark, logs[1]))
+    lost = lost_life["events"]
+    assert lost[0]["dead_letter_reason"] == 2085
+    assert lost[0]["event"].startswith("dead-lettered (reason 2085: ")
+    assert re.search(rf"it was for queue NO.SUCH.Q\) by channel {CHANNEL} from QMA: message 13 "
+                     r"of batch \d+\.\.13 ", lost[0]["event"]), lost[0]["event"]
+    assert "(dead-lettered, reason 2085)" in lost_life["final"]
 
     # -- the channel report
     out = tmp_path / "channels"
@@ -223,8 +239,8 @@ def test_the_commands(two_logs, spark, tmp_path, capsys):
     assert lines[0] == f"message {truth['ids']['m0']}"
     assert [ln.split()[0] for ln in lines[1:5]] == ["QMA", "QMA", "QMB", "QMB"], lines
     assert "for queue IN on QMB" in lines[1]
-    assert f"got by channel {CHANNEL} for QMB: message 1 of batch 1.." in lines[2]
-    assert f"put by channel {CHANNEL} from QMA: message 1 of batch 1.." in lines[3]
+    assert f"QMB: get by channel {CHANNEL} for QMB: message 1 of batch 1.." in lines[2]
+    assert f") by channel {CHANNEL} from QMA: message 1 of batch 1.." in lines[3]
     assert lines[5].startswith("  final: got from IN on QMB at LSN")
     assert main(["channels", *logs, "--out", str(tmp_path / "c")]) == 0
     summary = json.loads(capsys.readouterr().out)["channels"][CHANNEL]

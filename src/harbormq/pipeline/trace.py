@@ -13,12 +13,17 @@ sequence numbers and LUWID, and the message's own sequence number.
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 from ..errors import HarbormqError
 from ..log.records import EXTENT_HEADER_SIZE
 
 COLUMNS = ["lsn", "offset", "ts_ns", "type", "auto_commit", "uow_id", "object", "priority",
            "seq", "backout_count", "undone_type", "image_id", "format", "properties"]
+
+
+#: the owner of a channel's units of work (channels/sync.py ``owner``)
+CHANNEL_OWNER = "channel "
 
 
 class TraceError(HarbormqError):
@@ -136,6 +141,16 @@ def channel_facts(spark, source, records, rows: list[dict], msg_id: bytes) -> di
                                   "partner": s["partner"], "seq": found[0],
                                   "batch_seq_first": found[1], "batch_seq_last": s["seq"],
                                   "luwid": s["luwid"]}
+    # a unit of work of a channel that never put its sync data (the batch did not
+    # reach END_BATCH): its UOW_BEGIN still names the channel as its owner
+    rest = [u for u in uows if u not in facts]
+    if rest:
+        from pyspark.sql import functions as F
+        for o in (records.filter(F.col("uow_id").isin(rest) & (F.col("type") == "UOW_BEGIN"))
+                  .select("uow_id", "data").collect()):
+            owner = json.loads(o["data"] or "{}").get("owner", "")
+            if owner.startswith(CHANNEL_OWNER):
+                facts[o["uow_id"]] = {"channel": owner[len(CHANNEL_OWNER):], "luwid": None}
     for r in rows:
         if r["type"] == "MSG_PUT" and r.get("format") == "MQXMIT":
             first = r["lsn"] - r["offset"] + EXTENT_HEADER_SIZE
@@ -180,9 +195,9 @@ def life_events(rows: list[dict], outcomes: dict[int, list[dict]], *, qm: str | 
                 ev["to"] = xqh
             if dlh is not None:
                 props = r["properties"]
-                ev["event"] = (f"dead-lettered: reason {dlh} "
-                               f"({props.get('DLH_REASON_TEXT', '')}), it was for queue "
-                               f"{props.get('DLH_DESTQ', '?')}")
+                ev["event"] = (f"dead-lettered (reason {dlh}: "
+                               f"{props.get('DLH_REASON_TEXT', '')}; it was for queue "
+                               f"{props.get('DLH_DESTQ', '?')})")
                 ev["dead_letter_reason"] = int(dlh) if dlh.isdigit() else dlh
         elif t == "MSG_GET":
             ev["event"] = "get"
@@ -194,11 +209,17 @@ def life_events(rows: list[dict], outcomes: dict[int, list[dict]], *, qm: str | 
         else:
             ev["event"] = f"in media image {r['image_id']}"
         if batch is not None and t in ("MSG_GET", "MSG_PUT"):
-            how = ("got by channel {channel} for {partner}" if t == "MSG_GET" else
-                   "put by channel {channel} from {partner}").format(**batch)
-            ev["event"] += ("; " if t == "MSG_PUT" else " ") + how + (
-                f": message {batch['seq']} of batch {batch['batch_seq_first']}.."
-                f"{batch['batch_seq_last']} (LUWID {batch['luwid']})")
+            if t == "MSG_GET":
+                ev["event"] = f"get by channel {batch['channel']}"
+                ev["event"] += f" for {batch['partner']}" if batch["luwid"] else ""
+            else:
+                ev["event"] += f" by channel {batch['channel']}"
+                ev["event"] += f" from {batch['partner']}" if batch["luwid"] else ""
+            ev["event"] += (f": message {batch['seq']} of batch {batch['batch_seq_first']}.."
+                            f"{batch['batch_seq_last']} (LUWID {batch['luwid']})"
+                            if batch["luwid"] else
+                            " in a batch that never ended (no sync data: END_BATCH was "
+                            "not reached)")
             ev["channel"] = batch
         if uow is None or t in ("COMPENSATION", "MEDIA_IMAGE_CHUNK"):
             ev["outcome"] = "committed" if t != "MEDIA_IMAGE_CHUNK" else "copied"
