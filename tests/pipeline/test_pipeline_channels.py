@@ -255,6 +255,29 @@ def test_the_commands(two_logs, spark, tmp_path, capsys):
     assert "HMQ7602E: give --log or --lake" in capsys.readouterr().err
 
 
+def test_lakes_as_inputs(two_logs, spark, tmp_path):
+    """A lake ingested with bodies answers as its log does; one without bodies
+    cannot give the sync data: the report says which lake and what to do, the
+    trace shows the steps without the batch details and says why."""
+    from harbormq.pipeline.chanlog import ChannelLogError
+    from harbormq.pipeline.ingest import run_ingest
+    a, b, truth = two_logs
+    run_ingest(spark, log_of(a).log, str(tmp_path / "a"), with_bodies=True)
+    run_ingest(spark, log_of(b).log, str(tmp_path / "b"))
+    lake_a, lake_b = LogInput(lake=str(tmp_path / "a")), LogInput(lake=str(tmp_path / "b"))
+    mixed = run_channels(spark, [lake_a, log_of(b)], tmp_path / "mixed")["channels"][CHANNEL]
+    assert (mixed["sender"]["messages"], mixed["receiver"]["messages"]) == (23, 23)
+    assert mixed["sender"]["last_committed"]["luwid"] == truth["a_status"]["LSTLUWID"]
+    assert not mixed["mismatches"]
+    with pytest.raises(ChannelLogError, match=f"HMQ7641E: the lake {re.escape(str(tmp_path))}"
+                                              "/b holds no message bodies"):
+        run_channels(spark, [lake_a, lake_b], tmp_path / "none")
+    life = trace_across(spark, [lake_a, lake_b], msg_id_hex=truth["ids"]["m2"])
+    on_b = [e for e in life["events"] if e["qm"] == "QMB"]
+    assert "channel" not in on_b[0] and "holds no message bodies" in on_b[0]["note"]
+    assert life["events"][1]["channel"]["seq"] == 3      # QMA's lake has them
+
+
 def test_a_negated_filter_is_left_to_spark(tmp_path, spark):
     """``object != X`` reaches the reader as Not(EqualTo): it names no single
     column and must go back to Spark, not fail the query."""
