@@ -2,7 +2,8 @@
 
 * ``source``: the ``harbormq-log`` data source (one row per log record)
 * ``algebra``: point-in-time queue contents as set algebra (pure, no Spark)
-* ``rebuild``, ``ingest``, ``report``, ``trace``: the jobs; ``cli``: their commands
+* ``rebuild``, ``ingest``, ``report``, ``trace``, ``chanreport`` (``channels``): the jobs;
+  ``chanlog``: channel batches in a log; ``cli``: their commands
 * ``loadfile``: the load file format and ``load_file_into``
 
 Importing this package does not import pyspark; the jobs do.

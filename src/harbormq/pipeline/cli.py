@@ -53,7 +53,7 @@ def require_spark() -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def pipeline():
-    """Spark jobs over the recovery log: ingest, rebuild, report, trace, load."""
+    """Spark jobs over the recovery log: ingest, rebuild, report, trace, channels, load."""
 
 
 @pipeline.command()
@@ -115,22 +115,70 @@ def report(log, lake, qm_name, out, master, confs):
                            "uows": result["uows"]["by_outcome"]}))
 
 
+_logs = click.option("--log", "logs", multiple=True,
+                     help="a queue manager's log or archive directory, extent file or glob "
+                          "(comma separated); repeat it for each queue manager")
+_lakes = click.option("--lake", "lakes", multiple=True,
+                      type=click.Path(file_okay=False),
+                      help="a queue manager's log lake made by 'ingest'; repeatable")
+
+
+def _inputs(logs, lakes, qm_name) -> list:
+    """One LogInput per queue manager (each --log or --lake is one)."""
+    from .logdata import LogInput
+    if not logs and not lakes:
+        raise ConfigError("give --log or --lake (one per queue manager)", msgid="HMQ7602E")
+    if qm_name and len(logs) + len(lakes) > 1:
+        raise ConfigError("--qm chooses among the queue managers of one --log; with several "
+                          "inputs each --log or --lake must be one queue manager's",
+                          msgid="HMQ7602E")
+    return [LogInput(log=x, qm_name=qm_name) for x in logs] + \
+        [LogInput(lake=x, qm_name=qm_name) for x in lakes]
+
+
 @pipeline.command()
-@click.option("--msgid", required=True, help="message id in hex")
-@_log
-@_lake
+@click.option("--msgid", default=None, help="message id in hex")
+@click.option("--correlid", default=None,
+              help="correlation id in hex: trace every message put with it")
+@_logs
+@_lakes
 @_qm
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @_master
 @_conf
-def trace(msgid, log, lake, qm_name, as_json, master, confs):
-    """The life of one message: put, gets, backouts, outcome."""
-    from .logdata import LogInput
-    from .trace import format_life, run_trace
-    source = LogInput(log, lake, qm_name)
+def trace(msgid, correlid, logs, lakes, qm_name, as_json, master, confs):
+    """The life of one message: put, channel batches, gets, backouts, outcome.
+
+    Give one --log (or --lake) per queue manager to follow the message across
+    channels, in time order."""
+    from .trace import format_life, trace_across
+    if (msgid is None) == (correlid is None):
+        raise ConfigError("give exactly one of --msgid and --correlid", msgid="HMQ7602E")
+    sources = _inputs(logs, lakes, qm_name)
     spark = _session("trace", master, confs)
-    life = run_trace(spark, source.records(spark), msgid)
+    life = trace_across(spark, sources, msg_id_hex=msgid, correl_id_hex=correlid)
     click.echo(json.dumps(life, indent=1) if as_json else format_life(life))
+
+
+@pipeline.command()
+@_logs
+@_lakes
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@_master
+@_conf
+def channels(logs, lakes, out, master, confs):
+    """Channels from both sides' logs: batches, sequence numbers, in-doubt windows."""
+    from .chanreport import run_channels
+    sources = _inputs(logs, lakes, None)
+    spark = _session("channels", master, confs)
+    result = run_channels(spark, sources, out)
+    click.echo(json.dumps({"out": str(out), "channels": {
+        name: {"batches": [c["sender"]["batches"], c["receiver"]["batches"]],
+               "last_seq": [(c[s]["last_committed"] or {}).get("seq")
+                            for s in ("sender", "receiver")],
+               "in_doubt_windows": c["in_doubt"]["windows"],
+               "mismatches": len(c["mismatches"])}
+        for name, c in result["channels"].items()}}))
 
 
 @pipeline.command()

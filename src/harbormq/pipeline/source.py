@@ -138,7 +138,9 @@ class HarbormqLogReader(DataSourceReader):
         exact: dict = {}
         skip: dict = {}
         for f in filters:
-            col = f.attribute[0] if len(f.attribute) == 1 else None
+            # Not, And, Or name no single attribute: Spark evaluates them
+            attr = getattr(f, "attribute", None)
+            col = attr[0] if attr is not None and len(attr) == 1 else None
             value = getattr(f, "value", None)
             if col in ("lsn", "ts_ns") and isinstance(value, int) and \
                     not isinstance(value, bool) and _narrow(exact, col, f):
