@@ -34,11 +34,11 @@ def bodies(nums) -> list[str]:
     return [body(i) for i in nums]
 
 
-def create(home: Path, *extra: str, name: str = QM) -> QMServer:
-    """A queue manager with a linear log of small extents (256 KiB), port 0."""
+def create(home: Path, *extra: str, name: str = QM, log: str = "linear") -> QMServer:
+    """A queue manager with a log of small extents (256 KiB), port 0."""
     srv = QMServer(home, name)
     home.mkdir(parents=True, exist_ok=True)
-    srv.cli("create", name, "--port", "0", "--log", "linear", "--log-file-pages", "64", *extra)
+    srv.cli("create", name, "--port", "0", "--log", log, "--log-file-pages", "64", *extra)
     return srv
 
 
@@ -644,3 +644,148 @@ def test_redbook_2_3_5_backing_up_and_restoring_a_queue(tmp_path):
     finally:
         srv.stop()
 
+
+
+# ------------------------------------------------ more of the seeds' scenarios
+
+def test_redbook_2_4_4_disaster_recovery_from_the_archived_bsds_and_logs(tmp_path):
+    """Redbook §2.4.4 steps 8-13 and 17 (z/OS DR scenario 3): the active log
+    is lost with its disk; the archive holds the extents up to the last
+    ARCHIVE LOG and the BSDS archived with them. The archived BSDS is copied
+    in (REPRO), a conditional restart ends the log at the last archived
+    extent (CRESTART CREATE,ENDRBA), and the queue manager starts: it is as
+    it was at the last ARCHIVE LOG; what was logged after it is lost."""
+    home, arch = tmp_path / "site", tmp_path / "arch"
+    srv = create(home, "--log-management", "archive", "--log-archive-path", str(arch))
+    srv.start()
+    try:
+        srv.sc(f"DEFINE QLOCAL({ORDERS})")
+        send(srv, range(50))
+        assert consume(srv, 5) == bodies(range(5))
+        out = srv.sc("ARCHIVE LOG")
+        last = out.split("HMQ7481I")[1].split("archived")[0].split(",")[-1].split()[-1]
+        assert last.startswith("S") and last.endswith(".LOG"), out
+        send(srv, range(50, 70))                               # never archived
+        srv.sc("DEFINE QLOCAL(NEVER.ARCHIVED)")
+    finally:
+        srv.kill()
+    logdir = home / "log" / QM
+    for p in logdir.iterdir():                                 # the log's disk is gone
+        if p.is_file():
+            p.unlink()
+    for name in ("control.1", "control.2"):                    # REPRO the archived BSDS
+        shutil.copyfile(arch / QM / "control.archived", logdir / name)
+    plan = srv.cli("log", "crestart", QM, "--end-extent", last).stdout
+    srv.cli("log", "crestart", QM, "--end-extent", last, "--yes")
+    srv.start()
+    try:
+        assert contents(srv) == bodies(range(5, 50))
+        assert "NEVER.ARCHIVED" not in queues(srv)
+        send(srv, [70])
+        assert contents(srv)[-1] == body(70)
+    finally:
+        srv.stop()
+    assert plan and said(srv, "HMQ7131W")
+
+
+def test_iseries_3_3_3_queue_manager_damaged_restored_over_itself(tmp_path):
+    """Redbook §3.3.3 (iSeries scenario 3) and "use the log for recovery"
+    (a damaged queue manager object with a log that cannot do media
+    recovery: restore a backup): a circular log, the catalog destroyed, the
+    queue manager cannot start. The saved library is restored over it and
+    its own log (the journal receivers, still on disk) rolls it forward:
+    nothing is lost."""
+    home = tmp_path / "site"
+    srv = create(home, log="circular", )
+    srv.start()
+    try:
+        srv.sc(f"DEFINE QLOCAL({ORDERS}) MAXDEPTH(3333)")
+        send(srv, range(30))
+        backup(srv, tmp_path / "bk")
+        send(srv, range(30, 60))
+        assert consume(srv, 12) == bodies(range(12))
+        srv.sc("DEFINE QLOCAL(AFTER.BACKUP)")
+    finally:
+        srv.stop()
+    (srv.qm_dir / "qmgr" / "data.mdb").write_bytes(b"\xa5" * 16384)   # the damage
+    code, text = srv.start_failure()
+    assert code != 0, text
+    new, out = restore(home, QM, "--from", str(tmp_path / "bk" / QM), "--replace")
+    assert "from the log directory" in out or "log directory" in out, out
+    new.start()
+    try:
+        assert contents(new) == bodies(range(12, 60))
+        assert "AFTER.BACKUP" in queues(new)
+        assert "MAXDEPTH(3333)" in new.sc(f"DISPLAY QLOCAL({ORDERS}) MAXDEPTH")
+    finally:
+        new.stop()
+
+
+def test_iseries_3_3_5_system_failure_no_data_loss(tmp_path):
+    """Redbook §3.3.5 (iSeries scenario 5) and "use the log for recovery"
+    (power loss): the queue manager's process ends abnormally; it is
+    started again and restart recovery gives exactly the committed state:
+    every receipted persistent message; nothing of a transaction never
+    committed, and no non-persistent message (MQ discards them at restart)."""
+    home = tmp_path / "site"
+    srv = create(home)
+    srv.start()
+    srv.sc(f"DEFINE QLOCAL({ORDERS})")
+    send(srv, range(80))
+    assert consume(srv, 8) == bodies(range(8))
+    c = stomp_client(srv.port)
+    c.begin("tx1")
+    c.send(f"/queue/{ORDERS}", "never committed", headers={"persistent": "true",
+                                                             "transaction": "tx1"})
+    c.send(f"/queue/{ORDERS}", "non-persistent", headers={"receipt": "seen"})
+    c.col.wait_receipt("seen")
+    srv.kill()                                                 # ENDJOB *IMMED
+    srv.start()
+    try:
+        assert contents(srv) == bodies(range(8, 80))
+    finally:
+        srv.stop()
+
+
+def test_redbook_4_8_3_step_7_channel_resynchronised_after_a_restore(tmp_path):
+    """Redbook §4.8.3 steps 1, 6 and 7, §4.4 and §2.4.5: the receiving
+    queue manager is restored from an older backup; its channel's sequence
+    number is behind the sender's, so the channel stops (HMQ9526E, MQ's
+    AMQ9526) and nothing moves until the operator resets the sender's
+    sequence number (RESET CHANNEL SEQNUM). The messages that reached the
+    receiver after its backup are lost there, and the restore said so only
+    as far as it could know: the sender had already delivered them."""
+    from channels.test_channels import pair, receive_all, send_all
+    a, b, _ = pair(tmp_path, batchsz=5)
+    try:
+        send_all(a.port, "/queue/TO.B", bodies(range(10)))
+        deadline = time.monotonic() + 60
+        while depth(b, "IN") < 10:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        res = backup(b, tmp_path / "bk")
+        send_all(a.port, "/queue/TO.B", bodies(range(10, 20)))
+        while depth(b, "IN") < 20:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        b.kill()
+    lose(b.home)                                               # QMB's machine is lost
+    new, _ = restore(b.home, "QMB", "--from", res["path"], name="QMB")
+    new.start()
+    try:
+        assert contents(new, "IN") == bodies(range(10))        # 10..19 lost on QMB
+        send_all(a.port, "/queue/TO.B", [body(20)])
+        deadline = time.monotonic() + 60
+        while "HMQ9526E" not in (a.qm_dir / "errors" / "HMQERR01.LOG").read_text():
+            assert time.monotonic() < deadline, a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+            time.sleep(0.2)
+        while "STATUS(STOPPED)" not in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB)"):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert depth(a, "QMB") == 1, "the message waits on the transmission queue"
+        a.sc("RESET CHANNEL(QMA.TO.QMB) SEQNUM(11)\nSTART CHANNEL(QMA.TO.QMB)")
+        assert receive_all(new.port, "IN", 11) == bodies(range(10)) + [body(20)]
+    finally:
+        new.stop()
+        a.stop()
