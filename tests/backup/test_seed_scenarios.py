@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,6 +41,16 @@ def create(home: Path, *extra: str, name: str = QM, log: str = "linear") -> QMSe
     home.mkdir(parents=True, exist_ok=True)
     srv.cli("create", name, "--port", "0", "--log", log, "--log-file-pages", "64", *extra)
     return srv
+
+
+@contextmanager
+def running(srv: QMServer):
+    """The queue manager started for the block, stopped (controlled) after it."""
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 def send(srv: QMServer, nums, queue: str = ORDERS) -> None:
@@ -156,12 +167,9 @@ def test_redbook_4_8_3_system_recovery_from_a_cold_backup(tmp_path):
     lose(home / "qmgrs" / QM, home / "log" / QM)                 # the disk is gone
     new, out = restore(home, QM, "--from", str(tmp_path / "bk" / QM))
     assert "HMQ8606I" in out
-    new.start()
-    try:
+    with running(new):
         assert contents(new) == bodies(range(10, 50))
         assert "LATE" not in queues(new)
-    finally:
-        new.stop()
     assert definitions(new) == defs_at_backup
 
 
@@ -191,11 +199,8 @@ def test_redbook_4_8_3_system_recovery_with_the_newest_logs_put_back(tmp_path):
     new, out = restore(home, QM, "--from", str(tmp_path / "bk" / QM), "--replace")
     assert "the log directory" in out, out
     assert "nothing known to be lost" in out, out
-    new.start()
-    try:
+    with running(new):
         assert contents(new) == bodies(range(5, 60))
-    finally:
-        new.stop()
     assert definitions(new) == defs
 
 
@@ -238,15 +243,12 @@ def test_redbook_2_3_1_method_2_fuzzy_backup_and_archive_log_on_another_site(tmp
     assert "Dry run: nothing was changed." in plan
     new, out = restore(dr / "home", QM, "--from", str(dr / "bk" / QM), "--archive",
                        str(dr / "arch"), "--port", "0")
-    new.start()
-    try:
+    with running(new):
         assert contents(new) == bodies(range(30, 200))
         assert {"AFTER.BACKUP", ORDERS} <= queues(new)
         assert "NEVER.ARCHIVED" not in queues(new)
         send(new, [999])                                       # it works on
         assert contents(new)[-1] == body(999)
-    finally:
-        new.stop()
 
 
 # ---------------------------------------------------------------- point in time
@@ -259,8 +261,7 @@ def test_redbook_2_4_4_crestart_endrba_restore_to_a_point_in_time(tmp_path):
     the source queue manager is untouched."""
     home, arch = tmp_path / "site", tmp_path / "arch"
     srv = create(home, "--log-management", "archive", "--log-archive-path", str(arch))
-    srv.start()
-    try:
+    with running(srv):
         srv.sc(f"DEFINE QLOCAL({ORDERS}) MAXDEPTH(5000)")
         send(srv, range(40))
         res = backup(srv, tmp_path / "bk")
@@ -277,24 +278,16 @@ def test_redbook_2_4_4_crestart_endrba_restore_to_a_point_in_time(tmp_path):
         srv.sc("DEFINE QLOCAL(BATCH.OUT)")
         srv.sc("ARCHIVE LOG")
         source_after = contents(srv)
-    finally:
-        srv.stop()
     new, out = restore(tmp_path / "pit", QM, "--from", res["path"], "--to-time", point,
                        "--port", "0")
     assert "roll forward to" in out and "conditional restart" in out, out
-    new.start()
-    try:
+    with running(new):
         assert contents(new) == bodies(range(5, 60))
         assert "BATCH.OUT" not in queues(new)
-    finally:
-        new.stop()
     assert said(new, "HMQ7131W"), "the first start gave up the log after the point"
     assert definitions(new) == defs_at_point
-    srv.start()
-    try:
+    with running(srv):
         assert contents(srv) == source_after == bodies(range(35, 90))
-    finally:
-        srv.stop()
 
 
 # ------------------------------------------- another machine, the same name
@@ -330,23 +323,17 @@ def test_iseries_3_3_6_restore_onto_another_system_under_the_same_name(tmp_path)
                        str(tmp_path / "new-tape" / QM / Path(res["path"]).name),
                        "--replace", "--port", "0")
     assert f"log directory {new_home / 'log' / QM}" in out, out
-    new.start()
-    try:
+    with running(new):
         assert contents(new) == bodies(range(25))
         assert contents(new, "DEADQ.MOVED") == bodies(range(100, 105))
         assert "DEADQ(DEADQ.MOVED)" in new.sc("DISPLAY QMGR DEADQ")
         assert "alice" in new.cli("user", "list", QM).stdout
         new.cli("image", QM, "--type", "all")                            # step 18
         need = json.loads(new.cli("log", "need", QM, "--json").stdout)
-    finally:
-        new.stop()
     assert definitions(new) == defs
     # the old system is untouched
-    srv.start()
-    try:
+    with running(srv):
         assert contents(srv) == bodies(range(25))
-    finally:
-        srv.stop()
     assert need
 
 
@@ -365,8 +352,7 @@ def test_redbook_2_4_2_damaged_page_set_restored_from_a_backup_copy(tmp_path):
     not touched."""
     home = tmp_path / "site"
     srv = create(home)
-    srv.start()
-    try:
+    with running(srv):
         srv.sc(f"DEFINE QLOCAL({ORDERS})")
         srv.sc("DEFINE QLOCAL(OTHER)")
         send(srv, range(40))
@@ -375,19 +361,14 @@ def test_redbook_2_4_2_damaged_page_set_restored_from_a_backup_copy(tmp_path):
         send(srv, range(40, 70))
         assert consume(srv, 15) == bodies(range(15))
         send(srv, range(510, 520), queue="OTHER")
-    finally:
-        srv.stop()
     rel = _store_file(Path(res["path"]), ORDERS)
     live = srv.qm_dir / rel                      # queues/<dir>/data.mdb, as in the backup
     assert live.exists()
     live.write_bytes(b"\0" * 8192)               # the damage
     shutil.copyfile(Path(res["path"]) / rel, live)           # REPRO from the backup
-    srv.start()
-    try:
+    with running(srv):
         assert contents(srv) == bodies(range(15, 70))
         assert contents(srv, "OTHER") == bodies(range(500, 520))
-    finally:
-        srv.stop()
 
 
 def test_use_the_log_damaged_queue_recreated_from_its_media_image(tmp_path):
@@ -399,15 +380,12 @@ def test_use_the_log_damaged_queue_recreated_from_its_media_image(tmp_path):
     demand while it runs (§4.8.4: rcrmqobj -t all)."""
     home = tmp_path / "site"
     srv = create(home)
-    srv.start()
-    try:
+    with running(srv):
         srv.sc(f"DEFINE QLOCAL({ORDERS}) DESCR('imaged')")
         send(srv, range(30))
         srv.cli("image", QM, "--type", "queue", ORDERS)        # rcdmqimg
         send(srv, range(30, 50))
         assert consume(srv, 7) == bodies(range(7))
-    finally:
-        srv.stop()
     store = next(p for p in (srv.qm_dir / "queues").iterdir()
                  if p.is_dir() and "#" not in p.name and ORDERS in p.name) / "data.mdb"
     data = bytearray(store.read_bytes())
@@ -418,15 +396,12 @@ def test_use_the_log_damaged_queue_recreated_from_its_media_image(tmp_path):
         data[at:at + len(marker)] = bytes(b ^ 0xFF for b in marker)
         at = data.find(marker, at)
     store.write_bytes(bytes(data))
-    srv.start()
-    try:
+    with running(srv):
         assert said(srv, "HMQ7472E") and said(srv, "HMQ7474I")
         assert contents(srv) == bodies(range(7, 50))
         out = srv.cli("recreate", QM, "--type", "all").stdout   # §4.8.4, running
         assert contents(srv) == bodies(range(7, 50)), out
         assert "imaged" in srv.sc(f"DISPLAY QLOCAL({ORDERS}) DESCR")
-    finally:
-        srv.stop()
 
 
 # --------------------------------------------- iSeries: library + receivers
@@ -469,14 +444,11 @@ def test_iseries_3_3_1_disk_crash_saved_library_plus_journal_receivers(tmp_path)
     new, out = restore(tmp_path / "rebuilt", QM, "--from", res["path"], "--archive",
                        str(saved), "--port", "0")
     assert f"from archive {saved / QM}" in out, out
-    new.start()
-    try:
+    with running(new):
         assert contents(new) == bodies(range(60, 400))
         assert "AFTER.SAVLIB" in queues(new)
         new.cli("image", QM, "--type", "all")                  # step 18: RCDMQMIMG
         after = json.loads(new.cli("log", "need", QM, "--json").stdout)
-    finally:
-        new.stop()
     assert after and need
 
 
@@ -498,11 +470,8 @@ def test_iseries_3_3_4_queue_manager_deleted(tmp_path):
     srv.cli("delete", QM)
     assert not srv.qm_dir.exists() and not (home / "log" / QM).exists()
     new, out = restore(home, QM, "--from", res["path"])
-    new.start()
-    try:
+    with running(new):
         assert contents(new) == bodies(range(3, 45))
-    finally:
-        new.stop()
 
 
 # ------------------------------------------------------ the log and the BSDS
@@ -526,11 +495,8 @@ def test_redbook_2_4_1_1_one_active_log_copy_lost_dual_logging(tmp_path):
     extents[-1].write_bytes(b"\0" * extents[-1].stat().st_size)   # another corrupted
     out = srv.cli("log", "recover-copy", QM).stdout
     assert "HMQ7493I" in out, out
-    srv.start()
-    try:
+    with running(srv):
         assert contents(srv) == bodies(range(4, 200))
-    finally:
-        srv.stop()
 
 
 def test_redbook_2_4_1_2_both_active_logs_lost_new_log_from_the_page_sets(tmp_path):
@@ -552,14 +518,11 @@ def test_redbook_2_4_1_2_both_active_logs_lost_new_log_from_the_page_sets(tmp_pa
     plan = srv.cli("reset-log", QM).stdout
     assert plan and not (home / "log" / QM / "control.1").exists()
     srv.cli("reset-log", QM, "--yes")
-    srv.start()
-    try:
+    with running(srv):
         assert contents(srv) == bodies(range(6, 60))
         assert "MAXDEPTH(777)" in srv.sc(f"DISPLAY QLOCAL({ORDERS}) MAXDEPTH")
         send(srv, [60])
         assert contents(srv)[-1] == body(60)
-    finally:
-        srv.stop()
 
 
 def test_redbook_2_4_3_bsds_lost_rebuilt_from_the_log(tmp_path):
@@ -577,21 +540,15 @@ def test_redbook_2_4_3_bsds_lost_rebuilt_from_the_log(tmp_path):
     srv.stop()
     logdir = home / "log" / QM
     (logdir / "control.1").write_bytes(b"\xff" * 100)            # one copy damaged
-    srv.start()
-    try:
+    with running(srv):
         assert contents(srv) == bodies(range(9, 200))
-    finally:
-        srv.stop()
     for name in ("control.1", "control.2"):                    # both lost
         (logdir / name).unlink()
     code, text = srv.start_failure()
     assert code != 0 and ("HMQ7120E" in text or "HMQ7121E" in text), text
     srv.cli("log", "rebuild-control", QM, "--yes")
-    srv.start()
-    try:
+    with running(srv):
         assert contents(srv) == bodies(range(9, 200))
-    finally:
-        srv.stop()
 
 
 # ---------------------------------------------------- definitions and queues
@@ -602,8 +559,7 @@ def test_redbook_2_3_4_object_definitions_makedef_replayed_into_a_new_queue_mana
     page sets and logs were cleaned out: the same definitions; no messages."""
     home = tmp_path / "site"
     srv = create(home)
-    srv.start()
-    try:
+    with running(srv):
         srv.sc(f"DEFINE QLOCAL({ORDERS}) MAXDEPTH(4321) DESCR('orders in') DEFPSIST(YES)")
         srv.sc("DEFINE QLOCAL(ORDERS.BO) BOTHRESH(3)")
         srv.sc("ALTER QMGR DEADQ(ORDERS.BO)")
@@ -611,16 +567,11 @@ def test_redbook_2_3_4_object_definitions_makedef_replayed_into_a_new_queue_mana
         script = tmp_path / "makedef.mqsc"
         srv.cli("dump-config", QM, "--to", str(script))
         defs = definitions(srv)
-    finally:
-        srv.stop()
     srv.cli("delete", QM)
     new = create(home)
-    new.start()
-    try:
+    with running(new):
         new.cli("sc", QM, input=script.read_text())
         assert depth(new) == 0
-    finally:
-        new.stop()
     assert definitions(new) == defs
 
 
@@ -630,8 +581,7 @@ def test_redbook_2_3_5_backing_up_and_restoring_a_queue(tmp_path):
     messages in the same order."""
     home = tmp_path / "site"
     srv = create(home)
-    srv.start()
-    try:
+    with running(srv):
         srv.sc(f"DEFINE QLOCAL({ORDERS})")
         send(srv, range(40))
         saved = tmp_path / "orders.hmqload"
@@ -641,8 +591,6 @@ def test_redbook_2_3_5_backing_up_and_restoring_a_queue(tmp_path):
         srv.sc(f"DEFINE QLOCAL({ORDERS})")
         srv.cli("load", QM, ORDERS, "--from", str(saved))
         assert contents(srv) == bodies(range(40))
-    finally:
-        srv.stop()
 
 
 
@@ -677,14 +625,11 @@ def test_redbook_2_4_4_disaster_recovery_from_the_archived_bsds_and_logs(tmp_pat
         shutil.copyfile(arch / QM / "control.archived", logdir / name)
     plan = srv.cli("log", "crestart", QM, "--end-extent", last).stdout
     srv.cli("log", "crestart", QM, "--end-extent", last, "--yes")
-    srv.start()
-    try:
+    with running(srv):
         assert contents(srv) == bodies(range(5, 50))
         assert "NEVER.ARCHIVED" not in queues(srv)
         send(srv, [70])
         assert contents(srv)[-1] == body(70)
-    finally:
-        srv.stop()
     assert plan and said(srv, "HMQ7131W")
 
 
@@ -697,28 +642,22 @@ def test_iseries_3_3_3_queue_manager_damaged_restored_over_itself(tmp_path):
     nothing is lost."""
     home = tmp_path / "site"
     srv = create(home, log="circular", )
-    srv.start()
-    try:
+    with running(srv):
         srv.sc(f"DEFINE QLOCAL({ORDERS}) MAXDEPTH(3333)")
         send(srv, range(30))
         backup(srv, tmp_path / "bk")
         send(srv, range(30, 60))
         assert consume(srv, 12) == bodies(range(12))
         srv.sc("DEFINE QLOCAL(AFTER.BACKUP)")
-    finally:
-        srv.stop()
     (srv.qm_dir / "qmgr" / "data.mdb").write_bytes(b"\xa5" * 16384)   # the damage
     code, text = srv.start_failure()
     assert code != 0, text
     new, out = restore(home, QM, "--from", str(tmp_path / "bk" / QM), "--replace")
     assert "from the log directory" in out or "log directory" in out, out
-    new.start()
-    try:
+    with running(new):
         assert contents(new) == bodies(range(12, 60))
         assert "AFTER.BACKUP" in queues(new)
         assert "MAXDEPTH(3333)" in new.sc(f"DISPLAY QLOCAL({ORDERS}) MAXDEPTH")
-    finally:
-        new.stop()
 
 
 def test_iseries_3_3_5_system_failure_no_data_loss(tmp_path):
@@ -740,11 +679,8 @@ def test_iseries_3_3_5_system_failure_no_data_loss(tmp_path):
     c.send(f"/queue/{ORDERS}", "non-persistent", headers={"receipt": "seen"})
     c.col.wait_receipt("seen")
     srv.kill()                                                 # ENDJOB *IMMED
-    srv.start()
-    try:
+    with running(srv):
         assert contents(srv) == bodies(range(8, 80))
-    finally:
-        srv.stop()
 
 
 def test_redbook_4_8_3_step_7_channel_resynchronised_after_a_restore(tmp_path):
