@@ -179,8 +179,11 @@ def snapshot_store(src_dir: Path, dst_dir: Path) -> tuple[int, str]:
     else:
         work.mkdir(mode=0o700)
     try:
+        # readahead: the copy reads the whole file in order through this process's
+        # own map; without it every page not in the page cache is a fault and a
+        # 4 KiB read (a 70 MB store not in the cache: 12 to 17 s instead of 0.25 s)
         env = lmdb.open(str(src_dir), readonly=True, lock=True, create=False, max_dbs=8,
-                        map_size=MAX_MAP_SIZE, readahead=False, subdir=True)
+                        map_size=MAX_MAP_SIZE, readahead=True, subdir=True)
     except lmdb.Error as exc:
         raise BackupError(f"store {src_dir} cannot be opened for its copy: {exc}",
                           path=str(src_dir)) from None
