@@ -143,14 +143,17 @@ def main() -> None:
                         uow.put(f"DATA.{i}", BODY, persistent=True)
                     uow.commit()
         preload_s = time.monotonic() - t
-        server = subprocess.Popen([sys.executable, "-m", "harbormq", "start", QM,
-                                   "--foreground"], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        console = base / "server.log"
+        with open(console, "wb") as out:
+            server = subprocess.Popen([sys.executable, "-m", "harbormq", "start", QM,
+                                       "--foreground"], env=env, stdout=out,
+                                      stderr=subprocess.STDOUT)
         lj = home / "qmgrs" / QM / "listeners.json"
         end = time.monotonic() + 120
         while not lj.exists():
             if time.monotonic() > end or server.poll() is not None:
-                raise SystemExit("the queue manager did not start")
+                raise SystemExit("the queue manager did not start:\n"
+                                 + console.read_text(errors="replace")[-3000:])
             time.sleep(0.05)
         time.sleep(0.5)
         port = json.loads(lj.read_text())[0]["port"]

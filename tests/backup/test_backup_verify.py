@@ -79,12 +79,19 @@ def test_verify_compares_the_trial_restore_with_the_manifest(backed_up, home, tm
 def test_restore_refusals_change_nothing(backed_up, home, tmp_path):
     env = child_env(home)
 
-    def refused(*args, msgid="HMQ8604E", text=""):
+    def refused(*args, msgid="HMQ8604E", text="", running=False):
         before = tree(home)
         r = hmq(env, "restore", *args, check=False)
         assert r.returncode == 1, r.stdout
         assert msgid in r.stderr and text in " ".join(r.stderr.split()), r.stderr
-        assert tree(home) == before
+        after = tree(home)
+        if running:
+            # a running queue manager writes its own stores and log meanwhile (a
+            # checkpoint): no file came or went, and no configuration changed
+            assert after.keys() == before.keys()
+            after = {p: v for p, v in after.items() if p.endswith((".toml", ".json"))}
+            before = {p: v for p, v in before.items() if p.endswith((".toml", ".json"))}
+        assert after == before
         return r
 
     # an existing target without --replace
@@ -125,7 +132,7 @@ def test_restore_refusals_change_nothing(backed_up, home, tmp_path):
                                                                       "port = 0"))
     srv.start()
     try:
-        refused("QM1", "--from", str(backed_up), "--replace", text="is running")
+        refused("QM1", "--from", str(backed_up), "--replace", text="is running", running=True)
     finally:
         srv.stop()
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
+import os
 import re
 import time
 from pathlib import Path
@@ -94,12 +96,33 @@ def manifest_sha256(directory: Path) -> str:
 
 
 def file_sha256(path: Path) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return fd_sha256(fd)
+    finally:
+        os.close(fd)
+
+
+def fd_sha256(fd: int) -> tuple[int, str]:
+    """(size, SHA-256) of the whole file open on ``fd``. Hashed through a
+    read-only map of it: the bytes go from the page cache to the hash with no
+    copy into a buffer (a third of the CPU of reading it; bench_backup.py).
+    A file that cannot be mapped (an odd file system) is read instead."""
+    size = os.fstat(fd).st_size
+    digest = hashlib.sha256()
+    if size == 0:
+        return 0, digest.hexdigest()
+    try:
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
+            m.madvise(mmap.MADV_SEQUENTIAL)
+            digest.update(m)
+        return size, digest.hexdigest()
+    except (OSError, ValueError):
+        digest, size, pos = hashlib.sha256(), 0, 0
+        while chunk := os.pread(fd, HASH_CHUNK, pos):
             digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
+            pos += len(chunk)
+        return pos, digest.hexdigest()
 
 
 def check_files(directory: Path, manifest: dict, progress=None) -> int:

@@ -59,7 +59,8 @@ async def _start_and_measure(config: QMConfig) -> tuple[dict, dict]:
 
 def trial_restore(chain: list[tuple[Path, dict]], scratch: Path,
                   copier: Copier | None = None) -> dict:
-    """Restore ``chain`` into ``scratch`` (removed afterwards, also on failure),
+    """Restore ``chain`` into ``scratch`` (removed afterwards, also on failure;
+    its copies are not forced to disk: nothing depends on them surviving),
     start it and return its queue states (with ``restart``: what the restart
     did, and ``end_lsn``)."""
     scratch = Path(scratch)
@@ -70,7 +71,7 @@ def trial_restore(chain: list[tuple[Path, dict]], scratch: Path,
         materialize(chain, extents, name=name, qm_dir=qm_dir(scratch, name),
                     log_dir=scratch / "log" / file_name(name), dual_dir=None,
                     toml_data=trial_toml(read_toml(chain[-1][0])),
-                    copier=copier or Copier())
+                    copier=copier or Copier(durable=False))
         config = QMConfig.load(name, scratch)
         states, report = asyncio.run(_start_and_measure(config))
         states["restart"] = {k: report[k] for k in ("redo_start_lsn", "end_lsn",

@@ -10,9 +10,10 @@ definitions as they were at a past time, from the log alone: the log must
 then reach back to the queue manager's creation (a linear log kept whole, or
 its extents recalled from the archive).
 
-The script holds, in order: ALTER QMGR; every local queue, remote queue,
-listener and channel as DEFINE ... REPLACE (system queues too: REPLACE makes
-them equal); every authority record as SET AUTHREC. Names and strings are
+The script holds, in order: every local queue, remote queue, listener and
+channel as DEFINE ... REPLACE (system queues too: REPLACE makes them equal);
+ALTER QMGR (after the queues: its DEADQ names one); every authority record
+as SET AUTHREC. Names and strings are
 quoted (an unquoted MQSC name is folded to upper case).
 """
 
@@ -105,16 +106,17 @@ def dump_config(config: QMConfig, at_ns: int | None = None) -> str:
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((at_ns or time.time_ns()) / 1e9))
     lines = [f"* harbormq dump-config of queue manager {config.name}, definitions as of {when}",
              "* replay with: harbormq sc QM < this file"]
-    qmgr = objects.get(QMGR_OBJECT)
-    if qmgr is not None:
-        attrs = {k: v for k, v in qmgr["attrs"].items() if k in QMGR_DEFAULTS}
-        lines.append("ALTER QMGR " + " ".join(f"{k}({quote(v)})" for k, v in sorted(
-            attrs.items())))
     for d in sorted((d for d in objects.values() if d["type"] in _ORDER),
                     key=lambda d: (_ORDER[d["type"]], d["name"])):
         known = _DEFAULTS[d["type"]]
         attrs = " ".join(f"{k}({quote(v)})" for k, v in d["attrs"].items() if k in known)
         lines.append(f"DEFINE {d['type']}({quote(d['name'])}) {attrs} REPLACE")
+    # after the queues: DEADQ must name a queue that is already defined
+    qmgr = objects.get(QMGR_OBJECT)
+    if qmgr is not None:
+        attrs = {k: v for k, v in qmgr["attrs"].items() if k in QMGR_DEFAULTS}
+        lines.append("ALTER QMGR " + " ".join(f"{k}({quote(v)})" for k, v in sorted(
+            attrs.items())))
     if config.authrecs_path.exists():
         for r in AuthorityStore(config.authrecs_path, owner=None).records():
             who = "PRINCIPAL" if r.entity_type == "principal" else "GROUP"
