@@ -191,7 +191,8 @@ def test_channel_objects_in_mqsc(tmp_path):
         for bad, why in [("DEFINE CHANNEL(C2) CHLTYPE(SVR)", "choose one of"),
                          ("DEFINE CHANNEL(C2) CONNAME('nohost')", "host(port)"),
                          ("DEFINE CHANNEL(C2) BATCHSZ(0)", "out of range"),
-                         ("DEFINE CHANNEL(C2) SSLCIPH(TLS_AES_128_GCM_SHA256)", "not supported"),
+                         ("DEFINE CHANNEL(C2) SSLCIPH(TLS_AES_128_GCM_SHA256)", "ANY_TLS13"),
+                         ("DEFINE CHANNEL(C2) SSLPEER(XX=1)", "KEY=value"),
                          ("DEFINE QREMOTE(R1) RNAME(X)", "already exists"),
                          ("DEFINE QLOCAL(R1)", "already exists"),
                          ("DEFINE LISTENER(L2) PORT(70000)", "out of range")]:

@@ -15,6 +15,7 @@ import asyncio
 
 from ..core.engine import QueueManagerCore
 from ..errors import HarbormqError, ObjectInUse
+from ..security import Security
 from . import sync
 from .receiver import ReceiverSession
 from .sender import SenderChannel
@@ -25,8 +26,10 @@ class ChannelError(HarbormqError):
 
 
 class ChannelInitiator:
-    def __init__(self, core: QueueManagerCore):
+    def __init__(self, core: QueueManagerCore, security: Security | None = None):
         self.core = core
+        #: whose authority MCAUSER is checked against (the server's users and records)
+        self.security = security or Security.for_config(core.config)
         self.senders: dict[str, SenderChannel] = {}
         self.receivers: dict[str, ReceiverSession] = {}
         #: receiver status kept after its connection ends (DISPLAY CHSTATUS)

@@ -13,6 +13,7 @@ id: committed there, committed here; else backed out here and sent again.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 import uuid
 
@@ -21,10 +22,8 @@ from ..core.objects import DEAD_LETTER_QUEUE, parse_conname
 from ..crashpoints import crash_point
 from ..errors import HarbormqError
 from . import protocol as p
-from . import sync
+from . import sync, tls
 
-#: how long a partner has to answer a HELLO or an END_BATCH
-ANSWER_TIMEOUT = 60.0
 #: partner errors that a retry may cure (the receiver still holds the
 #: channel for a connection it has not yet seen end)
 RETRYABLE = ("HMQ9514E",)
@@ -34,6 +33,12 @@ class ChannelStopped(HarbormqError):
     """The channel cannot go on until the operator acts (sequence numbers
     disagree, the partner refused it): it goes to STOPPED."""
     msgid = "HMQ9526E"
+
+
+class ConnectionLost(HarbormqError):
+    """The partner stopped answering (a heartbeat or a batch's confirm): the
+    connection is taken as lost and the channel retries."""
+    msgid = "HMQ9135E"
 
 
 class SenderChannel:
@@ -50,6 +55,8 @@ class SenderChannel:
         self.partner = ""
         self.short_left = self.long_left = 0
         self.last_msg_ns = 0
+        #: the heartbeat interval agreed with the partner (s; 0: none)
+        self.hbint = 0
         self._wake = asyncio.Event()
 
     @property
@@ -164,18 +171,57 @@ class SenderChannel:
             except (OSError, ConnectionError):
                 pass
 
+    async def _start_tls(self, reader, writer) -> str:
+        """START_TLS, the partner's TLS_OK, the handshake, the session checked
+        (CipherSpec, SSLPEER); a failure the operator must cure stops the
+        channel. Returns the session's description."""
+        core, a = self.core, self.attrs
+        spec = a["SSLCIPH"]
+        try:
+            ctx = tls.context(tls.repository(core.config.qm_dir,
+                                             core.qmgr_attrs.get("SSLKEYR", "")),
+                              spec, server=False)
+        except tls.KeyRepositoryError as exc:
+            raise ChannelStopped(exc.message, msgid=exc.msgid) from None
+        writer.write(p.encode(p.START_TLS, {"version": p.PROTOCOL_VERSION,
+                                            "channel": self.name, "qm": core.name,
+                                            "sslciph": spec}))
+        await writer.drain()
+        p.expect(await asyncio.wait_for(p.read_frame(reader), p.reply_timeout(0)), p.TLS_OK)
+        try:
+            await writer.start_tls(ctx, ssl_handshake_timeout=tls.HANDSHAKE_TIMEOUT)
+            return tls.check_session(writer.get_extra_info("ssl_object"), spec,
+                                     a.get("SSLPEER", ""), f"the receiver at {a['CONNAME']}")
+        except (ssl.SSLError, ConnectionError, asyncio.IncompleteReadError) as exc:
+            raise ChannelStopped(f"TLS handshake with the receiver at {a['CONNAME']} failed: "
+                                 f"{tls.describe_failure(exc)}", msgid="HMQ9132E") from None
+        except (tls.CipherSpecMismatch, tls.PeerNameMismatch) as exc:
+            raise ChannelStopped(exc.message, msgid=exc.msgid) from None
+
     async def _converse(self, reader, writer) -> None:
         core, a = self.core, self.attrs
+        session = await self._start_tls(reader, writer) if a["SSLCIPH"] else ""
         state = sync.read(core, sync.SENDER, self.name)
         doubt = sync.in_doubt(core, self.name)
         writer.write(p.encode(p.HELLO, {
             "version": p.PROTOCOL_VERSION, "channel": self.name, "qm": core.name,
             "seq": state["seq"], "reset": bool(state.get("reset")),
-            "indoubt": doubt[1] if doubt else None}))
+            "indoubt": doubt[1] if doubt else None, "hbint": a["HBINT"],
+            "batchint": a["BATCHINT"]}))
         await writer.drain()
-        _k, hello, _ = p.expect(await asyncio.wait_for(p.read_frame(reader), ANSWER_TIMEOUT),
-                                p.HELLO_OK)
+        try:
+            _k, hello, _ = p.expect(await asyncio.wait_for(
+                p.read_frame(reader), p.reply_timeout(a["HBINT"])), p.HELLO_OK)
+        except (ssl.SSLError, ConnectionError, asyncio.IncompleteReadError) as exc:
+            if not session:
+                raise
+            # TLS 1.3: the receiver checks our certificate after our side of the
+            # handshake is done; its refusal (an alert, or the connection closed)
+            # arrives as the answer to HELLO
+            raise ChannelStopped(f"TLS handshake with the receiver at {a['CONNAME']} failed: "
+                                 f"{tls.describe_failure(exc)}", msgid="HMQ9132E") from None
         self.partner = hello.get("qm", "")
+        self.hbint = int(hello.get("hbint", a["HBINT"]))
         if doubt is not None:
             await self._resolve(doubt, hello)
             state = sync.read(core, sync.SENDER, self.name)
@@ -191,7 +237,9 @@ class SenderChannel:
                 "operator knows which messages arrived")
         self.cur_seq = state["seq"]
         self.status = "RUNNING"
-        self.say("HMQ9002I", f"started to {self.partner} at {a['CONNAME']}")
+        self.say("HMQ9002I", f"started to {self.partner} at {a['CONNAME']} (heartbeat "
+                 f"interval {self.hbint or 'none'}{' s' if self.hbint else ''}"
+                 f"{'; TLS ' + session if session else ''})")
         reset = bool(state.get("reset"))
         while not self.stop_requested:
             if not await self._batch(reader, writer, reset):
@@ -200,6 +248,34 @@ class SenderChannel:
                 self.status = "INACTIVE"
                 return
             reset = False
+
+    async def _first_message(self, reader, writer, uow):
+        """The batch's first message: None when the transmission queue stays
+        empty for DISCINT seconds; meanwhile a heartbeat every HBINT seconds,
+        whose answer must come in time or the connection is taken as lost."""
+        core, a = self.core, self.attrs
+        end = time.monotonic() + a["DISCINT"] if a["DISCINT"] else float("inf")
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            wait = min(left, self.hbint) if self.hbint else left
+            msg = await core.get(a["XMITQ"], uow, wait=min(wait, 10**9))
+            if msg is not None:
+                return msg
+            if self.hbint and end - time.monotonic() > 0:
+                await self._heartbeat(reader, writer)
+
+    async def _heartbeat(self, reader, writer) -> None:
+        writer.write(p.encode(p.HEARTBEAT, {}))
+        await writer.drain()
+        limit = p.reply_timeout(self.hbint)
+        try:
+            p.expect(await asyncio.wait_for(p.read_frame(reader), limit), p.HEARTBEAT)
+        except asyncio.TimeoutError:
+            raise ConnectionLost(f"{self.partner} did not answer a heartbeat in {limit:g} s "
+                                 f"(heartbeat interval {self.hbint} s): the connection is "
+                                 "taken as lost") from None
 
     async def _resolve(self, doubt, hello: dict) -> None:
         uow, pending = doubt
@@ -240,7 +316,7 @@ class SenderChannel:
         xmitq = a["XMITQ"]
         uow = core.begin(owner=sync.owner(self.name))
         try:
-            first = await core.get(xmitq, uow, wait=a["DISCINT"] or 10**9)
+            first = await self._first_message(reader, writer, uow)
             if first is None:
                 core.discard_empty(uow)
                 return False
@@ -275,8 +351,13 @@ class SenderChannel:
         self.cur_luwid = luwid
         writer.write(p.encode(p.END_BATCH, {"seq": seq, "luwid": luwid}))
         await writer.drain()
-        _k, h, _ = p.expect(await asyncio.wait_for(p.read_frame(reader), ANSWER_TIMEOUT),
-                            p.CONFIRM)
+        limit = p.reply_timeout(self.hbint)
+        try:
+            _k, h, _ = p.expect(await asyncio.wait_for(p.read_frame(reader), limit), p.CONFIRM)
+        except asyncio.TimeoutError:
+            raise ConnectionLost(f"{self.partner} did not confirm batch {luwid} in {limit:g} s:"
+                                 " the connection is taken as lost; the batch stays in doubt "
+                                 "until the next connection resolves it") from None
         if h.get("luwid") != luwid:
             raise p.ChannelProtocolError(f"the partner confirmed batch {h.get('luwid')}, "
                                          f"not {luwid}")
