@@ -172,8 +172,8 @@ class ReceiverSession:
                         p.MSG, p.END_BATCH, p.CLOSE, p.HEARTBEAT)
                 except asyncio.TimeoutError:
                     self.say("HMQ9135E", f"nothing from the sender on {self.partner} for "
-                             f"{silence:g} s (heartbeat interval {self.hbint or 'none'}): the "
-                             "connection is taken as lost and closed")
+                             f"{silence:g} s (heartbeat interval {self.hbint} s): the connection "
+                             "is taken as lost and closed")
                     return
                 if kind == p.CLOSE:
                     self.status = "INACTIVE"

@@ -113,6 +113,8 @@ class SenderChannel:
                     p.ChannelProtocolError, HarbormqError) as exc:
                 if self.stop_requested or self.core.stopping:
                     return
+                if isinstance(exc, ConnectionLost):
+                    self.say(exc.msgid, exc.message)
                 if not await self._retry_wait(exc):
                     return
 
