@@ -272,3 +272,34 @@ def test_the_edges_of_the_put_path_and_of_resolve(tmp_path):
     finally:
         a.stop()
         b.stop()
+
+
+def test_the_receiver_puts_with_the_authority_of_mcauser(tmp_path):
+    """MCAUSER(chanusr): a put chanusr may not make (no PUT on SECRET) goes to
+    the dead-letter queue with reason 2035, never lost; the others arrive."""
+    a, b, _ = pair(tmp_path, batchsz=5)
+    try:
+        b.user_add("chanusr", "pw-chanusr", "apps")
+        b.sc("DEFINE QLOCAL(SECRET) DEFPSIST(YES)\n"
+             "SET AUTHREC PROFILE(IN) OBJTYPE(QUEUE) GROUP('apps') AUTHADD(PUT)\n"
+             "ALTER CHANNEL(QMA.TO.QMB) CHLTYPE(RCVR) MCAUSER('chanusr')")
+        a.sc("DEFINE QREMOTE(TO.SECRET) RNAME(SECRET) RQMNAME(QMB)")
+        send_all(a.port, "/queue/TO.B", ["ok0"])
+        send_all(a.port, "/queue/TO.SECRET", ["s0"])
+        send_all(a.port, "/queue/TO.B", ["ok1"])
+        assert receive_all(b.port, "IN", 2) == ["ok0", "ok1"]
+        conn = stomp_client(b.port)
+        try:
+            conn.subscribe("/queue/SYSTEM.DEAD.LETTER.QUEUE", id="d", ack="auto")
+            [dead] = conn.col.wait_messages(1, 30)
+        finally:
+            conn.disconnect()
+        assert dead.body == "s0"
+        assert dead.headers["DLH_REASON"] == "2035", dead.headers
+        assert dead.headers["DLH_DESTQ"] == "SECRET"
+        assert "MCAUSER chanusr" in dead.headers["DLH_REASON_TEXT"]
+        assert "CURDEPTH(0)" in b.sc("DISPLAY QLOCAL(SECRET) CURDEPTH")
+        assert "CURDEPTH(0)" in a.sc("DISPLAY QLOCAL(QMB) CURDEPTH")
+    finally:
+        a.stop()
+        b.stop()
