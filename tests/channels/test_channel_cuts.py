@@ -8,9 +8,10 @@ from __future__ import annotations
 import time
 
 from channel_proxy import ChannelProxy, Cut
-from harbormq.channels import protocol as p
 from test_channel_crash import Producer
 from test_channels import pair, receive_all, send_all
+
+from harbormq.channels import protocol as p
 
 #: one cut per connection, at the points of a batch where a lost connection
 #: leaves the two sides in different states

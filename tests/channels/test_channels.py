@@ -303,3 +303,58 @@ def test_the_receiver_puts_with_the_authority_of_mcauser(tmp_path):
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_receiver_restored_from_a_backup_stops_the_channel_until_reset(tmp_path):
+    """QMB is backed up, more batches flow, QMB's disks are lost and it is
+    restored from the backup: its sync data goes back to the backup's
+    sequence number, so the channel stops with HMQ9526E naming both numbers.
+    After RESET CHANNEL the channel goes on. What QMB's applications then see
+    (docs/channels.md): messages that arrived on QMB after the backup and were
+    not consumed are lost (QMA committed them as delivered and keeps no copy);
+    messages on QMB at the backup and consumed after it come back, a second
+    time."""
+    a, b, _ = pair(tmp_path, batchsz=5, log_type="linear")
+    try:
+        send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(10)])
+        assert receive_all(b.port, "IN", 10) == [f"m{i}" for i in range(10)]
+        send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(10, 15)])
+        end = time.monotonic() + 30
+        while "CURDEPTH(5)" not in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"):
+            assert time.monotonic() < end
+            time.sleep(0.1)
+        b.cli("backup", "QMB", "--to", str(tmp_path / "bk"))
+        # QMB's applications take m10..m14 after the backup; m15..m24 arrive and wait
+        assert receive_all(b.port, "IN", 5) == [f"m{i}" for i in range(10, 15)]
+        send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(15, 25)])
+        end = time.monotonic() + 30
+        while "CURDEPTH(10)" not in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"):
+            assert time.monotonic() < end
+            time.sleep(0.1)
+        assert "LSTSEQNO(25)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+
+        b.stop()                                  # QMB's disks are lost
+        shutil.rmtree(b.qm_dir)
+        shutil.rmtree(b.home / "log" / "QMB")
+        b.cli("restore", "QMB", "--from", str(tmp_path / "bk" / "QMB"))
+        b.start()
+        assert "LSTSEQNO(15)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+        send_all(a.port, "/queue/TO.B", ["m25"])
+        a.sc("START CHANNEL(QMA.TO.QMB)", check=False)    # (a retrying one tries now)
+        end = time.monotonic() + 60
+        while "STATUS(STOPPED)" not in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB)"):
+            assert time.monotonic() < end, a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+            time.sleep(0.2)
+        log = (a.qm_dir / "errors" / "HMQERR01.LOG").read_text()
+        assert "HMQ9526E" in log and "last sent sequence number 25" in log and \
+            "QMB last received 15" in log and "16..25 (10 messages)" in log, log[-2000:]
+        assert "CURDEPTH(1)" in a.sc("DISPLAY QLOCAL(QMB) CURDEPTH"), "m25 waits, not lost"
+
+        a.sc("RESET CHANNEL(QMA.TO.QMB) SEQNUM(16)\nSTART CHANNEL(QMA.TO.QMB)")
+        # m10..m14 were on IN at the backup: back, a second time; m15..m24 are lost
+        assert receive_all(b.port, "IN", 6) == [f"m{i}" for i in range(10, 15)] + ["m25"]
+        assert "CURDEPTH(0)" in b.sc("DISPLAY QLOCAL(IN) CURDEPTH")
+        assert "LSTSEQNO(16)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+    finally:
+        a.stop()
+        b.stop()

@@ -235,8 +235,9 @@ class SenderChannel:
             raise ChannelStopped(
                 f"message sequence number error: this queue manager last sent sequence "
                 f"number {state['seq']}, {self.partner} last received {hello['seq']} (MQ's "
-                f"AMQ9526); RESET CHANNEL({self.name}) SEQNUM(n) on one side once the "
-                "operator knows which messages arrived")
+                f"AMQ9526); {self._mismatch_meaning(state['seq'], hello['seq'])}; RESET "
+                f"CHANNEL({self.name}) SEQNUM(n) on one side once the operator knows which "
+                "messages arrived")
         self.cur_seq = state["seq"]
         self.status = "RUNNING"
         self.say("HMQ9002I", f"started to {self.partner} at {a['CONNAME']} (heartbeat "
@@ -278,6 +279,18 @@ class SenderChannel:
             raise ConnectionLost(f"{self.partner} did not answer a heartbeat in {limit:g} s "
                                  f"(heartbeat interval {self.hbint} s): the connection is "
                                  "taken as lost") from None
+
+    def _mismatch_meaning(self, sent: int, received: int) -> str:
+        """What a mismatch means for the messages between the two numbers."""
+        lo, hi = sorted((sent, received))
+        span = f"sequence numbers {lo + 1}..{hi} ({hi - lo} messages)"
+        if sent > received:
+            return (f"{span} were committed on {self.partner} and confirmed, and are not in "
+                    f"its state now ({self.partner} restored from a backup?): whatever of "
+                    "them was still on its queues is lost there unless sent again")
+        return (f"{span} reached {self.partner} but this queue manager has no record of "
+                "sending them (restored from a backup?): those still on its transmission "
+                "queue would arrive a second time")
 
     async def _resolve(self, doubt, hello: dict) -> None:
         uow, pending = doubt
