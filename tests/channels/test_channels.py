@@ -331,7 +331,10 @@ def test_a_receiver_restored_from_a_backup_stops_the_channel_until_reset(tmp_pat
         while "CURDEPTH(10)" not in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"):
             assert time.monotonic() < end
             time.sleep(0.1)
-        assert "LSTSEQNO(25)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+        end = time.monotonic() + 30        # (QMA commits once the CONFIRM is read)
+        while "LSTSEQNO(25)" not in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL"):
+            assert time.monotonic() < end, a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+            time.sleep(0.1)
 
         b.stop()                                  # QMB's disks are lost
         shutil.rmtree(b.qm_dir)

@@ -127,8 +127,8 @@ class ChannelInitiator:
             raise ObjectInUse(f"channel {name} is running: STOP CHANNEL({name}) first")
         uow = core.begin(owner=sync.owner(name))
         old = sync.read(core, side, name)
-        sync.replace(core, uow, side, name, {"seq": seqnum - 1, "luwid": old.get("luwid", ""),
-                                             "reset": side == sync.SENDER})
+        sync.reset(core, uow, side, name, {"seq": seqnum - 1, "luwid": old.get("luwid", ""),
+                                           "reset": side == sync.SENDER})
         await core.commit(uow)
         core.oplog.emit("HMQ9530I", f"channel {name}: sequence number reset; the next message "
                         f"is number {seqnum}")
@@ -142,15 +142,17 @@ class ChannelInitiator:
         if s is not None and s.status in ("RUNNING", "BINDING", "RETRYING"):
             raise ObjectInUse(f"channel {name} is {s.status}: it resolves its batch in doubt "
                               f"itself; STOP CHANNEL({name}) first to decide by hand")
-        doubt = sync.in_doubt(self.core, name)
-        if doubt is None:
+        doubts = sync.in_doubt_all(self.core, name)
+        if not doubts:
             return f"channel {name} has no batch in doubt."
-        uow, pending = doubt
-        await (self.core.commit(uow) if commit else self.core.backout(uow))
-        what = "committed" if commit else "backed out (its messages are sent again)"
-        self.core.oplog.emit("HMQ9531I", f"channel {name}: in-doubt batch {pending['luwid']} "
+        # (a pipelined sender may have two: decided together, the newest backed out first)
+        for uow, _pending in (doubts if commit else reversed(doubts)):
+            await (self.core.commit(uow) if commit else self.core.backout(uow))
+        what = "committed" if commit else "backed out (their messages are sent again)"
+        luwids = ", ".join(d[1]["luwid"] for d in doubts)
+        self.core.oplog.emit("HMQ9531I", f"channel {name}: in-doubt batch(es) {luwids} "
                              f"{what} by the operator")
-        return f"channel {name}: in-doubt batch {pending['luwid']} {what}."
+        return f"channel {name}: in-doubt batch(es) {luwids} {what}."
 
     def check_deletable(self, objtype: str, name: str) -> None:
         if objtype == "CHANNEL":
@@ -202,8 +204,8 @@ class ChannelInitiator:
         session = ReceiverSession(self, reader, writer)
         try:
             await session.run()
-        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError,
-                asyncio.CancelledError):
+        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, RuntimeError,
+                asyncio.CancelledError):      # (RuntimeError: uvloop, a closed transport)
             pass
         except HarbormqError as exc:
             try:

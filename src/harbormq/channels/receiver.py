@@ -151,10 +151,10 @@ class ReceiverSession:
         self.writer.write(p.encode(p.HELLO_OK, {"qm": core.name, "seq": state["seq"],
                                                 "luwid": state["luwid"], "hbint": self.hbint}))
         await self.writer.drain()
-        # a reset sender's numbers are adopted, unless its batch in doubt is the one
-        # committed here last (it commits it, and the numbers already agree)
-        doubt = hello.get("indoubt") or {}
-        adopt = hello.get("reset") and doubt.get("luwid") != state["luwid"]
+        # a reset sender's numbers are adopted, unless one of its batches in doubt is
+        # the one committed here last (it commits it, and the numbers then agree)
+        doubts = {d.get("luwid") for d in hello.get("indoubt") or [] if isinstance(d, dict)}
+        adopt = hello.get("reset") and state["luwid"] not in doubts
         expected = hello["seq"] if adopt else None
         self.status = "RUNNING"
         self.say("HMQ9002I", f"started from {self.partner} at {self.conname} (heartbeat "
