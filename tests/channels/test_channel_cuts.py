@@ -9,7 +9,7 @@ import time
 
 from channel_proxy import ChannelProxy, Cut
 from test_channel_crash import Producer
-from test_channels import pair, receive_all, send_all
+from test_channels import pair, receive_all, send_all, wait_until
 
 from harbormq.channels import protocol as p
 
@@ -26,16 +26,6 @@ CUTS = [
     Cut("back", p.CONFIRM, 2, "before"),
     Cut("out", p.END_BATCH, 3, "after"),
 ]
-
-
-def wait_until(pred, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while True:
-        got = pred()
-        if got:
-            return got
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_a_connection_cut_mid_batch_loses_and_repeats_nothing(tmp_path):

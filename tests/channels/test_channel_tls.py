@@ -9,10 +9,9 @@ queue: nothing is lost."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
-from test_channels import pair, receive_all, send_all
+from test_channels import pair, receive_all, send_all, wait_until
 
 OPENSSL = "/usr/bin/openssl"
 LEAF_EXT = ("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
@@ -57,14 +56,9 @@ def tls_pair(tmp_path, spec: str, *, a_ca: str = "ca1", sslpeer: str = "CN=QMA")
     return a, b, (ca1, ca2)
 
 
-def wait_status(srv, status: str, timeout: float = 60) -> str:
-    end = time.monotonic() + timeout
-    while True:
-        out = srv.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
-        if f"STATUS({status})" in out:
-            return out
-        assert time.monotonic() < end, out
-        time.sleep(0.2)
+def wait_status(srv, status: str, timeout: float = 60) -> None:
+    wait_until(lambda: f"STATUS({status})" in srv.sc("DISPLAY CHSTATUS(QMA.TO.QMB)"), timeout,
+               f"STATUS({status}) on {srv.name}")
 
 
 def errlog(srv) -> str:

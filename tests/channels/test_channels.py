@@ -35,6 +35,17 @@ def pair(tmp_path, *, batchsz: int = 50, shortrty: int = 100, log_type: str = "c
     return a, b, port
 
 
+def wait_until(pred, timeout: float, what: str):
+    """``pred()`` once it is true; AssertionError naming ``what`` after ``timeout``."""
+    end = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
 def send_all(port: int, dest: str, bodies: list[str]) -> None:
     conn = stomp_client(port)
     try:
@@ -319,22 +330,16 @@ def test_a_receiver_restored_from_a_backup_stops_the_channel_until_reset(tmp_pat
         send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(10)])
         assert receive_all(b.port, "IN", 10) == [f"m{i}" for i in range(10)]
         send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(10, 15)])
-        end = time.monotonic() + 30
-        while "CURDEPTH(5)" not in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"):
-            assert time.monotonic() < end
-            time.sleep(0.1)
+        wait_until(lambda: "CURDEPTH(5)" in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"), 30, "m10..m14")
         b.cli("backup", "QMB", "--to", str(tmp_path / "bk"))
         # QMB's applications take m10..m14 after the backup; m15..m24 arrive and wait
         assert receive_all(b.port, "IN", 5) == [f"m{i}" for i in range(10, 15)]
         send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(15, 25)])
-        end = time.monotonic() + 30
-        while "CURDEPTH(10)" not in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"):
-            assert time.monotonic() < end
-            time.sleep(0.1)
-        end = time.monotonic() + 30        # (QMA commits once the CONFIRM is read)
-        while "LSTSEQNO(25)" not in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL"):
-            assert time.monotonic() < end, a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
-            time.sleep(0.1)
+        wait_until(lambda: "CURDEPTH(10)" in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"), 30,
+                   "m15..m24")
+        # (QMA commits once the CONFIRM is read)
+        wait_until(lambda: "LSTSEQNO(25)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL"), 30,
+                   "QMA to commit the last batch")
 
         b.stop()                                  # QMB's disks are lost
         shutil.rmtree(b.qm_dir)
@@ -344,10 +349,8 @@ def test_a_receiver_restored_from_a_backup_stops_the_channel_until_reset(tmp_pat
         assert "LSTSEQNO(15)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
         send_all(a.port, "/queue/TO.B", ["m25"])
         a.sc("START CHANNEL(QMA.TO.QMB)", check=False)    # (a retrying one tries now)
-        end = time.monotonic() + 60
-        while "STATUS(STOPPED)" not in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB)"):
-            assert time.monotonic() < end, a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
-            time.sleep(0.2)
+        wait_until(lambda: "STATUS(STOPPED)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB)"), 60,
+                   "the channel to stop")
         log = (a.qm_dir / "errors" / "HMQERR01.LOG").read_text()
         assert "HMQ9526E" in log and "last sent sequence number 25" in log and \
             "QMB last received 15" in log and "16..25 (10 messages)" in log, log[-2000:]
