@@ -13,7 +13,8 @@ QMB take the messages off the target queue (an ACK each). Two phases:
 * drain (the channel alone): with the sender stopped, the producers fill the
   transmission queue with --drain-messages; then START CHANNEL, and the time
   until all of them are on QMB's queue (DISPLAY QLOCAL CURDEPTH polled every
-  50 ms): the channel's own rate, with no STOMP traffic beside it.
+  50 ms): the channel's own rate, with no STOMP traffic beside it, and the
+  CPU time each queue manager's process spent per message meanwhile.
 
 Prints one JSON object on stdout; progress on stderr.
 
@@ -111,6 +112,12 @@ async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window:
                 "p50": pick(0.5), "p99": pick(0.99), "max": pick(1.0)}}
 
 
+def cpu_seconds(srv: QMServer) -> float:
+    """User + system CPU time of a queue manager's process so far."""
+    fields = Path(f"/proc/{srv.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
     loop = asyncio.get_running_loop()
     a.sc("STOP CHANNEL(QMA.TO.QMB)")
@@ -124,6 +131,7 @@ async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
     await asyncio.wait_for(run.all_receipted, 600)
     for p in run.producers:
         await p.disconnect()
+    cpu0 = cpu_seconds(a), cpu_seconds(b)
     t0 = time.perf_counter()
     a.sc("START CHANNEL(QMA.TO.QMB)")
     want = f"CURDEPTH({messages})"
@@ -132,8 +140,12 @@ async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
         if time.perf_counter() - t0 > 600:
             raise RuntimeError("the channel did not drain in 600 s")
     seconds = time.perf_counter() - t0
+    cpu = cpu_seconds(a) - cpu0[0], cpu_seconds(b) - cpu0[1]
+    # CPU per message is steadier than the rate on a machine others load too
     return {"messages": messages, "seconds": round(seconds, 2),
-            "msgs_per_s": round(messages / seconds)}
+            "msgs_per_s": round(messages / seconds),
+            "cpu_us_per_msg": {"sender_qm": round(cpu[0] / messages * 1e6),
+                               "receiver_qm": round(cpu[1] / messages * 1e6)}}
 
 
 async def main_async(args) -> dict:

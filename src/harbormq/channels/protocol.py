@@ -82,6 +82,15 @@ def reply_timeout(hbint: int) -> float:
     return min(60.0, max(2.0, 2.0 * hbint)) if hbint else 60.0
 
 
+async def read_frame_within(reader: asyncio.StreamReader, seconds: float
+                            ) -> tuple[int, dict, bytes]:
+    """``read_frame`` within ``seconds`` (else asyncio.TimeoutError), without the
+    task asyncio.wait_for would create for every frame (a receiver reads one
+    per message)."""
+    async with asyncio.timeout(seconds):
+        return await read_frame(reader)
+
+
 def no_delay(writer) -> None:
     """Frames go out at once (no Nagle delay behind an unacknowledged one):
     a batch's END_BATCH and CONFIRM are small and each waits for the other."""

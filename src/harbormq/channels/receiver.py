@@ -65,7 +65,7 @@ class ReceiverSession:
     async def run(self) -> None:
         core = self.core
         p.no_delay(self.writer)
-        kind, hello, _ = p.expect(await asyncio.wait_for(p.read_frame(self.reader), 60),
+        kind, hello, _ = p.expect(await p.read_frame_within(self.reader, 60),
                                   p.HELLO, p.START_TLS)
         self.name, self.partner = str(hello.get("channel", "")), str(hello.get("qm", ""))
         d = core.objects.get(f"CHANNEL:{self.name}")
@@ -88,7 +88,7 @@ class ReceiverSession:
         if kind == p.START_TLS:
             if not await self._start_tls(d, spec):
                 return
-            kind, hello, _ = p.expect(await asyncio.wait_for(p.read_frame(self.reader), 60),
+            kind, hello, _ = p.expect(await p.read_frame_within(self.reader, 60),
                                       p.HELLO)
             if hello.get("channel") != self.name:
                 raise p.ChannelProtocolError(f"HELLO for channel {hello.get('channel')} after "
@@ -168,7 +168,7 @@ class ReceiverSession:
             while True:
                 try:
                     kind, h, payload = p.expect(
-                        await asyncio.wait_for(p.read_frame(self.reader), silence),
+                        await p.read_frame_within(self.reader, silence),
                         p.MSG, p.END_BATCH, p.CLOSE, p.HEARTBEAT)
                 except asyncio.TimeoutError:
                     self.say("HMQ9135E", f"nothing from the sender on {self.partner} for "

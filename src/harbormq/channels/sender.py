@@ -212,7 +212,7 @@ class SenderChannel:
                                             "channel": self.name, "qm": core.name,
                                             "sslciph": spec}))
         await writer.drain()
-        p.expect(await asyncio.wait_for(p.read_frame(reader), p.reply_timeout(0)), p.TLS_OK)
+        p.expect(await p.read_frame_within(reader, p.reply_timeout(0)), p.TLS_OK)
         try:
             await writer.start_tls(ctx, ssl_handshake_timeout=tls.HANDSHAKE_TIMEOUT)
             return tls.check_session(writer.get_extra_info("ssl_object"), spec,
@@ -235,8 +235,8 @@ class SenderChannel:
             "batchint": a["BATCHINT"]}))
         await writer.drain()
         try:
-            _k, hello, _ = p.expect(await asyncio.wait_for(
-                p.read_frame(reader), p.reply_timeout(a["HBINT"])), p.HELLO_OK)
+            _k, hello, _ = p.expect(
+                await p.read_frame_within(reader, p.reply_timeout(a["HBINT"])), p.HELLO_OK)
         except (ssl.SSLError, ConnectionError, asyncio.IncompleteReadError) as exc:
             if not session:
                 raise
@@ -306,7 +306,7 @@ class SenderChannel:
         await writer.drain()
         limit = p.reply_timeout(self.hbint)
         try:
-            p.expect(await asyncio.wait_for(p.read_frame(reader), limit), p.HEARTBEAT)
+            p.expect(await p.read_frame_within(reader, limit), p.HEARTBEAT)
         except asyncio.TimeoutError:
             raise ConnectionLost(f"{self.partner} did not answer a heartbeat in {limit:g} s "
                                  f"(heartbeat interval {self.hbint} s): the connection is "
@@ -414,7 +414,7 @@ class SenderChannel:
         """The oldest batch in flight: its CONFIRM, then its commit."""
         limit = p.reply_timeout(self.hbint)
         try:
-            _k, h, _ = p.expect(await asyncio.wait_for(p.read_frame(reader), limit), p.CONFIRM)
+            _k, h, _ = p.expect(await p.read_frame_within(reader, limit), p.CONFIRM)
         except asyncio.TimeoutError:
             raise ConnectionLost(f"{self.partner} did not confirm batch {sent.luwid} in "
                                  f"{limit:g} s: the connection is taken as lost; the batch "
