@@ -9,7 +9,12 @@ QMB take the messages off the target queue (an ACK each). Two phases:
   window of 64 and 2 consumers: messages/s end to end (first SEND to last
   MESSAGE on QMB);
 * latency: BATCHSZ 1, one producer with a window of 1: SEND written on QMA to
-  MESSAGE parsed on QMB, p50/p99 in ms.
+  MESSAGE parsed on QMB, p50/p99 in ms;
+* drain (the channel alone): with the sender stopped, the producers fill the
+  transmission queue with --drain-messages; then START CHANNEL, and the time
+  until all of them are on QMB's queue (DISPLAY QLOCAL CURDEPTH polled every
+  50 ms): the channel's own rate, with no STOMP traffic beside it, and the
+  CPU time each queue manager's process spent per message meanwhile.
 
 Prints one JSON object on stdout; progress on stderr.
 
@@ -107,28 +112,66 @@ async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window:
                 "p50": pick(0.5), "p99": pick(0.99), "max": pick(1.0)}}
 
 
+def cpu_seconds(srv: QMServer) -> float:
+    """User + system CPU time of a queue manager's process so far."""
+    fields = Path(f"/proc/{srv.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
+    loop = asyncio.get_running_loop()
+    a.sc("STOP CHANNEL(QMA.TO.QMB)")
+    run = Run(loop, messages)
+    for i, share in enumerate([messages // 4 + (i < messages % 4) for i in range(4)]):
+        p = Producer(run, f"p{i}", "/queue/TO.B", share, 1024, window=64)
+        run.producers.append(p)
+        await open_conn(loop, p, a.port)
+    for p in run.producers:
+        p.start()
+    await asyncio.wait_for(run.all_receipted, 600)
+    for p in run.producers:
+        await p.disconnect()
+    cpu0 = cpu_seconds(a), cpu_seconds(b)
+    t0 = time.perf_counter()
+    a.sc("START CHANNEL(QMA.TO.QMB)")
+    want = f"CURDEPTH({messages})"
+    while want not in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"):
+        await asyncio.sleep(0.05)
+        if time.perf_counter() - t0 > 600:
+            raise RuntimeError("the channel did not drain in 600 s")
+    seconds = time.perf_counter() - t0
+    cpu = cpu_seconds(a) - cpu0[0], cpu_seconds(b) - cpu0[1]
+    # CPU per message is steadier than the rate on a machine others load too
+    return {"messages": messages, "seconds": round(seconds, 2),
+            "msgs_per_s": round(messages / seconds),
+            "cpu_us_per_msg": {"sender_qm": round(cpu[0] / messages * 1e6),
+                               "receiver_qm": round(cpu[1] / messages * 1e6)}}
+
+
 async def main_async(args) -> dict:
     root = Path(tempfile.mkdtemp(prefix="bench-channel-"))
     out = {"benchmark": "channel", "machine": {
         "cpus": os.cpu_count(), "python": platform.python_version(),
         "loadavg_start": [round(x, 1) for x in os.getloadavg()]}}
+    phases = {
+        "throughput": (args.batchsz, f"{args.messages} messages, BATCHSZ {args.batchsz}",
+                       lambda a, b: phase(a, b, args.messages, 4, 64, 2)),
+        "drain": (args.batchsz, f"{args.drain_messages} messages preloaded, BATCHSZ "
+                  f"{args.batchsz}", lambda a, b: drain_phase(a, b, args.drain_messages)),
+        "latency": (1, f"{args.latency_messages} messages one at a time, BATCHSZ 1",
+                    lambda a, b: phase(a, b, args.latency_messages, 1, 1, 1)),
+    }
     try:
-        a, b = pair(root / "throughput", args.batchsz)
-        try:
-            progress(f"throughput: {args.messages} messages, BATCHSZ {args.batchsz}")
-            out["throughput"] = await phase(a, b, args.messages, 4, 64, 2) | {
-                "batchsz": args.batchsz}
-        finally:
-            a.stop()
-            b.stop()
-        a, b = pair(root / "latency", 1)
-        try:
-            progress(f"latency: {args.latency_messages} messages one at a time, BATCHSZ 1")
-            out["latency"] = await phase(a, b, args.latency_messages, 1, 1, 1) | {
-                "batchsz": 1}
-        finally:
-            a.stop()
-            b.stop()
+        for name, (batchsz, what, run) in phases.items():
+            if args.only and name != args.only:
+                continue
+            a, b = pair(root / name, batchsz)
+            try:
+                progress(f"{name}: {what}")
+                out[name] = await run(a, b) | {"batchsz": batchsz}
+            finally:
+                a.stop()
+                b.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out["machine"]["loadavg_end"] = [round(x, 1) for x in os.getloadavg()]
@@ -141,6 +184,9 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--latency-messages", type=int, default=500)
     ap.add_argument("--batchsz", type=int, default=50)
+    ap.add_argument("--drain-messages", type=int, default=20_000)
+    ap.add_argument("--only", choices=("throughput", "drain", "latency"),
+                    help="run one phase only")
     args = ap.parse_args()
     print(json.dumps(asyncio.run(main_async(args)), indent=2))
     return 0

@@ -35,6 +35,17 @@ def pair(tmp_path, *, batchsz: int = 50, shortrty: int = 100, log_type: str = "c
     return a, b, port
 
 
+def wait_until(pred, timeout: float, what: str):
+    """``pred()`` once it is true; AssertionError naming ``what`` after ``timeout``."""
+    end = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
 def send_all(port: int, dest: str, bodies: list[str]) -> None:
     conn = stomp_client(port)
     try:
@@ -191,7 +202,8 @@ def test_channel_objects_in_mqsc(tmp_path):
         for bad, why in [("DEFINE CHANNEL(C2) CHLTYPE(SVR)", "choose one of"),
                          ("DEFINE CHANNEL(C2) CONNAME('nohost')", "host(port)"),
                          ("DEFINE CHANNEL(C2) BATCHSZ(0)", "out of range"),
-                         ("DEFINE CHANNEL(C2) SSLCIPH(TLS_AES_128_GCM_SHA256)", "not supported"),
+                         ("DEFINE CHANNEL(C2) SSLCIPH(TLS_AES_128_GCM_SHA256)", "ANY_TLS13"),
+                         ("DEFINE CHANNEL(C2) SSLPEER(XX=1)", "KEY=value"),
                          ("DEFINE QREMOTE(R1) RNAME(X)", "already exists"),
                          ("DEFINE QLOCAL(R1)", "already exists"),
                          ("DEFINE LISTENER(L2) PORT(70000)", "out of range")]:
@@ -268,6 +280,87 @@ def test_the_edges_of_the_put_path_and_of_resolve(tmp_path):
         assert "STATUS(RUNNING)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB)")   # (DISCINT 30 s)
         out = a.sc("RESOLVE CHANNEL(QMA.TO.QMB) ACTION(BACKOUT)", check=False)
         assert "HMQ8149E" in out and "STOP CHANNEL" in out, out
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_the_receiver_puts_with_the_authority_of_mcauser(tmp_path):
+    """MCAUSER(chanusr): a put chanusr may not make (no PUT on SECRET) goes to
+    the dead-letter queue with reason 2035, never lost; the others arrive."""
+    a, b, _ = pair(tmp_path, batchsz=5)
+    try:
+        b.user_add("chanusr", "pw-chanusr", "apps")
+        b.sc("DEFINE QLOCAL(SECRET) DEFPSIST(YES)\n"
+             "SET AUTHREC PROFILE(IN) OBJTYPE(QUEUE) GROUP('apps') AUTHADD(PUT)\n"
+             "ALTER CHANNEL(QMA.TO.QMB) CHLTYPE(RCVR) MCAUSER('chanusr')")
+        a.sc("DEFINE QREMOTE(TO.SECRET) RNAME(SECRET) RQMNAME(QMB)")
+        send_all(a.port, "/queue/TO.B", ["ok0"])
+        send_all(a.port, "/queue/TO.SECRET", ["s0"])
+        send_all(a.port, "/queue/TO.B", ["ok1"])
+        assert receive_all(b.port, "IN", 2) == ["ok0", "ok1"]
+        conn = stomp_client(b.port)
+        try:
+            conn.subscribe("/queue/SYSTEM.DEAD.LETTER.QUEUE", id="d", ack="auto")
+            [dead] = conn.col.wait_messages(1, 30)
+        finally:
+            conn.disconnect()
+        assert dead.body == "s0"
+        assert dead.headers["DLH_REASON"] == "2035", dead.headers
+        assert dead.headers["DLH_DESTQ"] == "SECRET"
+        assert "MCAUSER chanusr" in dead.headers["DLH_REASON_TEXT"]
+        assert "CURDEPTH(0)" in b.sc("DISPLAY QLOCAL(SECRET) CURDEPTH")
+        assert "CURDEPTH(0)" in a.sc("DISPLAY QLOCAL(QMB) CURDEPTH")
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_receiver_restored_from_a_backup_stops_the_channel_until_reset(tmp_path):
+    """QMB is backed up, more batches flow, QMB's disks are lost and it is
+    restored from the backup: its sync data goes back to the backup's
+    sequence number, so the channel stops with HMQ9526E naming both numbers.
+    After RESET CHANNEL the channel goes on. What QMB's applications then see
+    (docs/channels.md): messages that arrived on QMB after the backup and were
+    not consumed are lost (QMA committed them as delivered and keeps no copy);
+    messages on QMB at the backup and consumed after it come back, a second
+    time."""
+    a, b, _ = pair(tmp_path, batchsz=5, log_type="linear")
+    try:
+        send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(10)])
+        assert receive_all(b.port, "IN", 10) == [f"m{i}" for i in range(10)]
+        send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(10, 15)])
+        wait_until(lambda: "CURDEPTH(5)" in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"), 30, "m10..m14")
+        b.cli("backup", "QMB", "--to", str(tmp_path / "bk"))
+        # QMB's applications take m10..m14 after the backup; m15..m24 arrive and wait
+        assert receive_all(b.port, "IN", 5) == [f"m{i}" for i in range(10, 15)]
+        send_all(a.port, "/queue/TO.B", [f"m{i}" for i in range(15, 25)])
+        wait_until(lambda: "CURDEPTH(10)" in b.sc("DISPLAY QLOCAL(IN) CURDEPTH"), 30,
+                   "m15..m24")
+        # (QMA commits once the CONFIRM is read)
+        wait_until(lambda: "LSTSEQNO(25)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL"), 30,
+                   "QMA to commit the last batch")
+
+        b.stop()                                  # QMB's disks are lost
+        shutil.rmtree(b.qm_dir)
+        shutil.rmtree(b.home / "log" / "QMB")
+        b.cli("restore", "QMB", "--from", str(tmp_path / "bk" / "QMB"))
+        b.start()
+        assert "LSTSEQNO(15)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
+        send_all(a.port, "/queue/TO.B", ["m25"])
+        a.sc("START CHANNEL(QMA.TO.QMB)", check=False)    # (a retrying one tries now)
+        wait_until(lambda: "STATUS(STOPPED)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB)"), 60,
+                   "the channel to stop")
+        log = (a.qm_dir / "errors" / "HMQERR01.LOG").read_text()
+        assert "HMQ9526E" in log and "last sent sequence number 25" in log and \
+            "QMB last received 15" in log and "16..25 (10 messages)" in log, log[-2000:]
+        assert "CURDEPTH(1)" in a.sc("DISPLAY QLOCAL(QMB) CURDEPTH"), "m25 waits, not lost"
+
+        a.sc("RESET CHANNEL(QMA.TO.QMB) SEQNUM(16)\nSTART CHANNEL(QMA.TO.QMB)")
+        # m10..m14 were on IN at the backup: back, a second time; m15..m24 are lost
+        assert receive_all(b.port, "IN", 6) == [f"m{i}" for i in range(10, 15)] + ["m25"]
+        assert "CURDEPTH(0)" in b.sc("DISPLAY QLOCAL(IN) CURDEPTH")
+        assert "LSTSEQNO(16)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB) ALL")
     finally:
         a.stop()
         b.stop()

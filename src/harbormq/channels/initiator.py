@@ -15,6 +15,7 @@ import asyncio
 
 from ..core.engine import QueueManagerCore
 from ..errors import HarbormqError, ObjectInUse
+from ..security import Security
 from . import sync
 from .receiver import ReceiverSession
 from .sender import SenderChannel
@@ -25,8 +26,10 @@ class ChannelError(HarbormqError):
 
 
 class ChannelInitiator:
-    def __init__(self, core: QueueManagerCore):
+    def __init__(self, core: QueueManagerCore, security: Security | None = None):
         self.core = core
+        #: whose authority MCAUSER is checked against (the server's users and records)
+        self.security = security or Security.for_config(core.config)
         self.senders: dict[str, SenderChannel] = {}
         self.receivers: dict[str, ReceiverSession] = {}
         #: receiver status kept after its connection ends (DISPLAY CHSTATUS)
@@ -124,8 +127,8 @@ class ChannelInitiator:
             raise ObjectInUse(f"channel {name} is running: STOP CHANNEL({name}) first")
         uow = core.begin(owner=sync.owner(name))
         old = sync.read(core, side, name)
-        sync.replace(core, uow, side, name, {"seq": seqnum - 1, "luwid": old.get("luwid", ""),
-                                             "reset": side == sync.SENDER})
+        sync.reset(core, uow, side, name, {"seq": seqnum - 1, "luwid": old.get("luwid", ""),
+                                           "reset": side == sync.SENDER})
         await core.commit(uow)
         core.oplog.emit("HMQ9530I", f"channel {name}: sequence number reset; the next message "
                         f"is number {seqnum}")
@@ -139,15 +142,17 @@ class ChannelInitiator:
         if s is not None and s.status in ("RUNNING", "BINDING", "RETRYING"):
             raise ObjectInUse(f"channel {name} is {s.status}: it resolves its batch in doubt "
                               f"itself; STOP CHANNEL({name}) first to decide by hand")
-        doubt = sync.in_doubt(self.core, name)
-        if doubt is None:
+        doubts = sync.in_doubt_all(self.core, name)
+        if not doubts:
             return f"channel {name} has no batch in doubt."
-        uow, pending = doubt
-        await (self.core.commit(uow) if commit else self.core.backout(uow))
-        what = "committed" if commit else "backed out (its messages are sent again)"
-        self.core.oplog.emit("HMQ9531I", f"channel {name}: in-doubt batch {pending['luwid']} "
+        # (a pipelined sender may have two: decided together, the newest backed out first)
+        for uow, _pending in (doubts if commit else reversed(doubts)):
+            await (self.core.commit(uow) if commit else self.core.backout(uow))
+        what = "committed" if commit else "backed out (their messages are sent again)"
+        luwids = ", ".join(d[1]["luwid"] for d in doubts)
+        self.core.oplog.emit("HMQ9531I", f"channel {name}: in-doubt batch(es) {luwids} "
                              f"{what} by the operator")
-        return f"channel {name}: in-doubt batch {pending['luwid']} {what}."
+        return f"channel {name}: in-doubt batch(es) {luwids} {what}."
 
     def check_deletable(self, objtype: str, name: str) -> None:
         if objtype == "CHANNEL":
@@ -199,8 +204,8 @@ class ChannelInitiator:
         session = ReceiverSession(self, reader, writer)
         try:
             await session.run()
-        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError,
-                asyncio.CancelledError):
+        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, RuntimeError,
+                asyncio.CancelledError):      # (RuntimeError: uvloop, a closed transport)
             pass
         except HarbormqError as exc:
             try:

@@ -3,16 +3,24 @@
 Every frame::
 
     0   4   length       bytes after this field (little-endian)
-    4   1   kind         HELLO, HELLO_OK, MSG, END_BATCH, CONFIRM, ERROR, CLOSE
+    4   1   kind         HELLO, HELLO_OK, MSG, END_BATCH, CONFIRM, ERROR, CLOSE,
+                         START_TLS, TLS_OK, HEARTBEAT
     5   4   header size  n
     9   n   header       JSON
     9+n     payload      the rest (MSG: a transmission-queue message body)
 
-The conversation (docs/channels.md): the sender says HELLO (its queue manager,
-the channel, the sequence number it last committed, its in-doubt batch if it
-has one); the receiver answers HELLO_OK with its own last committed sequence
-number and batch id, or ERROR. Then batches: MSG frames numbered one by one,
-END_BATCH with the batch id, CONFIRM once the receiver has committed it.
+The conversation (docs/channels.md): a sender whose channel has an SSLCIPH
+first says START_TLS (the channel, its queue manager, its CipherSpec); the
+receiver answers TLS_OK when its own definition asks for the same CipherSpec,
+or ERROR, and both sides turn the connection into TLS before anything else
+flows. Then the sender says HELLO (its queue manager, the channel, the
+sequence number it last committed, its in-doubt batch if it has one, its
+HBINT); the receiver answers HELLO_OK with its own last committed sequence
+number and batch id and the heartbeat interval both use, or ERROR. Then
+batches: MSG frames numbered one by one, END_BATCH with the batch id, CONFIRM
+once the receiver has committed it. A sender with nothing to send for the
+heartbeat interval sends HEARTBEAT between batches and the receiver answers
+HEARTBEAT.
 """
 
 from __future__ import annotations
@@ -24,10 +32,13 @@ import struct
 
 from ..errors import HarbormqError
 
-HELLO, HELLO_OK, MSG, END_BATCH, CONFIRM, ERROR, CLOSE = range(1, 8)
+HELLO, HELLO_OK, MSG, END_BATCH, CONFIRM, ERROR, CLOSE, START_TLS, TLS_OK, HEARTBEAT = \
+    range(1, 11)
 KIND_NAMES = {HELLO: "HELLO", HELLO_OK: "HELLO_OK", MSG: "MSG", END_BATCH: "END_BATCH",
-              CONFIRM: "CONFIRM", ERROR: "ERROR", CLOSE: "CLOSE"}
-PROTOCOL_VERSION = 1
+              CONFIRM: "CONFIRM", ERROR: "ERROR", CLOSE: "CLOSE", START_TLS: "START_TLS",
+              TLS_OK: "TLS_OK", HEARTBEAT: "HEARTBEAT"}
+#: 2: START_TLS, TLS_OK, HEARTBEAT and the HBINT of HELLO / HELLO_OK
+PROTOCOL_VERSION = 2
 _HEAD = struct.Struct("<IBI")
 _LEN = struct.Struct("<I")
 #: the largest frame accepted: a message of the largest MAXMSGL and its headers
@@ -63,6 +74,21 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, dict, bytes]:
     if not isinstance(header, dict):
         raise ChannelProtocolError("channel frame header is not a JSON object")
     return kind, header, bytes(data[5 + n:])
+
+
+def reply_timeout(hbint: int) -> float:
+    """How long a partner has to answer (HELLO_OK, CONFIRM, a heartbeat): twice
+    the heartbeat interval, at least 2 s and at most 60 s (no heartbeats: 60 s)."""
+    return min(60.0, max(2.0, 2.0 * hbint)) if hbint else 60.0
+
+
+async def read_frame_within(reader: asyncio.StreamReader, seconds: float
+                            ) -> tuple[int, dict, bytes]:
+    """``read_frame`` within ``seconds`` (else asyncio.TimeoutError), without the
+    task asyncio.wait_for would create for every frame (a receiver reads one
+    per message)."""
+    async with asyncio.timeout(seconds):
+        return await read_frame(reader)
 
 
 def no_delay(writer) -> None:

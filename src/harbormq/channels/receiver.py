@@ -12,14 +12,16 @@ and the messages stay on the sender's transmission queue.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 
 from ..core import remote
 from ..core.objects import CHANNEL_SYNCQ, DEAD_LETTER_QUEUE
 from ..crashpoints import crash_point
 from ..errors import HarbormqError
+from ..security import Principal, UnknownUser
 from . import protocol as p
-from . import sync
+from . import sync, tls
 
 
 def _undeliverable(text: str, reason: int) -> HarbormqError:
@@ -28,7 +30,7 @@ def _undeliverable(text: str, reason: int) -> HarbormqError:
     return exc
 
 
-#: how long a sender may stay silent inside a batch
+#: how long a sender may stay silent when no heartbeats flow (HBINT 0)
 BATCH_TIMEOUT = 300.0
 
 
@@ -45,6 +47,9 @@ class ReceiverSession:
         self.last_seq = 0
         self.last_luwid = ""
         self.last_msg_ns = 0
+        self.hbint = 0
+        #: MCAUSER's principal (None: the queue manager's own authority)
+        self.principal: Principal | None = None
         peer = writer.get_extra_info("peername")
         if peer:
             self.conname = f"{peer[0]}({peer[1]})"
@@ -60,7 +65,8 @@ class ReceiverSession:
     async def run(self) -> None:
         core = self.core
         p.no_delay(self.writer)
-        _k, hello, _ = p.expect(await asyncio.wait_for(p.read_frame(self.reader), 60), p.HELLO)
+        kind, hello, _ = p.expect(await p.read_frame_within(self.reader, 60),
+                                  p.HELLO, p.START_TLS)
         self.name, self.partner = str(hello.get("channel", "")), str(hello.get("qm", ""))
         d = core.objects.get(f"CHANNEL:{self.name}")
         if d is None or d["attrs"]["CHLTYPE"] != "RCVR":
@@ -71,38 +77,111 @@ class ReceiverSession:
             await self.refuse("HMQ9504E", f"channel protocol version {hello.get('version')} "
                               f"is not {p.PROTOCOL_VERSION}")
             return
+        spec, theirs = d["attrs"].get("SSLCIPH", ""), str(hello.get("sslciph", ""))
+        if spec != theirs:
+            plain = "" if theirs else " and connected without TLS"
+            await self.refuse("HMQ9131E", f"CipherSpec mismatch on channel {self.name}: the "
+                              f"receiver on {core.name} has SSLCIPH({spec}), the sender on "
+                              f"{self.partner} has SSLCIPH({theirs}){plain}; both ends must "
+                              "name the same one (MQ's AMQ9631)")
+            return
+        if kind == p.START_TLS:
+            if not await self._start_tls(d, spec):
+                return
+            kind, hello, _ = p.expect(await p.read_frame_within(self.reader, 60),
+                                      p.HELLO)
+            if hello.get("channel") != self.name:
+                raise p.ChannelProtocolError(f"HELLO for channel {hello.get('channel')} after "
+                                             f"START_TLS for {self.name}")
         if not self.initiator.claim_receiver(self):
             await self.refuse("HMQ9514E", f"channel {self.name} is in use by another "
                               "connection")
             return
         try:
+            self.principal = self._mcauser(d["attrs"].get("MCAUSER", ""))
+            self.hbint = max(int(d["attrs"]["HBINT"]), int(hello.get("hbint") or 0))
             await self._converse(hello)
         finally:
             self.initiator.release_receiver(self)
+
+    async def _start_tls(self, d: dict, spec: str) -> bool:
+        """TLS_OK, the handshake (the sender's certificate verified against our
+        CAs), the session checked; False, the operator told, when it fails."""
+        core = self.core
+        try:
+            ctx = tls.context(tls.repository(core.config.qm_dir,
+                                             core.qmgr_attrs.get("SSLKEYR", "")),
+                              spec, server=True)
+        except tls.KeyRepositoryError as exc:
+            await self.refuse(exc.msgid, f"the receiver cannot start TLS: {exc.message}")
+            return False
+        self.writer.write(p.encode(p.TLS_OK, {}))
+        await self.writer.drain()
+        try:
+            await self.writer.start_tls(ctx, ssl_handshake_timeout=tls.HANDSHAKE_TIMEOUT)
+        except (ssl.SSLError, OSError, asyncio.TimeoutError) as exc:
+            self.say("HMQ9132E", f"TLS handshake with the sender on {self.partner} at "
+                     f"{self.conname} failed: {tls.describe_failure(exc)}")
+            return False
+        try:
+            session = tls.check_session(self.writer.get_extra_info("ssl_object"), spec,
+                                        d["attrs"].get("SSLPEER", ""),
+                                        f"the sender on {self.partner} at {self.conname}")
+        except (tls.CipherSpecMismatch, tls.PeerNameMismatch) as exc:
+            await self.refuse(exc.msgid, exc.message)
+            return False
+        self.say("HMQ9136I", f"TLS with the sender on {self.partner}: {session}")
+        return True
+
+    def _mcauser(self, user: str) -> Principal | None:
+        """MCAUSER's principal: a harbormq user with its groups, or (an OS user)
+        the authority records that name it."""
+        if not user:
+            return None
+        try:
+            groups = self.initiator.security.users.groups_of(user)
+        except UnknownUser:
+            groups = []
+        return Principal(user, tuple(groups))
 
     async def _converse(self, hello: dict) -> None:
         core = self.core
         state = sync.read(core, sync.RECEIVER, self.name)
         self.last_seq, self.last_luwid = state["seq"], state["luwid"]
         self.writer.write(p.encode(p.HELLO_OK, {"qm": core.name, "seq": state["seq"],
-                                                "luwid": state["luwid"]}))
+                                                "luwid": state["luwid"], "hbint": self.hbint}))
         await self.writer.drain()
-        # a reset sender's numbers are adopted, unless its batch in doubt is the one
-        # committed here last (it commits it, and the numbers already agree)
-        doubt = hello.get("indoubt") or {}
-        adopt = hello.get("reset") and doubt.get("luwid") != state["luwid"]
+        # a reset sender's numbers are adopted, unless one of its batches in doubt is
+        # the one committed here last (it commits it, and the numbers then agree)
+        doubts = {d.get("luwid") for d in hello.get("indoubt") or [] if isinstance(d, dict)}
+        adopt = hello.get("reset") and state["luwid"] not in doubts
         expected = hello["seq"] if adopt else None
         self.status = "RUNNING"
-        self.say("HMQ9002I", f"started from {self.partner} at {self.conname}")
+        self.say("HMQ9002I", f"started from {self.partner} at {self.conname} (heartbeat "
+                 f"interval {self.hbint or 'none'}{' s' if self.hbint else ''})")
+        # a sender heartbeats every HBINT s when idle; silence for three times that
+        # (and its BATCHINT) is a dead sender or a connection dropped on the way
+        batchint = max(0, int(hello.get("batchint") or 0)) / 1000
+        silence = 3 * self.hbint + batchint if self.hbint else BATCH_TIMEOUT
         uow = None
         try:
             while True:
-                kind, h, payload = p.expect(
-                    await asyncio.wait_for(p.read_frame(self.reader), BATCH_TIMEOUT),
-                    p.MSG, p.END_BATCH, p.CLOSE)
+                try:
+                    kind, h, payload = p.expect(
+                        await p.read_frame_within(self.reader, silence),
+                        p.MSG, p.END_BATCH, p.CLOSE, p.HEARTBEAT)
+                except asyncio.TimeoutError:
+                    self.say("HMQ9135E", f"nothing from the sender on {self.partner} for "
+                             f"{silence:g} s (heartbeat interval {self.hbint} s): the connection "
+                             "is taken as lost and closed")
+                    return
                 if kind == p.CLOSE:
                     self.status = "INACTIVE"
                     return
+                if kind == p.HEARTBEAT:
+                    self.writer.write(p.encode(p.HEARTBEAT, {}))
+                    await self.writer.drain()
+                    continue
                 if kind == p.MSG:
                     want = (self.last_seq if expected is None else expected) + 1
                     if h.get("seq") != want:
@@ -151,6 +230,11 @@ class ReceiverSession:
                 raise _undeliverable(f"queue {header.rq} is not a local queue a channel may "
                                      "put to (a remote queue, a transmission queue or the "
                                      "channel sync queue: no routing onward) (MQRC 2085)", 2085)
+            if target is not None and self.principal is not None and not \
+                    self.initiator.security.check(self.principal, "QUEUE", header.rq, "put"):
+                raise _undeliverable(f"MCAUSER {self.principal.user} of channel {self.name} is "
+                                     f"not authorized to PUT on queue {header.rq} (MQRC 2035 "
+                                     "NOT_AUTHORIZED)", 2035)
             core.put_nowait(header.rq, msg, uow)
         except HarbormqError as exc:
             self._dead_letter(header, msg, exc, uow)

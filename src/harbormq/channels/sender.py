@@ -6,25 +6,36 @@ unit of work, each sent with the next sequence number; the new sync data put
 under the same unit of work; the unit **prepared** (forced: from here the
 batch is in doubt and survives a crash); END_BATCH sent; on the receiver's
 CONFIRM (it has committed the batch) the unit of work is committed. At the
-next HELLO an in-doubt batch is resolved against the receiver's last batch
-id: committed there, committed here; else backed out here and sent again.
+next HELLO the batches in doubt are resolved against the receiver's last
+batch id: that batch and the ones before it were committed there, so are
+committed here; any after it are backed out here and sent again.
+
+Batches are pipelined: while one batch waits for its CONFIRM the next is got,
+sent and prepared (up to ``sync.SENDER_SLOTS`` in flight), so the receiver's
+commit of one overlaps the sender's work on the next. The receiver commits
+them in order, one connection at a time, so "the receiver's last batch and
+every one before it" is always the right rule. The commit after a CONFIRM is
+not forced on its own: the next prepare's force carries it, and a crash
+before that leaves the batch in doubt, decided as committed at the next
+HELLO (the receiver's last batch is it, or a later one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 import uuid
+from collections import deque
+from dataclasses import dataclass
 
 from ..core import remote
 from ..core.objects import DEAD_LETTER_QUEUE, parse_conname
 from ..crashpoints import crash_point
 from ..errors import HarbormqError
 from . import protocol as p
-from . import sync
+from . import sync, tls
 
-#: how long a partner has to answer a HELLO or an END_BATCH
-ANSWER_TIMEOUT = 60.0
 #: partner errors that a retry may cure (the receiver still holds the
 #: channel for a connection it has not yet seen end)
 RETRYABLE = ("HMQ9514E",)
@@ -34,6 +45,22 @@ class ChannelStopped(HarbormqError):
     """The channel cannot go on until the operator acts (sequence numbers
     disagree, the partner refused it): it goes to STOPPED."""
     msgid = "HMQ9526E"
+
+
+class ConnectionLost(HarbormqError):
+    """The partner stopped answering (a heartbeat or a batch's confirm): the
+    connection is taken as lost and the channel retries."""
+    msgid = "HMQ9135E"
+
+
+@dataclass
+class _InFlight:
+    """A batch sent and prepared, its CONFIRM awaited."""
+    uow: object
+    seq: int
+    luwid: str
+    count: int
+    slot: int
 
 
 class SenderChannel:
@@ -50,6 +77,8 @@ class SenderChannel:
         self.partner = ""
         self.short_left = self.long_left = 0
         self.last_msg_ns = 0
+        #: the heartbeat interval agreed with the partner (s; 0: none)
+        self.hbint = 0
         self._wake = asyncio.Event()
 
     @property
@@ -102,10 +131,13 @@ class SenderChannel:
                 self.status = "STOPPED"
                 self.say(exc.msgid, f"stopped: {exc.message}")
                 return
-            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError,
+            # (uvloop raises RuntimeError for a write to a transport already closed)
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, RuntimeError,
                     p.ChannelProtocolError, HarbormqError) as exc:
                 if self.stop_requested or self.core.stopping:
                     return
+                if isinstance(exc, ConnectionLost):
+                    self.say(exc.msgid, exc.message)
                 if not await self._retry_wait(exc):
                     return
 
@@ -164,20 +196,59 @@ class SenderChannel:
             except (OSError, ConnectionError):
                 pass
 
+    async def _start_tls(self, reader, writer) -> str:
+        """START_TLS, the partner's TLS_OK, the handshake, the session checked
+        (CipherSpec, SSLPEER); a failure the operator must cure stops the
+        channel. Returns the session's description."""
+        core, a = self.core, self.attrs
+        spec = a["SSLCIPH"]
+        try:
+            ctx = tls.context(tls.repository(core.config.qm_dir,
+                                             core.qmgr_attrs.get("SSLKEYR", "")),
+                              spec, server=False)
+        except tls.KeyRepositoryError as exc:
+            raise ChannelStopped(exc.message, msgid=exc.msgid) from None
+        writer.write(p.encode(p.START_TLS, {"version": p.PROTOCOL_VERSION,
+                                            "channel": self.name, "qm": core.name,
+                                            "sslciph": spec}))
+        await writer.drain()
+        p.expect(await p.read_frame_within(reader, p.reply_timeout(0)), p.TLS_OK)
+        try:
+            await writer.start_tls(ctx, ssl_handshake_timeout=tls.HANDSHAKE_TIMEOUT)
+            return tls.check_session(writer.get_extra_info("ssl_object"), spec,
+                                     a.get("SSLPEER", ""), f"the receiver at {a['CONNAME']}")
+        except (ssl.SSLError, ConnectionError, asyncio.IncompleteReadError) as exc:
+            raise ChannelStopped(f"TLS handshake with the receiver at {a['CONNAME']} failed: "
+                                 f"{tls.describe_failure(exc)}", msgid="HMQ9132E") from None
+        except (tls.CipherSpecMismatch, tls.PeerNameMismatch) as exc:
+            raise ChannelStopped(exc.message, msgid=exc.msgid) from None
+
     async def _converse(self, reader, writer) -> None:
         core, a = self.core, self.attrs
+        session = await self._start_tls(reader, writer) if a["SSLCIPH"] else ""
         state = sync.read(core, sync.SENDER, self.name)
-        doubt = sync.in_doubt(core, self.name)
+        doubts = sync.in_doubt_all(core, self.name)
         writer.write(p.encode(p.HELLO, {
             "version": p.PROTOCOL_VERSION, "channel": self.name, "qm": core.name,
             "seq": state["seq"], "reset": bool(state.get("reset")),
-            "indoubt": doubt[1] if doubt else None}))
+            "indoubt": [d[1] for d in doubts], "hbint": a["HBINT"],
+            "batchint": a["BATCHINT"]}))
         await writer.drain()
-        _k, hello, _ = p.expect(await asyncio.wait_for(p.read_frame(reader), ANSWER_TIMEOUT),
-                                p.HELLO_OK)
+        try:
+            _k, hello, _ = p.expect(
+                await p.read_frame_within(reader, p.reply_timeout(a["HBINT"])), p.HELLO_OK)
+        except (ssl.SSLError, ConnectionError, asyncio.IncompleteReadError) as exc:
+            if not session:
+                raise
+            # TLS 1.3: the receiver checks our certificate after our side of the
+            # handshake is done; its refusal (an alert, or the connection closed)
+            # arrives as the answer to HELLO
+            raise ChannelStopped(f"TLS handshake with the receiver at {a['CONNAME']} failed: "
+                                 f"{tls.describe_failure(exc)}", msgid="HMQ9132E") from None
         self.partner = hello.get("qm", "")
-        if doubt is not None:
-            await self._resolve(doubt, hello)
+        self.hbint = int(hello.get("hbint", a["HBINT"]))
+        if doubts:
+            await self._resolve(doubts, hello)
             state = sync.read(core, sync.SENDER, self.name)
         if not state.get("reset") and hello["seq"] != state["seq"]:
             writer.write(p.encode(p.ERROR, {"msgid": "HMQ9526E", "message": (
@@ -187,30 +258,86 @@ class SenderChannel:
             raise ChannelStopped(
                 f"message sequence number error: this queue manager last sent sequence "
                 f"number {state['seq']}, {self.partner} last received {hello['seq']} (MQ's "
-                f"AMQ9526); RESET CHANNEL({self.name}) SEQNUM(n) on one side once the "
-                "operator knows which messages arrived")
+                f"AMQ9526); {self._mismatch_meaning(state['seq'], hello['seq'])}; RESET "
+                f"CHANNEL({self.name}) SEQNUM(n) on one side once the operator knows which "
+                "messages arrived")
         self.cur_seq = state["seq"]
         self.status = "RUNNING"
-        self.say("HMQ9002I", f"started to {self.partner} at {a['CONNAME']}")
+        self.say("HMQ9002I", f"started to {self.partner} at {a['CONNAME']} (heartbeat "
+                 f"interval {self.hbint or 'none'}{' s' if self.hbint else ''}"
+                 f"{'; TLS ' + session if session else ''})")
         reset = bool(state.get("reset"))
+        inflight: deque[_InFlight] = deque()
         while not self.stop_requested:
-            if not await self._batch(reader, writer, reset):
-                writer.write(p.encode(p.CLOSE, {}))
-                await writer.drain()
-                self.status = "INACTIVE"
-                return
-            reset = False
+            if len(inflight) < sync.SENDER_SLOTS:
+                # (with a batch in flight, only what is there now: its CONFIRM comes next)
+                sent = await self._batch(reader, writer, reset, inflight, wait=not inflight)
+                if sent is False:
+                    writer.write(p.encode(p.CLOSE, {}))
+                    await writer.drain()
+                    self.status = "INACTIVE"
+                    return
+                if sent is not None:
+                    inflight.append(sent)
+                    reset = False
+                    continue
+            if inflight:
+                await self._confirmed(reader, inflight.popleft())
 
-    async def _resolve(self, doubt, hello: dict) -> None:
-        uow, pending = doubt
-        if uow.state != "prepared":      # decided meanwhile (it cannot be, RESOLVE waits)
-            raise ChannelStopped(f"batch {pending['luwid']} was {uow.state} while the "
-                                 "channel resolved it")
-        if hello.get("luwid") == pending["luwid"]:
+    async def _first_message(self, reader, writer, uow):
+        """The batch's first message: None when the transmission queue stays
+        empty for DISCINT seconds; meanwhile a heartbeat every HBINT seconds,
+        whose answer must come in time or the connection is taken as lost."""
+        core, a = self.core, self.attrs
+        end = time.monotonic() + a["DISCINT"] if a["DISCINT"] else float("inf")
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            wait = min(left, self.hbint) if self.hbint else left
+            msg = await core.get(a["XMITQ"], uow, wait=min(wait, 10**9))
+            if msg is not None:
+                return msg
+            if self.hbint and end - time.monotonic() > 0:
+                await self._heartbeat(reader, writer)
+
+    async def _heartbeat(self, reader, writer) -> None:
+        writer.write(p.encode(p.HEARTBEAT, {}))
+        await writer.drain()
+        limit = p.reply_timeout(self.hbint)
+        try:
+            p.expect(await p.read_frame_within(reader, limit), p.HEARTBEAT)
+        except asyncio.TimeoutError:
+            raise ConnectionLost(f"{self.partner} did not answer a heartbeat in {limit:g} s "
+                                 f"(heartbeat interval {self.hbint} s): the connection is "
+                                 "taken as lost") from None
+
+    def _mismatch_meaning(self, sent: int, received: int) -> str:
+        """What a mismatch means for the messages between the two numbers."""
+        lo, hi = sorted((sent, received))
+        span = f"sequence numbers {lo + 1}..{hi} ({hi - lo} messages)"
+        if sent > received:
+            return (f"{span} were committed on {self.partner} and confirmed, and are not in "
+                    f"its state now ({self.partner} restored from a backup?): whatever of "
+                    "them was still on its queues is lost there unless sent again")
+        return (f"{span} reached {self.partner} but this queue manager has no record of "
+                "sending them (restored from a backup?): those still on its transmission "
+                "queue would arrive a second time")
+
+    async def _resolve(self, doubts: list, hello: dict) -> None:
+        """The batches in doubt (oldest first): the receiver's last one and those
+        before it were committed there; those after it were not."""
+        luwids = [pending["luwid"] for _uow, pending in doubts]
+        last = luwids.index(hello["luwid"]) if hello.get("luwid") in luwids else -1
+        for uow, pending in doubts:
+            if uow.state != "prepared":      # decided meanwhile (it cannot be, RESOLVE waits)
+                raise ChannelStopped(f"batch {pending['luwid']} was {uow.state} while the "
+                                     "channel resolved it")
+        for uow, pending in doubts[:last + 1]:
             await self.core.commit(uow)
             self.say("HMQ9520I", f"in-doubt batch {pending['luwid']} (sequence number "
                      f"{pending['seq']}) committed: {self.partner} had committed it")
-        else:
+        for uow, pending in reversed(doubts[last + 1:]):
             await self.core.backout(uow)
             self.say("HMQ9520I", f"in-doubt batch {pending['luwid']} backed out: "
                      f"{self.partner} had not committed it; its messages are sent again")
@@ -233,17 +360,21 @@ class SenderChannel:
                  f"transmission header: put on the dead-letter queue {dlq}")
         return False
 
-    async def _batch(self, reader, writer, reset: bool) -> bool:
-        """Send one batch; False when the transmission queue stayed empty for
-        DISCINT seconds (the channel then disconnects)."""
+    async def _batch(self, reader, writer, reset: bool, inflight: deque,
+                     wait: bool) -> _InFlight | None | bool:
+        """Get, send and prepare one batch, and send its END_BATCH. False when
+        the transmission queue stayed empty for DISCINT seconds (``wait``; the
+        channel then disconnects); None when nothing was sent (no message there
+        now, without ``wait``; or only dead letters)."""
         core, a = self.core, self.attrs
         xmitq = a["XMITQ"]
         uow = core.begin(owner=sync.owner(self.name))
         try:
-            first = await core.get(xmitq, uow, wait=a["DISCINT"] or 10**9)
+            first = await self._first_message(reader, writer, uow) if wait else \
+                core.get_nowait(xmitq, uow)[0]
             if first is None:
                 core.discard_empty(uow)
-                return False
+                return False if wait else None
             batch = [first]
             deadline = time.monotonic() + a["BATCHINT"] / 1000
             while len(batch) < a["BATCHSZ"]:
@@ -256,15 +387,17 @@ class SenderChannel:
             batch = [m for m in batch if self._sendable(m, uow)]
             if not batch:
                 await core.commit(uow)      # only dead letters: nothing to send
-                return True
-            seq = self.cur_seq
+                return None
+            seq = inflight[-1].seq if inflight else self.cur_seq
             for msg in batch:
                 seq += 1
                 writer.write(p.encode(p.MSG, {"seq": seq, "reset": reset}, msg.body))
                 await writer.drain()
             luwid = uuid.uuid4().hex
+            # the sync slot no other batch in flight holds
+            slot = min(set(range(sync.SENDER_SLOTS)) - {b.slot for b in inflight})
             sync.replace(core, uow, sync.SENDER, self.name,
-                         {"seq": seq, "luwid": luwid, "partner": self.partner})
+                         {"seq": seq, "luwid": luwid, "partner": self.partner}, slot)
             await core.prepare(uow)
         except BaseException:
             if uow.state == "active":
@@ -275,16 +408,24 @@ class SenderChannel:
         self.cur_luwid = luwid
         writer.write(p.encode(p.END_BATCH, {"seq": seq, "luwid": luwid}))
         await writer.drain()
-        _k, h, _ = p.expect(await asyncio.wait_for(p.read_frame(reader), ANSWER_TIMEOUT),
-                            p.CONFIRM)
-        if h.get("luwid") != luwid:
+        return _InFlight(uow, seq, luwid, len(batch), slot)
+
+    async def _confirmed(self, reader, sent: _InFlight) -> None:
+        """The oldest batch in flight: its CONFIRM, then its commit."""
+        limit = p.reply_timeout(self.hbint)
+        try:
+            _k, h, _ = p.expect(await p.read_frame_within(reader, limit), p.CONFIRM)
+        except asyncio.TimeoutError:
+            raise ConnectionLost(f"{self.partner} did not confirm batch {sent.luwid} in "
+                                 f"{limit:g} s: the connection is taken as lost; the batch "
+                                 "stays in doubt until the next connection resolves it") from None
+        if h.get("luwid") != sent.luwid:
             raise p.ChannelProtocolError(f"the partner confirmed batch {h.get('luwid')}, "
-                                         f"not {luwid}")
+                                         f"not {sent.luwid}")
         crash_point("channel.sender_confirmed")
-        await core.commit(uow)
-        self.cur_seq = seq
-        self.cur_luwid = ""
-        self.msgs += len(batch)
+        # not forced here: the next prepare's force carries it (module docstring)
+        self.core.commit_nowait(sent.uow)
+        self.cur_seq = sent.seq
+        self.msgs += sent.count
         self.batches += 1
         self.last_msg_ns = time.time_ns()
-        return True

@@ -69,8 +69,9 @@ CHANNEL_DEFAULTS = {
     "SHORTTMR": 60,
     "LONGRTY": 999_999_999,
     "LONGTMR": 1200,
-    "SSLCIPH": "",
-    "MCAUSER": "",
+    "SSLCIPH": "",             # a CipherSpec: TLS (channels/tls.py); both ends the same
+    "SSLPEER": "",             # e.g. 'CN=QMA,O=Example': the partner's certificate subject
+    "MCAUSER": "",             # receiver: the user whose authority its puts have
 }
 
 #: LISTENER: where receiver channels are accepted
@@ -86,7 +87,17 @@ QMGR_DEFAULTS = {
     "DESCR": "",
     "DEADQ": DEAD_LETTER_QUEUE,
     "MAXMSGL": 4 * 1024 * 1024,
+    "SSLKEYR": "",             # channels' key repository directory; blank: qmgrs/<QM>/ssl
 }
+
+#: the CipherSpecs SSLCIPH may name (channels/tls.py maps them onto TLS);
+#: blank: no TLS
+SSLCIPHS = ("", "ANY_TLS12_OR_HIGHER", "ANY_TLS13", "ECDHE_RSA_AES_128_GCM_SHA256",
+            "ECDHE_RSA_AES_256_GCM_SHA384", "ECDHE_RSA_CHACHA20_POLY1305_SHA256")
+#: SSLPEER's attribute names and the certificate subject's
+PEER_KEYS = {"CN": "commonName", "O": "organizationName", "OU": "organizationalUnitName",
+             "L": "localityName", "ST": "stateOrProvinceName", "C": "countryName",
+             "DC": "domainComponent"}
 
 _CHOICES = {
     "DEFPSIST": ("YES", "NO"),
@@ -97,6 +108,7 @@ _CHOICES = {
     "CHLTYPE": ("SDR", "RCVR"),
     "TRPTYPE": ("TCP",),
     "CONTROL": ("QMGR", "MANUAL"),
+    "SSLCIPH": SSLCIPHS,
 }
 _RANGES = {
     "DEFPRTY": (0, 9),
@@ -158,7 +170,7 @@ def validate(attrs: dict, defaults: dict, what: str) -> dict:
                 ("ENABLED" if value else "DISABLED")
             if v not in _CHOICES[key]:
                 raise InvalidAttribute(f"{key}({value}) is not valid: choose one of "
-                                       f"{', '.join(_CHOICES[key])}")
+                                       f"{', '.join(c or '(blank)' for c in _CHOICES[key])}")
             out[key] = v
         elif key in _RANGES:
             try:
@@ -175,9 +187,28 @@ def validate(attrs: dict, defaults: dict, what: str) -> dict:
             out[key] = str(value)
             if value:
                 parse_conname(out[key])
-        elif key == "SSLCIPH" and value:
-            raise InvalidAttribute("SSLCIPH: TLS on channels is not supported yet; leave it "
-                                   "blank")
+        elif key == "SSLPEER":
+            out[key] = str(value)
+            parse_sslpeer(out[key])
+        elif key == "SSLKEYR":
+            out[key] = str(value)
+            if value and not out[key].startswith("/"):
+                raise InvalidAttribute(f"SSLKEYR({value}): give the key repository as an "
+                                       "absolute directory")
         else:
             out[key] = str(value)
+    return out
+
+
+def parse_sslpeer(value: str) -> list[tuple[str, str]]:
+    """SSLPEER('CN=QMA,O=Example') as [("commonName", "QMA"), ...];
+    InvalidAttribute naming the part that is not ``KEY=value`` with a known key."""
+    out = []
+    for part in filter(None, (x.strip() for x in str(value).split(","))):
+        key, eq, val = part.partition("=")
+        key = key.strip().upper()
+        if not eq or key not in PEER_KEYS or not val.strip():
+            raise InvalidAttribute(f"SSLPEER({value}): {part!r} is not KEY=value with KEY "
+                                   f"one of {', '.join(PEER_KEYS)}")
+        out.append((PEER_KEYS[key], val.strip()))
     return out

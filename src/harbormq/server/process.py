@@ -67,7 +67,7 @@ class QueueManagerServer:
         self.running = await RunningQueueManager.start(self.config, console=self.console,
                                                       progress=self.progress)
         self.stomp = StompService(self.running.core, self.config, self.security)
-        self.channels = ChannelInitiator(self.running.core)
+        self.channels = ChannelInitiator(self.running.core, self.security)
         try:
             await self.stomp.start()
             await self.channels.start()
