@@ -362,10 +362,8 @@ def _put(home: Path, first: int, n: int, *, archive_log: bool = False) -> None:
             qm._call(qm.core.log_management.archive_now())
 
 
-@pytest.mark.parametrize("cut_in", ["archived extent", "open extent"])
-def test_a_conditional_restart_of_the_primary_stops_the_standby(tmp_path, cut_in):
-    """The primary gives up its log after a point (harbormq log crestart): the
-    standby must neither replay the given-up log nor be activated with it."""
+def _following_standby(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A primary (m0..m4 archived, cold backup) and its standby, replayed once."""
     primary, standby, arch = tmp_path / "primary", tmp_path / "standby", tmp_path / "arch"
     create_primary(primary, arch)
     with QueueManager.open("QS", home=primary) as qm:
@@ -375,6 +373,14 @@ def test_a_conditional_restart_of_the_primary_stops_the_standby(tmp_path, cut_in
                         "--json").stdout)["path"]
     restore_standby(standby, bk)
     replay_once(standby, arch)
+    return primary, standby, arch
+
+
+@pytest.mark.parametrize("cut_in", ["archived extent", "open extent"])
+def test_a_conditional_restart_of_the_primary_stops_the_standby(tmp_path, cut_in):
+    """The primary gives up its log after a point (harbormq log crestart): the
+    standby must neither replay the given-up log nor be activated with it."""
+    primary, standby, arch = _following_standby(tmp_path)
     _put(primary, 5, 5)
     with QueueManager.open("QS", home=primary) as qm:
         cut = qm.core.log.end_lsn
@@ -398,15 +404,7 @@ def test_a_conditional_restart_of_the_primary_stops_the_standby(tmp_path, cut_in
 
 
 def test_activation_is_refused_when_the_archive_fails_unless_forced(tmp_path):
-    primary, standby, arch = tmp_path / "primary", tmp_path / "standby", tmp_path / "arch"
-    create_primary(primary, arch)
-    with QueueManager.open("QS", home=primary) as qm:
-        qm.define_queue("C.Q")
-    _put(primary, 0, 5, archive_log=True)
-    bk = json.loads(hmq(child_env(primary), "backup", "QS", "--to", str(tmp_path / "bk"),
-                        "--json").stdout)["path"]
-    restore_standby(standby, bk)
-    replay_once(standby, arch)
+    primary, standby, arch = _following_standby(tmp_path)
     _put(primary, 5, 5, archive_log=True)
     newest = archived(arch)[-1]
     path = archive.archive_dir(arch, "QS") / newest.name
