@@ -83,6 +83,7 @@ from pathlib import Path
 # checkout's src/: never an installed harbormq of another tree (formats differ)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import profile_stages  # noqa: E402
 import stomp_load  # noqa: E402
 from _common import make_progress  # noqa: E402
 from bench_stomp import (  # noqa: E402
@@ -318,6 +319,7 @@ class Broker:
 class HarborMQ(Broker):
     name = "harbormq"
     QM = "PEERS"
+    py_spy = "py-spy"                   # names the server's threads (py-spy dump)
 
     def __init__(self, scratch: Path):
         super().__init__(scratch)
@@ -339,12 +341,13 @@ class HarborMQ(Broker):
         return [sys.executable, "-m", "harbormq", "start", self.QM, "--foreground"], env
 
     async def ready(self) -> None:
+        from harbormq.errors import QueueManagerNotRunning
         deadline = time.monotonic() + 60
         while True:                     # the admin socket comes up with the listener
             try:
                 self.mqsc("DISPLAY QMGR")
                 return
-            except (OSError, RuntimeError, ValueError):
+            except (OSError, RuntimeError, ValueError, QueueManagerNotRunning):
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.05)
@@ -473,7 +476,11 @@ def new_run(loop, broker: Broker, total: int) -> Run:
                subscribe_extra=broker.subscribe_extra)
 
 
-async def run_workload(broker: Broker, wl: str, messages: int, tag: str) -> dict:
+async def run_workload(broker: Broker, wl: str, messages: int, tag: str,
+                       probe=None) -> dict:
+    """One measured run on fresh connections; ``probe`` (profile_stages.PySpy or
+    Strace, built from the server's pid) watches the server from the first SEND
+    to the last MESSAGE."""
     _what, n_prod, n_cons, window, txn, _quick, _head = WORKLOADS[wl]
     queue = f"PEERS.{wl.upper()}"
     dest = "/queue/" + queue
@@ -494,6 +501,11 @@ async def run_workload(broker: Broker, wl: str, messages: int, tag: str) -> dict
     await asyncio.wait_for(asyncio.gather(*(c.subscribe() for c in run.consumers)), 30)
 
     la0 = loadavg()
+    pid = broker.proc.pid
+    watching = probe(pid) if probe else None
+    by_thread = isinstance(broker, HarborMQ)      # one process: its threads mean something
+    names = profile_stages.thread_names(broker.py_spy, pid) if by_thread else {}
+    threads0 = profile_stages.thread_cpu(pid, names) if by_thread else {}
     srv0 = broker.cpu()
     host0 = host_cpu()
     t0 = time.perf_counter()
@@ -504,6 +516,9 @@ async def run_workload(broker: Broker, wl: str, messages: int, tag: str) -> dict
     t1 = time.perf_counter()
     srv1 = broker.cpu()
     host1 = host_cpu()
+    threads = profile_stages.cpu_delta(threads0, profile_stages.thread_cpu(pid, names)) \
+        if by_thread else {}
+    probed = watching.stop() if watching else None
     for c in run.consumers:
         c.flush_acks()
     await asyncio.wait_for(asyncio.gather(*(x.disconnect() for x in conns)), 60)
@@ -524,6 +539,9 @@ async def run_workload(broker: Broker, wl: str, messages: int, tag: str) -> dict
         "server_rss_mb": tree_rss_mb(broker.proc.pid),
         "loadavg_before": la0, "loadavg_after": loadavg(),
         "host_cpu": host_cpu_share(host0, host1),
+        "server_threads_cpu_s": {g: {k: round(v, 2) for k, v in c.items()}
+                                 for g, c in threads.items()},
+        "probe": probed,
     }
 
 
@@ -649,12 +667,37 @@ async def bench_broker(broker: Broker, args, workloads: list[str]) -> dict:
                      f"{r['host_cpu']['busy_pct']}%, load {r['loadavg_after'][0]}")
             runs.append(r)
         out["workloads"][wl] = {"median": median_of(runs), "runs": runs}
+        if args.profile and isinstance(broker, HarborMQ):
+            out["workloads"][wl]["profile"] = await profile(broker, wl, n, runs, args)
     if RESTART in workloads:
         progress(f"{broker.name} (e) restart after kill -9 with {args.restart_messages} queued")
         r = await restart_test(broker, args.restart_messages, not args.no_drain)
         progress(f"  accept {r['accept_s']} s, first message {r['first_message_s']} s, "
                  f"recovered {r.get('recovered')}")
         out["workloads"][RESTART] = r
+    return out
+
+
+async def profile(broker: Broker, wl: str, n: int, runs: list[dict], args) -> dict:
+    """Two more runs, not counted: one under py-spy (stages), one under strace
+    (syscalls per message). CPU per thread: the median of the measured runs."""
+    raw = str(broker.dir / f"pyspy-{wl}.raw")
+    progress(f"  profiling ({wl}) under py-spy --native")
+    r = await run_workload(broker, wl, n, "py", probe=lambda pid: profile_stages.PySpy(
+        args.py_spy, pid, raw))
+    cpu = {}
+    for g in runs[0]["server_threads_cpu_s"]:
+        cpu[g] = {k: statistics.median(x["server_threads_cpu_s"].get(g, {}).get(k, 0.0)
+                                       for x in runs) for k in ("user", "system")}
+    out = {"threads": profile_stages.stages(profile_stages.classify(raw, broker.proc.pid),
+                                            cpu, n),
+           "profiled_run_recv_msgs_per_s": r["recv_msgs_per_s"]}
+    if shutil.which("strace"):
+        progress(f"  profiling ({wl}) under strace -c -f")
+        r = await run_workload(broker, wl, n, "st", probe=lambda pid: profile_stages.Strace(
+            pid, str(broker.dir / f"strace-{wl}.txt")))
+        out["syscalls_per_msg"] = profile_stages.per_message(r["probe"], n)
+    shutil.copy(raw, Path(args.profile) / f"pyspy-{wl}.raw")
     return out
 
 
@@ -700,6 +743,12 @@ def main() -> None:
                     help="(e): do not drain and count the queue after the restart")
     ap.add_argument("--no-install", action="store_true", help="never run apt-get")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    ap.add_argument("--profile", metavar="DIR", default=None,
+                    help="harbormq: after each workload's runs, one run under py-spy --native "
+                         "(stages per message) and one under strace -c (syscalls per "
+                         "message); raw profiles kept in DIR")
+    ap.add_argument("--py-spy", default=shutil.which("py-spy") or
+                    str(Path(sys.executable).with_name("py-spy")))
     args = ap.parse_args()
     brokers = [b.strip() for b in args.only.split(",") if b.strip()]
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -709,6 +758,8 @@ def main() -> None:
     for w in workloads:
         if w not in WORKLOADS and w != RESTART:
             ap.error(f"unknown workload {w!r} (a, b, c, d, e)")
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
     if not args.no_install:
         ensure_packages(brokers)
 
@@ -725,6 +776,7 @@ def main() -> None:
             try:
                 if isinstance(broker, HarborMQ):
                     broker.create()          # runs a loop of its own: outside ours
+                broker.py_spy = args.py_spy
                 results[name] = asyncio.run(bench_broker(broker, args, workloads))
             except Exception as exc:  # noqa: BLE001 - the other brokers still run
                 errors[name] = repr(exc)
