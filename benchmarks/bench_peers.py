@@ -3,8 +3,11 @@
 
 Issue 14 §1. Each broker runs as a real server process on loopback, on free
 ports, with its persistent storage in a scratch directory (never the system
-services' configuration or data), one broker at a time; one raw-frame load
-generator (``stomp_load.py``, one client process) drives all three.
+services' configuration or data); one raw-frame load generator
+(``stomp_load.py``, one client process) drives all three. The three run
+side by side and each workload's measured runs are interleaved (round 1:
+harbormq, RabbitMQ, ActiveMQ; round 2: ...): on a shared machine the load of
+other jobs then falls on all three alike. Idle, a broker costs next to no CPU.
 Persistent 1 KiB messages, consumers ACK each MESSAGE (``client-individual``).
 
 * harbormq: ``python -m harbormq start QM --foreground`` under a temporary
@@ -643,39 +646,71 @@ async def restart_test(broker: Broker, n: int, drain: bool) -> dict:
 
 # ---------------------------------------------------------------------- main
 
-async def bench_broker(broker: Broker, args, workloads: list[str]) -> dict:
-    out = {"version": broker.version, "port": broker.port, "workloads": {}}
-    out["start_s"] = round(await broker.start(), 2)
-    progress(f"{broker.name} {broker.version} listening on {broker.port} "
-             f"(pid {broker.proc.pid}), started in {out['start_s']} s")
+async def bench_all(brokers: list[Broker], args, workloads: list[str], results: dict,
+                    errors: dict) -> None:
+    """All brokers up at once; each workload's runs interleaved (round i runs
+    every broker in turn), so that load from other jobs on a shared machine
+    falls on all of them alike. The restart test (e) last, one broker at a
+    time. A broker that fails is reported and left out of what follows."""
+    live = []
+    for b in brokers:
+        try:
+            start_s = round(await b.start(), 2)
+        except Exception as exc:  # noqa: BLE001 - the other brokers still run
+            errors[b.name] = repr(exc)
+            progress(f"{b.name} failed to start: {exc!r}")
+            continue
+        results[b.name] = {"version": b.version, "port": b.port, "start_s": start_s,
+                           "workloads": {}}
+        progress(f"{b.name} {b.version} listening on {b.port} (pid {b.proc.pid}), "
+                 f"started in {start_s} s")
+        live.append(b)
+
+    async def attempt(b: Broker, coro) -> dict | None:
+        try:
+            return await coro
+        except Exception as exc:  # noqa: BLE001
+            errors[b.name] = repr(exc)
+            progress(f"{b.name} failed: {exc!r}")
+            live.remove(b)
+            return None
+
     for wl in workloads:
         if wl == RESTART:
             continue
         what, *_rest, quick, _head = WORKLOADS[wl]
         n = int(quick * args.scale)
-        await broker.prepare(f"PEERS.{wl.upper()}")
-        progress(f"{broker.name} ({wl}) {what}: warm-up {max(200, n // 5)}, then "
-                 f"{args.runs} x {n}")
-        await run_workload(broker, wl, max(200, n // 5), "w")
-        runs = []
+        warm = max(200, n // 5)
+        progress(f"({wl}) {what}: warm-up {warm}, then {args.runs} rounds of {n}")
+        runs: dict[str, list] = {b.name: [] for b in live}
+        for b in list(live):
+            await b.prepare(f"PEERS.{wl.upper()}")
+            await attempt(b, run_workload(b, wl, warm, "w"))
         for i in range(args.runs):
-            r = await run_workload(broker, wl, n, f"r{i}")
-            progress(f"  run {i + 1}: recv {r['recv_msgs_per_s']}/s send "
-                     f"{r['send_msgs_per_s']}/s receipt p50/p99 "
-                     f"{r['receipt_latency_ms'].get('p50')}/{r['receipt_latency_ms'].get('p99')}"
-                     f" ms, server CPU {r['server_cpu_util']}, host busy "
-                     f"{r['host_cpu']['busy_pct']}%, load {r['loadavg_after'][0]}")
-            runs.append(r)
-        out["workloads"][wl] = {"median": median_of(runs), "runs": runs}
-        if args.profile and isinstance(broker, HarborMQ):
-            out["workloads"][wl]["profile"] = await profile(broker, wl, n, runs, args)
+            for b in list(live):
+                r = await attempt(b, run_workload(b, wl, n, f"r{i}"))
+                if r is None:
+                    continue
+                progress(f"  {b.name} run {i + 1}: recv {r['recv_msgs_per_s']}/s send "
+                         f"{r['send_msgs_per_s']}/s receipt p50/p99 "
+                         f"{r['receipt_latency_ms'].get('p50')}/"
+                         f"{r['receipt_latency_ms'].get('p99')} ms, server CPU "
+                         f"{r['server_cpu_util']}, host busy {r['host_cpu']['busy_pct']}%, "
+                         f"load {r['loadavg_after'][0]}")
+                runs[b.name].append(r)
+        for b in live:
+            res = {"median": median_of(runs[b.name]), "runs": runs[b.name]}
+            if args.profile and isinstance(b, HarborMQ):
+                res["profile"] = await profile(b, wl, n, runs[b.name], args)
+            results[b.name]["workloads"][wl] = res
     if RESTART in workloads:
-        progress(f"{broker.name} (e) restart after kill -9 with {args.restart_messages} queued")
-        r = await restart_test(broker, args.restart_messages, not args.no_drain)
-        progress(f"  accept {r['accept_s']} s, first message {r['first_message_s']} s, "
-                 f"recovered {r.get('recovered')}")
-        out["workloads"][RESTART] = r
-    return out
+        for b in list(live):
+            progress(f"{b.name} (e) restart after kill -9 with {args.restart_messages} queued")
+            r = await attempt(b, restart_test(b, args.restart_messages, not args.no_drain))
+            if r is not None:
+                progress(f"  accept {r['accept_s']} s, first message {r['first_message_s']} s, "
+                         f"recovered {r.get('recovered')}")
+                results[b.name]["workloads"][RESTART] = r
 
 
 async def profile(broker: Broker, wl: str, n: int, runs: list[dict], args) -> dict:
@@ -769,22 +804,19 @@ def main() -> None:
     errors: dict = {}
     la_start = loadavg()
     t_start = datetime.datetime.now().astimezone()
+    started: list[Broker] = []
     try:
         for name in brokers:
-            broker = {"harbormq": HarborMQ, "rabbitmq": RabbitMQ, "activemq": ActiveMQ}[name](
-                scratch)
-            try:
-                if isinstance(broker, HarborMQ):
-                    broker.create()          # runs a loop of its own: outside ours
-                broker.py_spy = args.py_spy
-                results[name] = asyncio.run(bench_broker(broker, args, workloads))
-            except Exception as exc:  # noqa: BLE001 - the other brokers still run
-                errors[name] = repr(exc)
-                progress(f"{name} failed: {exc!r}")
-            finally:
-                broker.stop()
-                broker.cleanup()
+            b = {"harbormq": HarborMQ, "rabbitmq": RabbitMQ, "activemq": ActiveMQ}[name](scratch)
+            b.py_spy = args.py_spy
+            started.append(b)
+            if isinstance(b, HarborMQ):
+                b.create()               # runs a loop of its own: outside ours
+        asyncio.run(bench_all(started, args, workloads, results, errors))
     finally:
+        for b in started:                # every process we started, even on error
+            b.stop()
+            b.cleanup()
         if args.keep:
             progress(f"kept {scratch}")
         else:
@@ -800,7 +832,8 @@ def main() -> None:
         "loadavg_at_start": la_start, "loadavg_at_end": loadavg(),
         "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
                  "kernel": platform.release(), "cpu_model": cpu_model(),
-                 "note": "brokers one at a time; the load generator on the same host"},
+                 "note": "brokers side by side, runs interleaved; the load generator "
+                         "on the same host"},
     }
     print(json.dumps(out, indent=2))
     if errors:
