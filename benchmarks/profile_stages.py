@@ -126,9 +126,9 @@ def cpu_delta(a: dict, b: dict) -> dict:
     return {g: {k: b[g][k] - a.get(g, {}).get(k, 0.0) for k in ("user", "system")} for g in b}
 
 
-def classify(raw_path: str, pid: int) -> dict[str, collections.Counter]:
-    """Samples per stage per thread group, from py-spy's raw (collapsed) output."""
-    out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+def pyspy_samples(raw_path: str):
+    """(stack, frames, count) per line of py-spy's raw (collapsed) output:
+    'thread (tid): name;f1 (file:line);f2 ... count'."""
     with open(raw_path) as f:
         for line in f:
             stack, _, count = line.rstrip("\n").rpartition(" ")
@@ -136,15 +136,21 @@ def classify(raw_path: str, pid: int) -> dict[str, collections.Counter]:
                 n = int(count)
             except ValueError:
                 continue
-            frames = stack.split(";")
-            m = re.match(r"thread \((\d+)\): ?(.*)", frames[0])
-            tid, name = (int(m.group(1)), m.group(2)) if m else (0, frames[0])
-            group = group_of(tid, pid, name)
-            leaf = frames[-1] if len(frames) > 1 else ""
-            for stage, test in GROUP_RULES[group]:
-                if test(leaf, stack):
-                    out[group][stage] += n
-                    break
+            yield stack, stack.split(";"), n
+
+
+def classify(raw_path: str, pid: int) -> dict[str, collections.Counter]:
+    """Samples per stage per thread group, from py-spy's raw output."""
+    out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for stack, frames, n in pyspy_samples(raw_path):
+        m = re.match(r"thread \((\d+)\): ?(.*)", frames[0])
+        tid, name = (int(m.group(1)), m.group(2)) if m else (0, frames[0])
+        group = group_of(tid, pid, name)
+        leaf = frames[-1] if len(frames) > 1 else ""
+        for stage, test in GROUP_RULES[group]:
+            if test(leaf, stack):
+                out[group][stage] += n
+                break
     return dict(out)
 
 
