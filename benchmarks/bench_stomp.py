@@ -99,6 +99,7 @@ from pathlib import Path
 
 import stomp_load
 from _common import make_progress  # puts src/ on the path (harbormq is imported lazily)
+from profile_stages import pyspy_samples
 from stomp_load import Consumer, Producer, Run
 
 QM_NAME = "BENCHSTOMP"
@@ -566,34 +567,27 @@ def summarize_pyspy(path: Path, top: int, seconds: float | None = None,
     threads = collections.Counter()
     total = 0
     main_total = 0
-    with open(path) as f:
-        for line in f:
-            stack, _, count = line.rstrip("\n").rpartition(" ")
-            try:
-                n = int(count)
-            except ValueError:
-                continue
-            frames = stack.split(";")
-            total += n
-            thread = frames[0].split(": ", 1)[-1].rstrip(")")
-            threads[thread] += n
-            funcs = []
-            for fr in frames[1:]:
-                name, _, loc = fr.partition(" (")
-                file = loc.split(":")[0]
-                short = "/".join(file.split("/")[-2:])
-                funcs.append(f"{name} ({short})")
-            if not funcs:
-                continue
-            main = thread == "MainThread"
-            own[funcs[-1]] += n
+    for _stack, frames, n in pyspy_samples(str(path)):
+        total += n
+        thread = frames[0].split(": ", 1)[-1].rstrip(")")
+        threads[thread] += n
+        funcs = []
+        for fr in frames[1:]:
+            name, _, loc = fr.partition(" (")
+            file = loc.split(":")[0]
+            short = "/".join(file.split("/")[-2:])
+            funcs.append(f"{name} ({short})")
+        if not funcs:
+            continue
+        main = thread == "MainThread"
+        own[funcs[-1]] += n
+        if main:
+            main_total += n
+            own_main[funcs[-1]] += n
+        for fn in set(funcs):
+            cum[fn] += n
             if main:
-                main_total += n
-                own_main[funcs[-1]] += n
-            for fn in set(funcs):
-                cum[fn] += n
-                if main:
-                    cum_main[fn] += n
+                cum_main[fn] += n
 
     def share(c, of):
         return [{"function": k, "pct": round(100 * v / of, 2)} for k, v in c.most_common(top)]

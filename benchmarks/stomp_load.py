@@ -36,8 +36,14 @@ class Run:
     """State shared by every connection of one measured phase (one process)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, total: int, *, max_backlog: int = 0,
-                 rate: float = 0.0):
+                 rate: float = 0.0, host: str = "localhost", connect_extra: bytes = b"",
+                 subscribe_extra: bytes = b""):
         self.loop = loop
+        # other brokers want other CONNECT/SUBSCRIBE headers (RabbitMQ: host is its
+        # vhost, login needed; ActiveMQ: activemq.prefetchSize), as "name:value\n" lines
+        self.host = host
+        self.connect_extra = connect_extra
+        self.subscribe_extra = subscribe_extra
         self.total = total               # messages the producers send in all
         self.sent = 0                    # SENDs written (all producers)
         self.receipted = 0               # SENDs confirmed by RECEIPT (or by COMMIT receipt)
@@ -47,6 +53,7 @@ class Run:
         self.t0 = 0                      # perf_counter_ns at the start
         self.t_last_receipt = 0
         self.t_last_message = 0
+        self.t_first_message = 0
         self.all_received = loop.create_future()
         self.all_receipted = loop.create_future()
         self.producers: list[Producer] = []
@@ -66,6 +73,8 @@ class Run:
     def on_received(self, n: int) -> None:
         self.received += n
         self.t_last_message = _now()
+        if not self.t_first_message:
+            self.t_first_message = self.t_last_message
         if self._held and self.max_backlog and \
                 self.sent - self.received < self.max_backlog * 0.98:
             held, self._held = self._held, []
@@ -119,7 +128,8 @@ class StompProto(asyncio.Protocol):
     # -- transport
     def connection_made(self, transport) -> None:
         self.transport = transport
-        transport.write(b"CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:0,0\n"
+        transport.write(b"CONNECT\naccept-version:1.2\nhost:" + self.run.host.encode() +
+                        b"\nheart-beat:0,0\n" + self.run.connect_extra +
                         b"client-id:" + self.name.encode() + b"\n\n\0")
 
     def connection_lost(self, exc) -> None:
@@ -361,7 +371,7 @@ class Consumer(StompProto):
                self.ack.encode() + b"\nreceipt:sub\n")
         if self.ack != "auto":
             hdr += b"prefetch-count:%d\n" % self.prefetch
-        self.transport.write(hdr + b"\n\0")
+        self.transport.write(hdr + self.run.subscribe_extra + b"\n\0")
         self.t_start = _now()
         return self.subscribed
 
