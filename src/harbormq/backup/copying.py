@@ -15,7 +15,6 @@ left by a copier that was killed is cleared by the next copy
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 import time
@@ -25,9 +24,8 @@ from typing import Callable
 import lmdb
 
 from ..errors import BackupError
-from ..fsutil import FILE_MODE, fsync_dir, make_dirs
+from ..fsutil import FILE_MODE, copy_durably, fd_sha256, fsync_dir, make_dirs
 from ..store.stores import MAX_MAP_SIZE
-from .manifest import fd_sha256
 
 CHUNK = 4 << 20
 
@@ -69,7 +67,7 @@ class Copier:
                   ) -> tuple[int, str]:
         t = time.monotonic()
         make_dirs(Path(dst).parent)
-        size, sha = copy_file_durably(src, dst, expect=expect, durable=self.durable)
+        size, sha = copy_durably(src, dst, expect=expect, durable=self.durable)
         self.counted(size, time.monotonic() - t, str(dst.name))
         return size, sha
 
@@ -80,63 +78,6 @@ class Copier:
         size, sha = snapshot_store(src_dir, dst_dir)
         self.counted(size, time.monotonic() - t, str(src_dir.name))
         return size, sha
-
-
-def copy_file_durably(src: Path, dst: Path, *, expect: tuple[int, str] | None = None,
-                      durable: bool = True) -> tuple[int, str]:
-    """Replace ``dst`` with a copy of ``src`` (a temporary file, fsync, rename,
-    directory fsync); (size, SHA-256) of the copy as written. With ``expect``,
-    a copy that differs is removed before it ever has ``dst``'s name.
-
-    The kernel copies (copy_file_range: no pass through this process's
-    buffers), then the copy is hashed through a map of it, so the hash is of
-    the bytes that landed in ``dst``, not of what was read from ``src``.
-    Measured on a 256 MiB extent: half the CPU of read, hash, write
-    (docs/backup.md). ``durable=False`` (scratch space only) skips the fsyncs."""
-    dst = Path(dst)
-    tmp = dst.with_name(dst.name + ".tmp")
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        try:
-            _copy_fd(fin, fd)
-            size, sha = fd_sha256(fd)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    finally:
-        os.close(fin)
-    if expect is not None and (size, sha) != expect:
-        tmp.unlink()
-        return size, sha
-    os.replace(tmp, dst)
-    if durable:
-        fsync_dir(dst.parent)
-    return size, sha
-
-
-#: copy_file_range is not offered here (another file system, an old kernel):
-#: copy through a buffer instead
-_NO_RANGE_COPY = (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
-
-
-def _copy_fd(fin: int, fout: int) -> None:
-    pos = 0
-    try:
-        while n := os.copy_file_range(fin, fout, 1 << 30, pos, pos):
-            pos += n
-        return
-    except OSError as exc:
-        if exc.errno not in _NO_RANGE_COPY:
-            raise
-    os.ftruncate(fout, 0)
-    pos = 0
-    while data := os.pread(fin, CHUNK, pos):
-        view = memoryview(data)
-        while view:
-            view = view[os.pwrite(fout, view, pos + len(data) - len(view)):]
-        pos += len(data)
 
 
 #: a named database's record in LMDB's main database (MDB_db): pad, flags,

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
-import os
 import re
 import time
 from pathlib import Path
 
 from ..errors import BackupChainBroken, BackupDamaged
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, file_sha256
 
 FORMAT = "harbormq-backup"
 FORMAT_VERSION = 1
@@ -40,7 +38,6 @@ DELETING = ".deleting"
 KINDS = {"full": "full", "incremental": "incr"}
 #: a complete backup's directory name (a .part or .deleting one never matches)
 NAME_RE = re.compile(r"^\d{4}(-\d\d){5}-\d{6}\.(full|incr)$")
-HASH_CHUNK = 4 << 20
 
 
 def backup_name(kind: str, now_ns: int | None = None) -> str:
@@ -93,36 +90,6 @@ def read_manifest(directory: Path) -> dict:
 
 def manifest_sha256(directory: Path) -> str:
     return hashlib.sha256((Path(directory) / MANIFEST).read_bytes()).hexdigest()
-
-
-def file_sha256(path: Path) -> tuple[int, str]:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return fd_sha256(fd)
-    finally:
-        os.close(fd)
-
-
-def fd_sha256(fd: int) -> tuple[int, str]:
-    """(size, SHA-256) of the whole file open on ``fd``. Hashed through a
-    read-only map of it: the bytes go from the page cache to the hash with no
-    copy into a buffer (a third of the CPU of reading it; bench_backup.py).
-    A file that cannot be mapped (an odd file system) is read instead."""
-    size = os.fstat(fd).st_size
-    digest = hashlib.sha256()
-    if size == 0:
-        return 0, digest.hexdigest()
-    try:
-        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
-            m.madvise(mmap.MADV_SEQUENTIAL)
-            digest.update(m)
-        return size, digest.hexdigest()
-    except (OSError, ValueError):
-        digest, size, pos = hashlib.sha256(), 0, 0
-        while chunk := os.pread(fd, HASH_CHUNK, pos):
-            digest.update(chunk)
-            pos += len(chunk)
-        return pos, digest.hexdigest()
 
 
 def check_files(directory: Path, manifest: dict, progress=None) -> int:

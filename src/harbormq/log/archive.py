@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import fsutil
 from ..errors import LogCorrupt, LogMissing
 from ..fsutil import FILE_MODE, atomic_write, copy_durably, file_name, fsync_dir, make_dirs
 from .reader import ExtentReader, closed_at, read_header
@@ -98,11 +99,7 @@ def _dt_text(ns: int) -> str:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(COPY_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return fsutil.file_sha256(path)[1]
 
 
 def _record_times(path: Path, end_lsn: int | None = None) -> tuple[int, int]:
