@@ -323,8 +323,8 @@ class Standby:
             end = restart.redo_only().end_lsn
             self._stamp_stores(core, end)
             st = core.log.state
-            if restart.last_checkpoint is not None:
-                lsn, _head = restart.last_checkpoint
+            if restart.last_checkpoint_lsn:
+                lsn = restart.last_checkpoint_lsn
                 table = read_checkpoint(lambda at: next(core.log.read_from(at), None), lsn)
                 media = [mp["replay_from"] for mp in table.get("media", {}).values()]
                 st.checkpoint_lsn, st.restart_lsn = lsn, table["restart_lsn"]

@@ -84,8 +84,8 @@ class Restart:
         #: standby replay (qmgr/standby.py): phases 1-3 only, nothing written to
         #: the log, and a standby queue manager is not refused
         self.replaying = replaying
-        #: (LSN, head) of the last CHECKPOINT_END redo read
-        self.last_checkpoint: tuple[int, dict] | None = None
+        #: LSN of the last CHECKPOINT_END redo read (0: none)
+        self.last_checkpoint_lsn = 0
         self.progress = progress or (lambda phase, done, total: None)
         self.report = RestartReport()
         self.redo_from: dict[int, int] = {}     # object id -> store recovery LSN at open
@@ -581,7 +581,7 @@ class Restart:
 
     def _redo(self, rec: LogRecord) -> None:
         if rec.type == RecordType.CHECKPOINT_END:
-            self.last_checkpoint = (rec.lsn, decode_json(rec.payload))
+            self.last_checkpoint_lsn = rec.lsn
         if rec.uow_id and rec.uow_id >= self.core.next_uow_id:
             self.core.next_uow_id = rec.uow_id + 1
         if self.rule.feed(rec):
