@@ -104,6 +104,11 @@ class RecoveryScan:
         self.bytes_read = 0
 
     def __iter__(self) -> Iterator[LogRecord]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[LogRecord]]:
+        """The records a list at a time (restart's redo loop reads these)."""
         chain = self.log.chain()
         start_index = 0
         for i, e in enumerate(chain):
@@ -120,7 +125,8 @@ class RecoveryScan:
             first = i == start_index
             yield from self._extent(e, newest, first)
 
-    def _extent(self, e: ExtentInfo, newest: bool, first: bool) -> Iterator[LogRecord]:
+    def _extent(self, e: ExtentInfo, newest: bool, first: bool
+                ) -> Iterator[list[LogRecord]]:
         end: ExtentEnd
         copies = self.log.extent_copies(e)
         if first and self.from_lsn < e.first_lsn:
@@ -144,11 +150,12 @@ class RecoveryScan:
                     raise LogCorrupt(f"log extent {path.name} belongs to queue manager "
                                      f"{reader.header.qm_name}, not {self.log.qm_name}",
                                      path=str(path), offset=0)
-                for rec in reader.records(pos, to_lsn=e.end_lsn if e.cut else None):
-                    self.records_read += 1
-                    self.bytes_read += rec.length
-                    yield rec
-                    pos = rec.lsn + rec.length
+                for batch in reader.batches(pos, to_lsn=e.end_lsn if e.cut else None):
+                    last = batch[-1]
+                    self.records_read += len(batch)
+                    self.bytes_read += last.lsn + last.length - batch[0].lsn   # contiguous
+                    yield batch
+                    pos = last.lsn + last.length
                 end = reader.end
                 if not newest and not closed_at(end, e.end_lsn, e.cut):
                     raise LogCorrupt(f"log extent {path.name} ends at LSN {end.lsn}, the "

@@ -54,10 +54,10 @@ from .records import (
     Compensation,
     LogRecord,
     Message,
-    MessageRef,
     RecordType,
     decode_json,
     decode_shunt,
+    ref_key,
 )
 
 
@@ -144,7 +144,9 @@ class CommitRule:
         #: not been read (restart writes it)
         self.joined_unrecorded: dict[int, OpenUow] = {}
         T = RecordType
-        self._handlers = {
+        #: record type -> what the rule does with it (``feed``; a loop over many
+        #: records may look its handler up itself)
+        self.handlers = self._handlers = {
             T.MSG_PUT: self._put, T.MSG_GET: self._get, T.MSG_EXPIRE: self._get,
             T.UOW_BEGIN: self._begin, T.UOW_PREPARE: self._prepare,
             T.UOW_COMMIT: self._commit, T.COMPENSATION: self._compensation,
@@ -191,14 +193,14 @@ class CommitRule:
         target = fx.target(rec)
         if target is None:
             return
-        ref = MessageRef.decode(rec.payload)
+        key = ref_key(rec.payload)
         if rec.flags & AUTO_COMMIT:
             if fx.due(target, rec.lsn):
-                fx.delete(target, ref.key, rec.lsn, None)
+                fx.delete(target, key, rec.lsn, None)
             return
         uow = self._uow(rec)
         uow.last_lsn = rec.lsn
-        op = PendingOp("get", rec.uow_id, target, ref.key, None, rec.lsn, rec.prev_lsn)
+        op = PendingOp("get", rec.uow_id, target, key, None, rec.lsn, rec.prev_lsn)
         if fx.opened(op, rec):
             uow.ops[op.lsn] = op
 

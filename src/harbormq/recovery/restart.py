@@ -484,14 +484,10 @@ class Restart:
     # -- phase 3 --------------------------------------------------------------------
 
     def _queue_for(self, rec: LogRecord) -> LocalQueue | None:
-        q = self.core.queues.get(rec.object_name)
-        if q is None or q.object_id != rec.object_id or q.damaged:
-            return None   # deleted, an older incarnation of the name, or damaged
-        return q
+        return self.rule.effects.target(rec)
 
     def _due(self, q: LocalQueue, lsn: int) -> bool:
-        """Redo applies an effect only if its LSN is at or above the store's LSN."""
-        return lsn >= self.redo_from.get(q.object_id, 0)
+        return self.rule.effects.due(q, lsn)
 
     def phase3_redo(self):
         core, r = self.core, self.report
@@ -509,14 +505,24 @@ class Restart:
         total = max(1, self._log_bytes_from(r.redo_start_lsn))
         self.progress("forward recovery", 0, total)
         last_progress = 0
-        for rec in scan:
-            self._redo(rec)
+        handlers = self.rule.handlers      # (the rule's feed, without a call per record)
+        redo_other = self._redo_other
+        for batch in scan.batches():
+            top_uow = max([rec.uow_id for rec in batch])
+            if top_uow >= core.next_uow_id:
+                core.next_uow_id = top_uow + 1
+            for rec in batch:
+                handler = handlers.get(rec.type)
+                if handler is None:
+                    redo_other(rec)
+                else:
+                    handler(rec)
             if scan.bytes_read - last_progress >= 4 << 20:
                 last_progress = scan.bytes_read
                 self.progress("forward recovery", scan.bytes_read, total)
                 crash_point("restart.mid_redo")
                 if sum(q.dirty_entries() for q in core.queues.values()) >= REDO_FLUSH_ENTRIES:
-                    self._flush_during_redo(rec.end_lsn)
+                    self._flush_during_redo(batch[-1].end_lsn)
         self.progress("forward recovery", total, total)
         r.records_replayed = scan.records_read
         r.bytes_replayed = scan.bytes_read
@@ -579,15 +585,13 @@ class Restart:
             core.catalog_store.apply(core.catalog_dirty, max(lsn, core.catalog_store.recovery_lsn))
             core.catalog_dirty, core.catalog_dirty_lsn = {}, None
 
-    def _redo(self, rec: LogRecord) -> None:
-        if rec.type == RecordType.CHECKPOINT_END:
-            self.last_checkpoint_lsn = rec.lsn
-        if rec.uow_id and rec.uow_id >= self.core.next_uow_id:
-            self.core.next_uow_id = rec.uow_id + 1
-        if self.rule.feed(rec):
-            return
+    def _redo_other(self, rec: LogRecord) -> None:
+        """A record the commit rule leaves to restart (phase3_redo gives the rest to
+        the rule, and keeps ``next_uow_id`` above every unit of work read)."""
         T = RecordType
-        if rec.type in (T.OBJECT_CREATE, T.OBJECT_ALTER, T.OBJECT_DELETE):
+        if rec.type == T.CHECKPOINT_END:
+            self.last_checkpoint_lsn = rec.lsn
+        elif rec.type in (T.OBJECT_CREATE, T.OBJECT_ALTER, T.OBJECT_DELETE):
             self._redo_object(rec)
         elif rec.type == T.MEDIA_IMAGE_END:
             self._redo_image_end(rec)
@@ -739,12 +743,19 @@ class RedoEffects:
     def __init__(self, restart: Restart):
         self.restart = restart
         self.report = restart.report
+        # (the dicts themselves, never replaced: these two run for every message record)
+        self._queues = restart.core.queues
+        self._redo_from = restart.redo_from
 
     def target(self, rec: LogRecord) -> LocalQueue | None:
-        return self.restart._queue_for(rec)
+        q = self._queues.get(rec.object_name)
+        if q is None or q.object_id != rec.object_id or q.damaged:
+            return None   # deleted, an older incarnation of the name, or damaged
+        return q
 
     def due(self, q: LocalQueue, lsn: int) -> bool:
-        return self.restart._due(q, lsn)
+        """Redo applies an effect only if its LSN is at or above the store's LSN."""
+        return lsn >= self._redo_from.get(q.object_id, 0)
 
     def seen_put(self, q: LocalQueue, msg: Message) -> None:
         if msg.seq >= q.next_seq:
