@@ -68,8 +68,8 @@ def definitions(config: QMConfig, at_ns: int | None = None) -> dict[str, dict]:
         # from where restart applies the log to the catalog: its recovery LSN, or
         # restart's starting point when that is above it (a catalog of the old log,
         # whole at its clean stop, under a new log 'harbormq reset-log' began above it)
-        st = log.state
-        restart_from = st.restart_lsn if st.checkpoint_lsn else log.chain()[0].first_lsn
+        st, chain = log.state, log.chain()
+        restart_from = chain[0].first_lsn if chain and not st.checkpoint_lsn else st.restart_lsn
         return _apply_records(objects, log, max(from_lsn, restart_from), None)
     chain = log.chain()
     if not chain or chain[0].first_lsn != 0 or not all(log.extent_present(e) for e in chain):
