@@ -30,7 +30,9 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,7 +120,29 @@ def cpu_seconds(srv: QMServer) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
+def start_profiles(a: QMServer, b: QMServer, out: Path | None) -> list:
+    """py-spy on both queue manager processes (collapsed stacks, for
+    ``--profile``): where each side's CPU goes during the drain."""
+    if out is None:
+        return []
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen([spy, "record", "--pid", str(srv.proc.pid), "--rate", "250",
+                              "--format", "raw", "--nonblocking", "-o",
+                              str(out / f"{side}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for side, srv in (("sender", a), ("receiver", b))]
+
+
+def stop_profiles(spies: list) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        spy.wait(60)
+
+
+async def drain_phase(a: QMServer, b: QMServer, messages: int,
+                      profile: Path | None = None) -> dict:
     loop = asyncio.get_running_loop()
     a.sc("STOP CHANNEL(QMA.TO.QMB)")
     run = Run(loop, messages)
@@ -131,6 +155,7 @@ async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
     await asyncio.wait_for(run.all_receipted, 600)
     for p in run.producers:
         await p.disconnect()
+    spies = start_profiles(a, b, profile)
     cpu0 = cpu_seconds(a), cpu_seconds(b)
     t0 = time.perf_counter()
     a.sc("START CHANNEL(QMA.TO.QMB)")
@@ -141,6 +166,7 @@ async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
             raise RuntimeError("the channel did not drain in 600 s")
     seconds = time.perf_counter() - t0
     cpu = cpu_seconds(a) - cpu0[0], cpu_seconds(b) - cpu0[1]
+    stop_profiles(spies)
     # CPU per message is steadier than the rate on a machine others load too
     return {"messages": messages, "seconds": round(seconds, 2),
             "msgs_per_s": round(messages / seconds),
@@ -157,7 +183,8 @@ async def main_async(args) -> dict:
         "throughput": (args.batchsz, f"{args.messages} messages, BATCHSZ {args.batchsz}",
                        lambda a, b: phase(a, b, args.messages, 4, 64, 2)),
         "drain": (args.batchsz, f"{args.drain_messages} messages preloaded, BATCHSZ "
-                  f"{args.batchsz}", lambda a, b: drain_phase(a, b, args.drain_messages)),
+                  f"{args.batchsz}",
+                  lambda a, b: drain_phase(a, b, args.drain_messages, args.profile)),
         "latency": (1, f"{args.latency_messages} messages one at a time, BATCHSZ 1",
                     lambda a, b: phase(a, b, args.latency_messages, 1, 1, 1)),
     }
@@ -187,6 +214,9 @@ def main() -> int:
     ap.add_argument("--drain-messages", type=int, default=20_000)
     ap.add_argument("--only", choices=("throughput", "drain", "latency"),
                     help="run one phase only")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="record both processes with py-spy during the drain: "
+                    "DIR/sender.txt and DIR/receiver.txt (collapsed stacks)")
     args = ap.parse_args()
     print(json.dumps(asyncio.run(main_async(args)), indent=2))
     return 0

@@ -169,7 +169,7 @@ class ReceiverSession:
                 try:
                     kind, h, payload = p.expect(
                         await p.read_frame_within(self.reader, silence),
-                        p.MSG, p.END_BATCH, p.CLOSE, p.HEARTBEAT)
+                        p.MSGS, p.END_BATCH, p.CLOSE, p.HEARTBEAT)
                 except asyncio.TimeoutError:
                     self.say("HMQ9135E", f"nothing from the sender on {self.partner} for "
                              f"{silence:g} s (heartbeat interval {self.hbint} s): the connection "
@@ -182,17 +182,19 @@ class ReceiverSession:
                     self.writer.write(p.encode(p.HEARTBEAT, {}))
                     await self.writer.drain()
                     continue
-                if kind == p.MSG:
+                if kind == p.MSGS:
+                    first, bodies = p.decode_msgs(h, payload)
                     want = (self.last_seq if expected is None else expected) + 1
-                    if h.get("seq") != want:
+                    if first != want:
                         await self.refuse("HMQ9526E", f"message sequence number error for "
-                                          f"channel {self.name}: received {h.get('seq')}, "
+                                          f"channel {self.name}: received {first}, "
                                           f"expected {want}")
                         return
-                    expected = want
+                    expected = first + len(bodies) - 1
                     if uow is None:
                         uow = core.begin(owner=sync.owner(self.name))
-                    self._deliver(payload, uow)
+                    for body in bodies:
+                        self._deliver(body, uow)
                     continue
                 # END_BATCH
                 if uow is None:

@@ -2,7 +2,8 @@
 them to the receiver, exactly once (docs/channels.md).
 
 A batch: up to BATCHSZ messages got from the transmission queue under one
-unit of work, each sent with the next sequence number; the new sync data put
+unit of work (in one scan of the queue), sent in one MSGS frame (or a few,
+for large messages), numbered one by one; the new sync data put
 under the same unit of work; the unit **prepared** (forced: from here the
 batch is in doubt and survives a crash); END_BATCH sent; on the receiver's
 CONFIRM (it has committed the batch) the unit of work is committed. At the
@@ -370,17 +371,24 @@ class SenderChannel:
         xmitq = a["XMITQ"]
         uow = core.begin(owner=sync.owner(self.name))
         try:
-            first = await self._first_message(reader, writer, uow) if wait else \
-                core.get_nowait(xmitq, uow)[0]
-            if first is None:
+            size = a["BATCHSZ"]
+            if wait:
+                first = await self._first_message(reader, writer, uow)
+                batch = [first] if first is not None else []
+            else:
+                batch = core.get_batch_nowait(xmitq, uow, size)
+            if not batch:
                 core.discard_empty(uow)
                 return False if wait else None
-            batch = [first]
             deadline = time.monotonic() + a["BATCHINT"] / 1000
-            while len(batch) < a["BATCHSZ"]:
+            while len(batch) < size:
+                # what is there now in one scan; then wait (BATCHINT) for one more
+                more = core.get_batch_nowait(xmitq, uow, size - len(batch))
+                if more:
+                    batch += more
+                    continue
                 left = deadline - time.monotonic()
-                msg = core.get_nowait(xmitq, uow)[0] if left <= 0 else \
-                    await core.get(xmitq, uow, wait=left)
+                msg = await core.get(xmitq, uow, wait=left) if left > 0 else None
                 if msg is None:
                     break
                 batch.append(msg)
@@ -388,11 +396,11 @@ class SenderChannel:
             if not batch:
                 await core.commit(uow)      # only dead letters: nothing to send
                 return None
-            seq = inflight[-1].seq if inflight else self.cur_seq
-            for msg in batch:
-                seq += 1
-                writer.write(p.encode(p.MSG, {"seq": seq, "reset": reset}, msg.body))
-                await writer.drain()
+            first_seq = (inflight[-1].seq if inflight else self.cur_seq) + 1
+            for frame in p.encode_msgs(first_seq, [m.body for m in batch], reset):
+                writer.write(frame)
+            await writer.drain()
+            seq = first_seq + len(batch) - 1
             luwid = uuid.uuid4().hex
             # the sync slot no other batch in flight holds
             slot = min(set(range(sync.SENDER_SLOTS)) - {b.slot for b in inflight})

@@ -712,6 +712,30 @@ class QueueManagerCore:
         uow.ops.append(UowOp("get", q, msg, lsn, prev))
         return msg, None
 
+    def get_batch_nowait(self, queue: str, uow: UnitOfWork, limit: int) -> list[Message]:
+        """Up to ``limit`` messages got under ``uow`` in one synchronous step: one
+        scan of the queue and one store read for all of them (a sender channel's
+        batch); each get is logged and locked as ``get_nowait`` does it."""
+        self.check_running()
+        q = self.queue(queue)
+        if q.attrs["GET"] != "ENABLED":
+            raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
+        self._check_uow(uow)
+        now = time.time_ns()
+        msgs, expired = q.available(limit, now)
+        for ekey, emsg in expired:
+            self._expire(q, ekey, emsg)
+        if msgs:
+            q.last_get_ns = now
+        for msg in msgs:
+            lsn = prev = 0
+            if msg.persistent:
+                lsn, prev = self._log_uow(uow, RecordType.MSG_GET, q,
+                                          MessageRef(msg.seq, msg.priority, msg.msg_id).encode())
+            q.locked[msg.key] = uow.id      # only once its record is in the log (LogFull)
+            uow.ops.append(UowOp("get", q, msg, lsn, prev))
+        return msgs
+
     def browse(self, queue: str, *, limit: int | None = None, after: bytes | None = None,
                match: MessageMatch | None = None) -> list[Message]:
         """Messages a get could take, in delivery order, without removing them."""
