@@ -1,7 +1,8 @@
 """The receiver channel agent: one per connection a listener accepts.
 
 It puts each batch's messages, and the batch's sync data, under one unit of
-work, commits it (forced), and only then confirms: a batch is either wholly
+work, commits it, and confirms it once the commit is forced (meanwhile it
+reads and puts the next batch's messages): a batch is either wholly
 committed here with its sequence number and id, or not at all, and the
 sender learns which at the next HELLO. A message that cannot be put where it
 is addressed goes to the dead-letter queue with a dead-letter header (the
@@ -164,6 +165,10 @@ class ReceiverSession:
         batchint = max(0, int(hello.get("batchint") or 0)) / 1000
         silence = 3 * self.hbint + batchint if self.hbint else BATCH_TIMEOUT
         uow = None
+        # batches committed whose force is still running: (force, seq, luwid), in
+        # log order; the confirmer sends each CONFIRM once its commit is on disk
+        committed: asyncio.Queue = asyncio.Queue()
+        confirmer = asyncio.ensure_future(self._confirm(committed))
         try:
             while True:
                 try:
@@ -176,6 +181,11 @@ class ReceiverSession:
                              "is taken as lost and closed")
                     return
                 if kind == p.CLOSE:
+                    # (the sender closes with no batch unconfirmed; wait anyway)
+                    joined = asyncio.ensure_future(committed.join())
+                    await asyncio.wait((joined, confirmer),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    joined.cancel()
                     self.status = "INACTIVE"
                     return
                 if kind == p.HEARTBEAT:
@@ -203,16 +213,37 @@ class ReceiverSession:
                 sync.replace(core, uow, sync.RECEIVER, self.name,
                              {"seq": seq, "luwid": h["luwid"], "partner": self.partner})
                 crash_point("channel.receiver_before_commit")
-                await core.commit(uow)
+                # not awaited here: the next batch's messages are read and put
+                # while this commit is forced (its records follow the commit's)
+                committed.put_nowait((core.commit_nowait(uow), seq, h["luwid"]))
                 uow = None
-                crash_point("channel.receiver_committed")
-                self.last_seq, self.last_luwid = seq, h["luwid"]
-                self.batches += 1
-                self.writer.write(p.encode(p.CONFIRM, {"luwid": h["luwid"], "seq": seq}))
-                await self.writer.drain()
         finally:
+            confirmer.cancel()
             if uow is not None and uow.state == "active":
                 await core.backout(uow)
+
+    async def _confirm(self, committed: asyncio.Queue) -> None:
+        """CONFIRM each batch, in order, once its commit is forced: never before
+        (the sender then commits its gets)."""
+        while True:
+            forced, seq, luwid = await committed.get()
+            try:
+                if forced is not None:
+                    await forced
+                crash_point("channel.receiver_committed")
+                self.last_seq, self.last_luwid = seq, luwid
+                self.batches += 1
+                self.writer.write(p.encode(p.CONFIRM, {"luwid": luwid, "seq": seq}))
+                await self.writer.drain()
+            except (OSError, RuntimeError, HarbormqError) as exc:
+                # the log cannot be written or the connection is gone: the batch
+                # stays in doubt at the sender, which resolves it at the next HELLO
+                self.say("HMQ9540E", f"batch {luwid} (sequence number {seq}) not "
+                         f"confirmed: {exc}")
+                self.writer.close()
+                return
+            finally:
+                committed.task_done()
 
     def _deliver(self, payload: bytes, uow) -> None:
         core = self.core
