@@ -11,9 +11,11 @@ next HELLO the batches in doubt are resolved against the receiver's last
 batch id: that batch and the ones before it were committed there, so are
 committed here; any after it are backed out here and sent again.
 
-Batches are pipelined: while one batch waits for its CONFIRM the next is got,
-sent and prepared (up to ``sync.SENDER_SLOTS`` in flight), so the receiver's
-commit of one overlaps the sender's work on the next. The receiver commits
+Batches are pipelined: while one batch waits for its CONFIRM the next ones
+are got, sent and prepared (up to ``sync.SENDER_SLOTS`` in flight), so the
+receiver's commit of one overlaps the sender's work on the next; and the next
+batch is got from the transmission queue while the last one's prepare is
+being forced (its MSGS go out only after that batch's END_BATCH). The receiver commits
 them in order, one connection at a time, so "the receiver's last batch and
 every one before it" is always the right rule. The commit after a CONFIRM is
 not forced on its own: the next prepare's force carries it, and a crash
@@ -62,6 +64,8 @@ class _InFlight:
     luwid: str
     count: int
     slot: int
+    #: the force of its prepare
+    prepared: asyncio.Future | None = None
 
 
 class SenderChannel:
@@ -268,21 +272,35 @@ class SenderChannel:
                  f"interval {self.hbint or 'none'}{' s' if self.hbint else ''}"
                  f"{'; TLS ' + session if session else ''})")
         reset = bool(state.get("reset"))
+        #: batches whose END_BATCH is sent, oldest first, awaiting their CONFIRM
         inflight: deque[_InFlight] = deque()
+        #: the batch sent whose prepare is being forced (its END_BATCH not sent)
+        preparing: _InFlight | None = None
         while not self.stop_requested:
-            if len(inflight) < sync.SENDER_SLOTS:
-                # (with a batch in flight, only what is there now: its CONFIRM comes next)
-                sent = await self._batch(reader, writer, reset, inflight, wait=not inflight)
-                if sent is False:
+            busy = len(inflight) + (preparing is not None)
+            got = None
+            if busy < sync.SENDER_SLOTS:
+                # the next batch is got while the last one's prepare is forced; with
+                # batches in flight, only what is there now (a CONFIRM comes next)
+                got = await self._gather(reader, writer, wait=not busy)
+                if got is False:
                     writer.write(p.encode(p.CLOSE, {}))
                     await writer.drain()
                     self.status = "INACTIVE"
                     return
-                if sent is not None:
-                    inflight.append(sent)
+            try:
+                if preparing is not None:
+                    await self._end_batch(writer, preparing)
+                    inflight.append(preparing)
+                    preparing = None
+                if got is not None:
+                    preparing = self._send(writer, got, reset, inflight)
                     reset = False
-                    continue
-            if inflight:
+            except BaseException:
+                if got is not None and got[0].state == "active":
+                    await self.core.backout(got[0])     # its messages go back on the queue
+                raise
+            if got is None and inflight:
                 await self._confirmed(reader, inflight.popleft())
 
     async def _first_message(self, reader, writer, uow):
@@ -361,12 +379,12 @@ class SenderChannel:
                  f"transmission header: put on the dead-letter queue {dlq}")
         return False
 
-    async def _batch(self, reader, writer, reset: bool, inflight: deque,
-                     wait: bool) -> _InFlight | None | bool:
-        """Get, send and prepare one batch, and send its END_BATCH. False when
-        the transmission queue stayed empty for DISCINT seconds (``wait``; the
-        channel then disconnects); None when nothing was sent (no message there
-        now, without ``wait``; or only dead letters)."""
+    async def _gather(self, reader, writer, wait: bool) -> tuple | None | bool:
+        """Get the next batch under a unit of work of its own: (unit of work,
+        messages). False when the transmission queue stayed empty for DISCINT
+        seconds (``wait``; the channel then disconnects); None when there is
+        nothing to send (no message there now, without ``wait``; or only dead
+        letters)."""
         core, a = self.core, self.attrs
         xmitq = a["XMITQ"]
         uow = core.begin(owner=sync.owner(self.name))
@@ -396,27 +414,37 @@ class SenderChannel:
             if not batch:
                 await core.commit(uow)      # only dead letters: nothing to send
                 return None
-            first_seq = (inflight[-1].seq if inflight else self.cur_seq) + 1
-            for frame in p.encode_msgs(first_seq, [m.body for m in batch], reset):
-                writer.write(frame)
-            await writer.drain()
-            seq = first_seq + len(batch) - 1
-            luwid = uuid.uuid4().hex
-            # the sync slot no other batch in flight holds
-            slot = min(set(range(sync.SENDER_SLOTS)) - {b.slot for b in inflight})
-            sync.replace(core, uow, sync.SENDER, self.name,
-                         {"seq": seq, "luwid": luwid, "partner": self.partner}, slot)
-            await core.prepare(uow)
         except BaseException:
             if uow.state == "active":
                 await core.backout(uow)      # the messages go back on the queue
             raise
-        # in doubt from here until the receiver's answer (or the next HELLO)
-        crash_point("channel.sender_prepared")
-        self.cur_luwid = luwid
-        writer.write(p.encode(p.END_BATCH, {"seq": seq, "luwid": luwid}))
+        return uow, batch
+
+    def _send(self, writer, got: tuple, reset: bool, inflight: deque) -> _InFlight:
+        """Send a batch got (its MSGS frames), put its sync data in the slot no
+        batch in flight holds, and prepare it: the force runs on (``_end_batch``
+        awaits it)."""
+        core = self.core
+        uow, batch = got
+        first_seq = (inflight[-1].seq if inflight else self.cur_seq) + 1
+        for frame in p.encode_msgs(first_seq, [m.body for m in batch], reset):
+            writer.write(frame)
+        seq = first_seq + len(batch) - 1
+        luwid = uuid.uuid4().hex
+        slot = min(set(range(sync.SENDER_SLOTS)) - {b.slot for b in inflight})
+        sync.replace(core, uow, sync.SENDER, self.name,
+                     {"seq": seq, "luwid": luwid, "partner": self.partner}, slot)
+        return _InFlight(uow, seq, luwid, len(batch), slot, core.prepare_nowait(uow))
+
+    async def _end_batch(self, writer, sent: _InFlight) -> None:
+        """Once the batch's prepare is on disk (from here it is in doubt and
+        survives a crash), its END_BATCH."""
         await writer.drain()
-        return _InFlight(uow, seq, luwid, len(batch), slot)
+        await sent.prepared
+        crash_point("channel.sender_prepared")
+        self.cur_luwid = sent.luwid
+        writer.write(p.encode(p.END_BATCH, {"seq": sent.seq, "luwid": sent.luwid}))
+        await writer.drain()
 
     async def _confirmed(self, reader, sent: _InFlight) -> None:
         """The oldest batch in flight: its CONFIRM, then its commit."""

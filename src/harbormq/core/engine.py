@@ -798,10 +798,16 @@ class QueueManagerCore:
     async def prepare(self, uow: UnitOfWork) -> None:
         """Phase one of two-phase commit: from here the UOW is in doubt and survives
         restart, its messages locked, until commit or backout."""
+        await self.prepare_nowait(uow)
+
+    def prepare_nowait(self, uow: UnitOfWork) -> asyncio.Future:
+        """``prepare`` in one synchronous step; returns the future of the force
+        after which it is in doubt on disk (a sender channel gets its next batch
+        meanwhile)."""
         self._check_uow(uow)
         self._log_uow(uow, RecordType.UOW_PREPARE, None, b"")
         uow.state = "prepared"
-        await self.log.force()
+        return self.log.force()
 
     async def commit(self, uow: UnitOfWork, joined: list[UnitOfWork] | tuple = ()) -> None:
         forced = self.commit_nowait(uow, joined)
