@@ -29,6 +29,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -77,7 +78,7 @@ async def open_conn(loop, proto, port: int) -> None:
 
 
 async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window: int,
-                consumers: int) -> dict:
+                consumers: int, profile: Path | None = None) -> dict:
     loop = asyncio.get_running_loop()
     run = Run(loop, messages)
     for i in range(consumers):
@@ -91,6 +92,8 @@ async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window:
         run.producers.append(p)
         await open_conn(loop, p, a.port)
     await asyncio.wait_for(asyncio.gather(*(c.subscribe() for c in run.consumers)), 30)
+    spies = start_profiles(a, b, profile)
+    cpu0 = cpu_seconds(a), cpu_seconds(b)
     t0 = time.perf_counter()
     run.t0 = stomp_load._now()
     for p in run.producers:
@@ -104,6 +107,8 @@ async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window:
             last = time.perf_counter()
             progress(f"  sent={run.sent} receipted={run.receipted} received={run.received}")
     seconds = time.perf_counter() - t0
+    cpu = cpu_seconds(a) - cpu0[0], cpu_seconds(b) - cpu0[1]
+    stop_profiles(spies)
     for proto in run.producers + run.consumers:
         await proto.disconnect()
     lat = sorted(run.e2e_lat)
@@ -111,7 +116,19 @@ async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window:
         else (lambda q: None)
     return {"messages": messages, "seconds": round(seconds, 2),
             "msgs_per_s": round(messages / seconds), "e2e_ms": {
-                "p50": pick(0.5), "p99": pick(0.99), "max": pick(1.0)}}
+                "p50": pick(0.5), "p99": pick(0.99), "max": pick(1.0)},
+            # (STOMP puts on QMA and deliveries on QMB included)
+            "cpu_us_per_msg": {"sender_qm": round(cpu[0] / messages * 1e6),
+                               "receiver_qm": round(cpu[1] / messages * 1e6)}}
+
+
+def mean_batch(a: QMServer) -> float | None:
+    """Messages per batch the sender sent (DISPLAY CHSTATUS MSGS / BATCHES)."""
+    status = a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) MSGS BATCHES")
+    msgs, batches = (re.search(rf"{k}\((\d+)\)", status) for k in ("MSGS", "BATCHES"))
+    if not msgs or not batches or not int(batches.group(1)):
+        return None
+    return round(int(msgs.group(1)) / int(batches.group(1)), 1)
 
 
 def cpu_seconds(srv: QMServer) -> float:
@@ -181,10 +198,12 @@ async def main_async(args) -> dict:
         "loadavg_start": [round(x, 1) for x in os.getloadavg()]}}
     phases = {
         "throughput": (args.batchsz, f"{args.messages} messages, BATCHSZ {args.batchsz}",
-                       lambda a, b: phase(a, b, args.messages, 4, 64, 2)),
+                       lambda a, b: phase(a, b, args.messages, 4, 64, 2,
+                                          args.profile and args.profile / "throughput")),
         "drain": (args.batchsz, f"{args.drain_messages} messages preloaded, BATCHSZ "
                   f"{args.batchsz}",
-                  lambda a, b: drain_phase(a, b, args.drain_messages, args.profile)),
+                  lambda a, b: drain_phase(a, b, args.drain_messages,
+                                           args.profile and args.profile / "drain")),
         "latency": (1, f"{args.latency_messages} messages one at a time, BATCHSZ 1",
                     lambda a, b: phase(a, b, args.latency_messages, 1, 1, 1)),
     }
@@ -195,7 +214,8 @@ async def main_async(args) -> dict:
             a, b = pair(root / name, batchsz)
             try:
                 progress(f"{name}: {what}")
-                out[name] = await run(a, b) | {"batchsz": batchsz}
+                out[name] = await run(a, b) | {"batchsz": batchsz,
+                                               "mean_batch": mean_batch(a)}
             finally:
                 a.stop()
                 b.stop()
@@ -215,8 +235,9 @@ def main() -> int:
     ap.add_argument("--only", choices=("throughput", "drain", "latency"),
                     help="run one phase only")
     ap.add_argument("--profile", type=Path, metavar="DIR",
-                    help="record both processes with py-spy during the drain: "
-                    "DIR/sender.txt and DIR/receiver.txt (collapsed stacks)")
+                    help="record both processes with py-spy during the throughput "
+                    "and drain phases: DIR/PHASE/sender.txt and DIR/PHASE/receiver.txt "
+                    "(collapsed stacks)")
     args = ap.parse_args()
     print(json.dumps(asyncio.run(main_async(args)), indent=2))
     return 0

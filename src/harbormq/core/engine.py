@@ -586,7 +586,8 @@ class QueueManagerCore:
         if attrs["PUT"] != "ENABLED":
             raise PutInhibited(f"puts are inhibited on remote queue {name} (MQRC 2051)",
                                queue=name)
-        return self.queue(xmitq), replace(header, from_qm=self.name), attrs
+        # (not dataclasses.replace: this runs for every put to a remote queue)
+        return self.queue(xmitq), TransmissionHeader(header.rq, header.rqm, self.name), attrs
 
     def is_remote_queue(self, name: str) -> bool:
         d = self.objects.get(name)

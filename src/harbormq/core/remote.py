@@ -36,11 +36,18 @@ class TransmissionHeader:
 
 def wrap(msg: Message, header: TransmissionHeader) -> Message:
     """The message to put on the transmission queue."""
-    head = json.dumps({"rq": header.rq, "rqm": header.rqm, "from_qm": header.from_qm},
-                      separators=(",", ":")).encode()
-    return Message(body=XQH_MAGIC + _LEN.pack(len(head)) + head + msg.encode(),
+    return Message(body=_prefix(header) + msg.encode(),
                    msg_id=msg.msg_id, correl_id=msg.correl_id, priority=msg.priority,
                    persistent=msg.persistent, expiry_ns=msg.expiry_ns, format="MQXMIT")
+
+
+@functools.lru_cache(maxsize=1024)
+def _prefix(header: TransmissionHeader) -> bytes:
+    """The magic and the encoded header, cached: a remote queue's puts all
+    carry the same one."""
+    head = json.dumps({"rq": header.rq, "rqm": header.rqm, "from_qm": header.from_qm},
+                      separators=(",", ":")).encode()
+    return XQH_MAGIC + _LEN.pack(len(head)) + head
 
 
 def is_wrapped(body: bytes) -> bool:
