@@ -18,9 +18,11 @@ batch is got from the transmission queue while the last one's prepare is
 being forced (its MSGS go out only after that batch's END_BATCH). The receiver commits
 them in order, one connection at a time, so "the receiver's last batch and
 every one before it" is always the right rule. The commit after a CONFIRM is
-not forced on its own: the next prepare's force carries it, and a crash
-before that leaves the batch in doubt, decided as committed at the next
-HELLO (the receiver's last batch is it, or a later one).
+not forced on its own (nor is a force asked for: one fdatasync per batch, not
+two): the next prepare's force carries it, or a force when the channel finds
+its transmission queue empty; a crash before that leaves the batch in doubt,
+decided as committed at the next HELLO (the receiver's last batch is it, or
+a later one).
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class SenderChannel:
         self.last_msg_ns = 0
         #: the heartbeat interval agreed with the partner (s; 0: none)
         self.hbint = 0
+        #: a batch committed (after its CONFIRM) whose commit is not forced yet
+        self._unforced = False
         self._wake = asyncio.Event()
 
     @property
@@ -308,6 +312,14 @@ class SenderChannel:
         empty for DISCINT seconds; meanwhile a heartbeat every HBINT seconds,
         whose answer must come in time or the connection is taken as lost."""
         core, a = self.core, self.attrs
+        msg = core.get_nowait(a["XMITQ"], uow)[0]
+        if msg is not None:
+            return msg
+        if self._unforced:
+            # idle: the last commits go to disk now rather than with a next
+            # prepare that may be long in coming (a crash would leave them in doubt)
+            self._unforced = False
+            await core.log.force()
         end = time.monotonic() + a["DISCINT"] if a["DISCINT"] else float("inf")
         while True:
             left = end - time.monotonic()
@@ -459,8 +471,10 @@ class SenderChannel:
             raise p.ChannelProtocolError(f"the partner confirmed batch {h.get('luwid')}, "
                                          f"not {sent.luwid}")
         crash_point("channel.sender_confirmed")
-        # not forced here: the next prepare's force carries it (module docstring)
-        self.core.commit_nowait(sent.uow)
+        # not forced here: the next prepare's force carries it, or the force when
+        # the channel goes idle (module docstring)
+        self.core.commit_nowait(sent.uow, force=False)
+        self._unforced = True
         self.cur_seq = sent.seq
         self.msgs += sent.count
         self.batches += 1

@@ -815,10 +815,13 @@ class QueueManagerCore:
         if forced is not None:
             await forced
 
-    def commit_nowait(self, uow: UnitOfWork, joined: list[UnitOfWork] | tuple = ()
-                      ) -> asyncio.Future | None:
+    def commit_nowait(self, uow: UnitOfWork, joined: list[UnitOfWork] | tuple = (), *,
+                      force: bool = True) -> asyncio.Future | None:
         """Commit in one synchronous step; returns the future of the force that
-        makes it durable (None when nothing was logged).
+        makes it durable (None when nothing was logged). ``force=False`` asks
+        for no force: the COMMIT is written with the next records and is durable
+        at the next force (a caller for which a lost commit is still in doubt
+        and decided later: a sender channel's batch); returns None then.
 
         ``joined`` are other units of work that commit atomically with ``uow``:
         their ids are in its COMMIT record, which decides them all (a STOMP
@@ -860,7 +863,7 @@ class QueueManagerCore:
                     # as restart would (which writes j's own record then)
                     j_lsn = effect_lsn
             self._apply_commit(j, j_lsn)
-        return self.log.force() if effect_lsn else None
+        return self.log.force() if effect_lsn and force else None
 
     def _apply_commit(self, uow: UnitOfWork, effect_lsn: int) -> None:
         touched = set()
