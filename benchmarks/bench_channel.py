@@ -16,7 +16,10 @@ QMB take the messages off the target queue (an ACK each). Two phases:
   50 ms): the channel's own rate, with no STOMP traffic beside it, and the
   CPU time each queue manager's process spent per message meanwhile.
 
-Prints one JSON object on stdout; progress on stderr.
+Every phase also reports the CPU per message of each process and the mean
+batch the sender sent (DISPLAY CHSTATUS MSGS / BATCHES); ``--profile DIR``
+records both processes with py-spy (collapsed stacks) during the throughput
+and drain phases. Prints one JSON object on stdout; progress on stderr.
 
     .venv/bin/python benchmarks/bench_channel.py                 # 20,000 messages
     .venv/bin/python benchmarks/bench_channel.py --messages 100000
