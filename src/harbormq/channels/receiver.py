@@ -147,6 +147,10 @@ class ReceiverSession:
 
     async def _converse(self, hello: dict) -> None:
         core = self.core
+        # a connection that ended while its last commit was being forced left
+        # that batch committed in memory: it must be on disk before HELLO_OK
+        # tells the sender it was committed (the sender then commits its gets)
+        await core.log.force()
         state = sync.read(core, sync.RECEIVER, self.name)
         self.last_seq, self.last_luwid = state["seq"], state["luwid"]
         self.writer.write(p.encode(p.HELLO_OK, {"qm": core.name, "seq": state["seq"],
