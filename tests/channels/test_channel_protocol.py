@@ -128,3 +128,27 @@ def test_msgs_frames_round_trip():
         assert first == 41 + len(got)
         got += part
     assert got == bodies
+
+
+def test_a_receiver_ending_leaves_its_commit_force_to_the_other_waiters():
+    """The confirmer awaits the force of a batch's commit, a future shared with
+    every other waiter of its loop turn (STOMP deliveries of that batch, ACK
+    receipts). It is cancelled when the connection ends; that once cancelled
+    the force itself, and a STOMP consumer on the same queue manager lost a
+    MESSAGE frame."""
+    from harbormq.channels.receiver import ReceiverSession
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        force = loop.create_future()
+        committed: asyncio.Queue = asyncio.Queue()
+        committed.put_nowait((force, 1, "luwid"))
+        session = object.__new__(ReceiverSession)   # _confirm uses it only after the force
+        confirmer = asyncio.ensure_future(session._confirm(committed))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        confirmer.cancel()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return confirmer.cancelled(), force.cancelled()
+    assert asyncio.run(run()) == (True, False)

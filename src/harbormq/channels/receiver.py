@@ -233,7 +233,10 @@ class ReceiverSession:
             forced, seq, luwid = await committed.get()
             try:
                 if forced is not None:
-                    await forced
+                    # shielded: the force is shared with every other waiter of
+                    # its loop turn (STOMP deliveries, receipts), and cancelling
+                    # this task when the connection ends must not cancel it
+                    await asyncio.shield(forced)
                 crash_point("channel.receiver_committed")
                 self.last_seq, self.last_luwid = seq, luwid
                 self.batches += 1
