@@ -681,10 +681,7 @@ class QueueManagerCore:
                    ) -> tuple[Message | None, asyncio.Future | None]:
         """Take the first available message in one synchronous step: (message or
         None, the force future of a persistent get outside a unit of work)."""
-        self.check_running()
-        q = self.queue(queue)
-        if q.attrs["GET"] != "ENABLED":
-            raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
+        q = self._queue_to_get_from(queue)
         if uow is not None:
             self._check_uow(uow)   # it may have been backed out while a caller waited
         if isinstance(match, MessageMatch) and match.ident is None:
@@ -706,21 +703,30 @@ class QueueManagerCore:
             else:
                 q.commit_delete(key, 0)
             return msg, forced
+        self._get_under(uow, q, key, msg, ref)
+        return msg, None
+
+    def _queue_to_get_from(self, queue: str) -> LocalQueue:
+        self.check_running()
+        q = self.queue(queue)
+        if q.attrs["GET"] != "ENABLED":
+            raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
+        return q
+
+    def _get_under(self, uow: UnitOfWork, q: LocalQueue, key: bytes, msg: Message,
+                   ref: MessageRef) -> None:
+        """A get under a unit of work: logged (persistent), then locked."""
         lsn = prev = 0
         if msg.persistent:
             lsn, prev = self._log_uow(uow, RecordType.MSG_GET, q, ref.encode())
         q.locked[key] = uow.id      # only once its record is in the log (LogFull)
         uow.ops.append(UowOp("get", q, msg, lsn, prev))
-        return msg, None
 
     def get_batch_nowait(self, queue: str, uow: UnitOfWork, limit: int) -> list[Message]:
         """Up to ``limit`` messages got under ``uow`` in one synchronous step: one
         scan of the queue and one store read for all of them (a sender channel's
         batch); each get is logged and locked as ``get_nowait`` does it."""
-        self.check_running()
-        q = self.queue(queue)
-        if q.attrs["GET"] != "ENABLED":
-            raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
+        q = self._queue_to_get_from(queue)
         self._check_uow(uow)
         now = time.time_ns()
         msgs, expired = q.available(limit, now)
@@ -729,12 +735,7 @@ class QueueManagerCore:
         if msgs:
             q.last_get_ns = now
         for msg in msgs:
-            lsn = prev = 0
-            if msg.persistent:
-                lsn, prev = self._log_uow(uow, RecordType.MSG_GET, q,
-                                          MessageRef(msg.seq, msg.priority, msg.msg_id).encode())
-            q.locked[msg.key] = uow.id      # only once its record is in the log (LogFull)
-            uow.ops.append(UowOp("get", q, msg, lsn, prev))
+            self._get_under(uow, q, msg.key, msg, MessageRef(msg.seq, msg.priority, msg.msg_id))
         return msgs
 
     def browse(self, queue: str, *, limit: int | None = None, after: bytes | None = None,
