@@ -8,6 +8,7 @@ import stat
 import subprocess
 import time
 
+import psutil
 import pytest
 from support.procs import PYTHON, hmq
 
@@ -47,6 +48,18 @@ def test_stop_when_not_running_and_unknown_queue_manager(python_env, home):
     assert r.returncode == 1 and "HMQ8146E" in r.stderr and "not running" in r.stderr
     r = hmq(python_env, "start", "NOPE", check=False)
     assert r.returncode == 1 and "does not exist" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["[/x]", "[bold]Q"])
+def test_an_error_naming_something_that_looks_like_markup_names_it_as_given(python_env, name):
+    """Errors print names as they are: '[/x]' once raised rich's MarkupError (a
+    traceback instead of the error), '[bold]Q' was printed as 'Q'."""
+    r = hmq(python_env, "start", name, check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"HMQ8118E: queue manager {name} does not exist" in r.stderr
+    r = hmq(python_env, "create", name, check=False)
+    assert r.returncode == 1 and f"HMQ8405E: queue manager name '{name}' is not valid" in \
+        r.stderr.replace("\n", " ")
 
 
 def test_bad_log_file_pages_is_named(python_env):
@@ -191,5 +204,5 @@ def test_only_a_started_queue_manager_is_proven(make_qm, home, monkeypatch, cmdl
 
         def cmdline(self):
             return cmdline
-    monkeypatch.setattr(qmgr.psutil, "Process", FakeProcess)
+    monkeypatch.setattr(psutil, "Process", FakeProcess)     # is_instance imports it
     assert qmgr.is_instance(config, 4242) is proven

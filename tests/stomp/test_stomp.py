@@ -802,6 +802,21 @@ def test_wrong_password_refused_with_2035(server, conns):
         c.wait_closed()
 
 
+def test_a_login_that_looks_like_console_markup_is_refused_as_any_other(server, conns):
+    """The operator message naming the login goes to the server's console as it
+    is: '[/x]' once raised rich's MarkupError in place of the 2035 refusal."""
+    for login in ("[/x]", "[bold]mallory"):
+        c = conns.unconnected(server.port)
+        f = c.connect(login=login, passcode="wrong")
+        assert f.command == "ERROR"
+        assert "2035" in f["message"], f["message"]
+        c.wait_closed()
+        line = f"user {login!r} failed authentication"
+        deadline_wait(lambda line=line: line in server.console(),
+                      what=f"the refusal of {login!r} on the console, word for word")
+    assert conns.raw(server.port, login="root", passcode="rootpw")
+
+
 def test_password_with_colon_and_backslash_via_stomp_py(server, conns):
     c = conns.stomp(server.port, login="alice", passcode="alice:pass\\word")
     assert c.is_connected()

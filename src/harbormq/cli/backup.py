@@ -15,13 +15,13 @@ import os
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from ..admin.client import call
 from ..config import QMConfig
+from .consoles import LazyConsole
 
-console = Console(stderr=False, highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = LazyConsole(soft_wrap=True)
+err_console = LazyConsole(stderr=True, soft_wrap=True)
 
 
 def _progress(done_word: str):

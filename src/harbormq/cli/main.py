@@ -11,20 +11,16 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from ..admin.client import call
 from ..config import QMConfig, harbormq_home
 from ..errors import HarbormqError, QueueManagerNotRunning, QueueManagerRunning
+from .consoles import LazyConsole, console, err_console, server_console
 from .progress import make_progress_callback
 from .starting import start_in_background
 
 #: the hint when image or recreate finds the queue manager stopped
 MEDIA_NEEDS = "media images and recreate need a running queue manager"
-
-console = Console(stderr=False, highlight=False)
-err_console = Console(stderr=True, highlight=False)
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -86,8 +82,8 @@ def start(qm, foreground):
     if foreground:
 
         from ..server.process import QueueManagerServer, run_event_loop
-        server = QueueManagerServer(config, console=console,
-                                    progress=make_progress_callback(console))
+        out = server_console()
+        server = QueueManagerServer(config, console=out, progress=make_progress_callback(out))
         sys.exit(run_event_loop(server.run()))
     status = start_in_background(config)
     r = status.get("restart") or {}
@@ -175,6 +171,7 @@ def status(qm, as_json):
     if not rows:
         console.print(f"No queue managers in {harbormq_home()}.")
         return
+    from rich.table import Table
     table = Table("QMNAME", "STATUS", "PID", "LOG", "CURRENT EXTENT", "RESTART EXTENT")
     for r in rows:
         table.add_row(r["name"], r["state"], str(r["pid"] or ""), r["log_type"],
@@ -230,6 +227,7 @@ def log_map_cmd(qm, as_json):
                   f"in {m['restart_extent']}" + (f"; media recovery LSN {m['media_lsn']} in "
                                                  f"{m['media_extent']}" if m['media_lsn']
                                                  is not None else ""))
+    from rich.table import Table
     table = Table("EXTENT", "STATE", "FIRST LSN", "END LSN", "NEEDED FOR", "ON DISK",
                   "ARCHIVED", "DELETED")
     for e in m["extents"]:
@@ -374,6 +372,8 @@ def _parse_time(text: str) -> int:
 
 
 def _print_crestart_plan(p: dict) -> None:
+    from rich.table import Table
+    from rich.text import Text
     console.print(f"Cut at LSN {p['cut_lsn']} in {p['cut_extent']} ({p['requested']}); restart "
                   f"then starts from the checkpoint at LSN {p['checkpoint_lsn'] or '-'} (redo "
                   f"from LSN {p['restart_lsn']}); the log goes on at LSN {p['resume_lsn']}.")
@@ -382,7 +382,8 @@ def _print_crestart_plan(p: dict) -> None:
                   (f"; extents set aside: {', '.join(p['discarded_extents'])}"
                    if p["discarded_extents"] else "") + ".")
     if p["unreadable_extents"]:
-        console.print("[bold]Not readable, not counted:[/] " + ", ".join(p["unreadable_extents"]))
+        console.print(Text.assemble(("Not readable, not counted:", "bold"),
+                                    " " + ", ".join(p["unreadable_extents"])))
     table = Table("unit of work", "owner", "committed at LSN", "queues (puts/gets)")
     for u in p["uows_lost"]:
         table.add_row(str(u["id"]), u["owner"] or "-", str(u["commit_lsn"]), ", ".join(
@@ -523,6 +524,7 @@ def log_need(qm, as_json):
     if slow:
         console.print("Estimated media recovery time, longest first: " +
                       ", ".join(f"{name} {secs} s" for name, secs in slow) + ".")
+    from rich.table import Table
     table = Table("EXTENT", "STATE", "NEEDED FOR", "ON DISK", "ARCHIVED", "DELETED")
     for e in facts["extents"]:
         table.add_row(e["extent"], e["state"], {"restart": "restart", "media": "media recovery",
@@ -547,14 +549,14 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _print_table(table: Table) -> None:
+def _print_table(table) -> None:
     """A table of extents, extent names never cut short (min_width); 120
     columns wide when the output is no terminal (rich would assume 80)."""
     table.columns[0].min_width = 12
     if console.is_terminal or console.width >= 120:
         console.print(table)
     else:
-        Console(width=120, highlight=False).print(table)
+        LazyConsole(width=120).print(table)
 
 
 @log.command("archive")
@@ -715,8 +717,9 @@ def main(argv: list[str] | None = None) -> int:
         cli.main(args=argv, prog_name="harbormq", standalone_mode=False)
         return 0
     except HarbormqError as exc:
-        err_console.print(f"[bold red]{exc.msgid}[/]: {exc.message}" +
-                          (f"\n  hint: {exc.hint}" if exc.hint else ""), highlight=False)
+        from rich.text import Text
+        err_console.print(Text.assemble((exc.msgid, "bold red"), f": {exc.message}" +
+                                        (f"\n  hint: {exc.hint}" if exc.hint else "")))
         return 1
     except click.exceptions.Abort:
         return 130

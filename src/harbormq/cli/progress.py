@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from .consoles import LazyConsole
 
 
-def make_progress_callback(con: Console):
+def make_progress_callback(con):
     """A restart progress bar per phase on an interactive console, else nothing."""
     if not con.is_terminal:
         return None
+    if isinstance(con, LazyConsole):
+        con = con.real()
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
     bars = Progress(TextColumn("{task.description:<20}"), BarColumn(), TaskProgressColumn(),
                     console=con, transient=False)

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from ..config import QMConfig
+from .consoles import LazyConsole
 
-console = Console(stderr=False, highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = LazyConsole(soft_wrap=True)
+err_console = LazyConsole(stderr=True, soft_wrap=True)
 
 
 def _round_line(qm: str, r) -> str:

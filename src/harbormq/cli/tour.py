@@ -150,21 +150,22 @@ def verify(journal: Path, contents: dict[str, list[str]]) -> dict:
 # -- the tour -------------------------------------------------------------------------------------
 
 def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) -> int:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from ..api import QueueManager
     from ..config import QMConfig, qm_dir
     from ..log.inspect import log_map
     from ..qmgr import lifecycle as qmgr
+    from .consoles import LazyConsole
     from .progress import make_progress_callback
 
-    con = console or Console()
+    con = console or LazyConsole()
     home = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="harbormq-tour-"))
     home.mkdir(parents=True, exist_ok=True)
     os.environ["HARBORMQ_HOME"] = str(home)
     name = "TOUR"
-    con.rule("[bold]harbormq tour")
+    con.rule(Text("harbormq tour", style="bold"))
     con.print(f"HARBORMQ_HOME={home}")
     if qm_dir(home, name).exists():
         qmgr.delete(name, home=home)
@@ -181,7 +182,7 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
         env=dict(os.environ, HARBORMQ_HOME=str(home)))
     ready = child.stdout.readline().strip()
     if ready != "ready":
-        con.print(f"[red]the workload did not start:[/] {child.stderr.read()}")
+        con.print(Text.assemble(("the workload did not start:", "red"), f" {child.stderr.read()}"))
         return 1
     con.print(f"2. workload running in process {child.pid}: 6 producers, 3 consumers, "
               f"units of work and single puts, for {seconds:.0f} s ...")
@@ -189,8 +190,8 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
     child.send_signal(signal.SIGKILL)
     child.wait()
     lines = journal.read_text().splitlines() if journal.exists() else []
-    con.print(f"3. [bold red]SIGKILL[/] sent to process {child.pid} mid-flight "
-              f"({len(lines)} journaled operations)")
+    con.print(Text.assemble("3. ", ("SIGKILL", "bold red"), f" sent to process {child.pid} "
+                            f"mid-flight ({len(lines)} journaled operations)"))
 
     con.print("4. restart recovery:")
     qm = QueueManager.open(name, console=con, progress=make_progress_callback(con))
@@ -220,10 +221,11 @@ def run_tour(workdir: Path | None = None, seconds: float = 4.0, console=None) ->
               f"(at least {result['must_be_present']} required)")
     if result["problems"]:
         for p in result["problems"]:
-            con.print(f"   [bold red]FAIL[/] {p}")
+            con.print(_fail(p))
         return 1
-    con.print("   [bold green]OK[/]: every acknowledged persistent message is there exactly "
-              "once, nothing uncommitted is visible, order is kept.")
+    con.print(Text.assemble("   ", ("OK", "bold green"),
+                            ": every acknowledged persistent message is there exactly once, "
+                            "nothing uncommitted is visible, order is kept."))
     if server_step(con, name, home) != 0:
         return 1
     return pipeline_step(con, name, home, contents)
@@ -247,7 +249,7 @@ def pipeline_step(con, name: str, home: Path, engine_contents: dict[str, list[st
                                          "--out", str(out / "rebuild"), *queue_args],
                              env=env, capture_output=True, text=True)
     if rebuilt.returncode != 0:
-        con.print(f"   [bold red]FAIL[/] rebuild: {rebuilt.stderr[-2000:]}")
+        con.print(_fail(f"rebuild: {rebuilt.stderr[-2000:]}"))
         return 1
     summary = json.loads((out / "rebuild" / "rebuild.json").read_text())
     problems = []
@@ -272,8 +274,13 @@ def pipeline_step(con, name: str, home: Path, engine_contents: dict[str, list[st
         con.print(f"   report (log retention, units of work, queues): {out / 'report'} "
                   f"({', '.join(files)})")
     for p in problems:
-        con.print(f"   [bold red]FAIL[/] {p}")
+        con.print(_fail(p))
     return 1 if problems else 0
+
+
+def _fail(problem: str):
+    from rich.text import Text
+    return Text.assemble("   ", ("FAIL", "bold red"), f" {problem}")
 
 
 def server_step(con, name: str, home: Path) -> int:

@@ -3,7 +3,8 @@
 One entry per line: ``<UTC time> <message id> <text>``. When HMQERR01.LOG
 passes ``max_bytes`` it becomes HMQERR02.LOG, HMQERR02 becomes HMQERR03, and
 the oldest is dropped, as MQ rotates its error logs. Entries also go to a
-console (rich) when one is attached, and to any listeners (tests, the tour).
+console when one is attached (rich, or a server's plain lines), and to any
+listeners (tests, the tour).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Callable
 from ..fsutil import fsync_dir, make_dirs, private
 
 FILES = ("HMQERR01.LOG", "HMQERR02.LOG", "HMQERR03.LOG")
+#: errors and warnings stand out on a console (a rich console; a plain one ignores it)
+_STYLES = {"E": "bold red", "W": "yellow"}
 
 
 class OperatorLog:
@@ -47,9 +50,10 @@ class OperatorLog:
             except OSError:
                 pass  # the operator log must never stop the queue manager
         if self.console is not None:
-            style = {"E": "bold red", "W": "yellow"}.get(msgid[-1:], "")
-            self.console.print(f"[{style}]{msgid}[/{style}] {text}" if style
-                               else f"{msgid} {text}", highlight=False)
+            # never as markup: the text carries names, paths and logins, and a '['
+            # in one would be read as a tag (or raise, losing the message)
+            self.console.print(f"{msgid} {text}", style=_STYLES.get(msgid[-1:]), markup=False,
+                               highlight=False)
         for listener in self.listeners:
             listener(msgid, text)
 
