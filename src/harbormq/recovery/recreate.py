@@ -91,19 +91,38 @@ def log_end_estimate(log: RecoveryLog) -> int:
     """Where the records of the newest extent end, walking their length fields
     and LSNs only (no CRCs): cheap enough for every restart, which uses it to
     find stores whose recovery LSN lies beyond the end of the log. A torn last
-    record can make it one record long; redo's full read settles the end."""
+    record can make it one record long; redo's full read settles the end.
+
+    The walk starts at the last checkpoint's record when the newest extent
+    holds it (its place is in the control file, written once the record was
+    on disk), not at the extent's start: a restart walks what followed the
+    checkpoint, not up to 256 MiB. If that record does not read as one, the
+    walk starts at the extent's start after all."""
     active = log.state.active
-    path = log.active_path()
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        offset, size = EXTENT_HEADER_SIZE, len(buf)
-        while offset + MIN_RECORD <= size:
-            length, _crc, lsn = RECORD_PREFIX.unpack_from(buf, offset)
-            if length < MIN_RECORD or length % 8 or offset + length > size or \
-                    lsn != active.first_lsn + offset - EXTENT_HEADER_SIZE or \
-                    TRAILER.unpack_from(buf, offset + length - 4)[0] != length:
-                break
-            offset += length
-    return active.first_lsn + offset - EXTENT_HEADER_SIZE
+    checkpoint = log.state.checkpoint_lsn
+    with open(log.active_path(), "rb") as f, \
+            mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if checkpoint > active.first_lsn:
+            offset = EXTENT_HEADER_SIZE + checkpoint - active.first_lsn
+            end = _records_end(buf, active.first_lsn, offset)
+            if end > offset:
+                return active.first_lsn + end - EXTENT_HEADER_SIZE
+        end = _records_end(buf, active.first_lsn, EXTENT_HEADER_SIZE)
+        return active.first_lsn + end - EXTENT_HEADER_SIZE
+
+
+def _records_end(buf, first_lsn: int, offset: int) -> int:
+    """The offset past the last of the well-formed records that follow one
+    another from ``offset``."""
+    size = len(buf)
+    while offset + MIN_RECORD <= size:
+        length, _crc, lsn = RECORD_PREFIX.unpack_from(buf, offset)
+        if length < MIN_RECORD or length % 8 or offset + length > size or \
+                lsn != first_lsn + offset - EXTENT_HEADER_SIZE or \
+                TRAILER.unpack_from(buf, offset + length - 4)[0] != length:
+            break
+        offset += length
+    return offset
 
 
 class QueueRebuild:
