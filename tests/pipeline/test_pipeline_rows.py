@@ -216,3 +216,11 @@ def test_several_queue_managers_need_a_choice(tmp_path):
 def test_message_columns_use_the_codec(small_log):
     m = Message(body=b"z", msg_id=b"i", priority=9, seq=4, properties={"k": [1, 2]})
     assert Message.decode(m.encode()).properties == {"k": [1, 2]}
+
+
+def test_extents_of_a_lake_become_merged_lsn_ranges():
+    from harbormq.pipeline.logdata import lsn_ranges
+    firsts = [0, 100, 200, 300, 400]
+    assert lsn_ranges(firsts, [100, 200, 400]) == [(100, 300), (400, None)]
+    assert lsn_ranges(firsts, [0]) == [(0, 100)]
+    assert lsn_ranges(firsts, []) == []

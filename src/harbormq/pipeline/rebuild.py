@@ -56,13 +56,17 @@ EVENT_TYPES = ("MSG_PUT", "MSG_GET", "MSG_EXPIRE", "COMPENSATION", "UOW_BEGIN", 
 
 def events(spark, source: LogInput, at_lsn: int):
     """The records a rebuild reads up to the point, narrow (EVENT_COLUMNS, no
-    bodies) and cached: every later step reads this instead of decoding again
-    (each reference to a Python data source is a scan of its own). Bodies and
-    descriptors are read later, only for the messages that survive."""
+    bodies). From a log they are cached: every later step reads this instead
+    of decoding again (each reference to a Python data source is a scan of its
+    own). From a lake they are not: each step's query reads only its columns
+    and record types from Parquet, with ``lsn <= point`` pushed down. Bodies
+    and descriptors are read later, only for the messages that survive."""
     from pyspark import StorageLevel
     records = source.records(spark, columns=EVENT_COLUMNS)
-    return (records.filter(f"lsn <= {at_lsn}").filter(records.type.isin(*EVENT_TYPES))
-            .persist(StorageLevel.MEMORY_AND_DISK))
+    records = records.filter(f"lsn <= {at_lsn}").filter(records.type.isin(*EVENT_TYPES))
+    if source.rereads_cheaply:
+        return records
+    return records.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def plan(spark, source: LogInput, records, at_lsn: int, queues: list[str] | None
@@ -183,7 +187,10 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
     point = resolve_point(spark, source.records(spark, columns=["lsn", "ts_ns"]), at_lsn,
                           at_time_ns)
     records = events(spark, source, point)
-    progress.stage(f"point: LSN {point}; decoded {records.count()} record(s) (no bodies)")
+    if source.rereads_cheaply:
+        progress.stage(f"point: LSN {point}; reading the lake")
+    else:
+        progress.stage(f"point: LSN {point}; decoded {records.count()} record(s) (no bodies)")
     targets = plan(spark, source, records, point, queues)
     progress.stage(f"planned {len(targets)} queue(s): " + ", ".join(
         f"{t.queue} (from LSN {t.floor_lsn}{', image %d' % t.image_id if t.image_id else ''})"
