@@ -62,8 +62,13 @@ def events(spark, source: LogInput, at_lsn: int):
     and record types from Parquet, with ``lsn <= point`` pushed down. Bodies
     and descriptors are read later, only for the messages that survive."""
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
     records = source.records(spark, columns=EVENT_COLUMNS)
-    records = records.filter(f"lsn <= {at_lsn}").filter(records.type.isin(*EVENT_TYPES))
+    records = (records.filter(f"lsn <= {at_lsn}").filter(records.type.isin(*EVENT_TYPES))
+               # only the planning reads names (of objects created, altered, imaged):
+               # message rows match by object id and need not carry a string
+               .withColumn("object", F.when(F.col("type").isin(*CONTROL_TYPES),
+                                            F.col("object"))))
     if source.rereads_cheaply:
         return records
     return records.persist(StorageLevel.MEMORY_AND_DISK)

@@ -39,6 +39,10 @@ def session(app: str, master: str | None = None, conf: dict | None = None):
                    .config("spark.pyspark.driver.python", sys.executable))
     if (chosen or "").startswith("local"):
         builder = builder.config("spark.sql.shuffle.partitions", str(LOCAL_SHUFFLE_PARTITIONS))
+        # a job's cache lives for one run on few cores: compressing it (gathering
+        # statistics and dictionary-encoding every column of every row) cost more
+        # CPU than it saved, as profiled in the rebuild (docs/pipeline.md)
+        builder = builder.config("spark.sql.inMemoryColumnarStorage.compressed", "false")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
