@@ -309,3 +309,28 @@ def test_pushed_down_filters_skip_whole_extents(tmp_path, spark):
 
 def all_rows_from(plans):
     return [r for p in plans for b in read_extent(p) for r in b.to_pylist()]
+
+
+def test_a_point_in_time_is_found_without_reading_older_extents(tmp_path, spark):
+    """--at-time resolves to the last record at or before the time by decoding
+    only the extent that holds it (and the one before): an older extent, here
+    corrupt, is never opened."""
+    from harbormq.pipeline.rebuild import resolve_point
+    lb = LogBuilder(tmp_path / "log", pages=2)
+    lb.define("Q", 1)
+    for _ in range(120):
+        lb.put("Q", 1, lb.message(1, body=b"y" * 200))
+    lb.close()
+    plans = plan_extents(str(tmp_path / "log"))
+    assert len(plans) >= 4
+    raw = bytearray(open(plans[0].path, "rb").read())
+    raw[4096 + 100] ^= 0x55
+    open(plans[0].path, "wb").write(bytes(raw))
+    rows = all_rows_from(plans[1:])
+    at = rows[len(rows) * 2 // 3]["ts_ns"] + 500_000         # between two records
+    expected = max(r["lsn"] for r in rows if r["ts_ns"] <= at)
+    source = LogInput(log=str(tmp_path / "log"))
+    records = source.records(spark, columns=["lsn", "ts_ns"])
+    assert resolve_point(spark, records, None, at, source.time_floor(at)) == expected
+    with pytest.raises(Exception, match="HMQ7501E"):     # the whole log: it is read
+        resolve_point(spark, records, None, at)
