@@ -267,16 +267,23 @@ def test_report_and_trace(tmp_path, spark, make_qm, open_qm):
     qm.resolve(u.id, commit=False)
 
 
-def test_a_corrupt_extent_fails_the_job_naming_it(tmp_path, spark):
-    lb = LogBuilder(tmp_path / "log", pages=2)
+def corrupt_log(log, puts: int, victim: int):
+    """A log of ``puts`` puts in extents of two pages, extent ``victim`` corrupt at
+    its first record; returns the plans."""
+    lb = LogBuilder(log, pages=2)
     lb.define("Q", 1)
-    for _ in range(80):
+    for _ in range(puts):
         lb.put("Q", 1, lb.message(1, body=b"y" * 200))
     lb.close()
-    victim = plan_extents(str(tmp_path / "log"))[1]
-    raw = bytearray(open(victim.path, "rb").read())
+    plans = plan_extents(str(log))
+    raw = bytearray(open(plans[victim].path, "rb").read())
     raw[4096 + 100] ^= 0x55
-    open(victim.path, "wb").write(bytes(raw))
+    open(plans[victim].path, "wb").write(bytes(raw))
+    return plans
+
+
+def test_a_corrupt_extent_fails_the_job_naming_it(tmp_path, spark):
+    victim = corrupt_log(tmp_path / "log", 80, 1)[1]
     with pytest.raises(Exception, match=r"HMQ7501E: log extent S0000001.LOG is corrupt at "
                                         rf"offset 4096 \(LSN {victim.first_lsn}\)"):
         LogInput(log=str(tmp_path / "log")).records(spark).count()
@@ -286,15 +293,7 @@ def test_pushed_down_filters_skip_whole_extents(tmp_path, spark):
     """A corrupt older extent fails any read of it; filters that exclude it must
     leave it unopened, through Spark's own pushdown."""
     import datetime as dt
-    lb = LogBuilder(tmp_path / "log", pages=2)
-    lb.define("Q", 1)
-    for _ in range(80):
-        lb.put("Q", 1, lb.message(1, body=b"y" * 200))
-    lb.close()
-    plans = plan_extents(str(tmp_path / "log"))
-    raw = bytearray(open(plans[0].path, "rb").read())
-    raw[4096 + 100] ^= 0x55
-    open(plans[0].path, "wb").write(bytes(raw))
+    plans = corrupt_log(tmp_path / "log", 80, 0)
     df = LogInput(log=str(tmp_path / "log")).records(spark)
     later = plans[2]
     expected = sum(1 for r in all_rows_from(plans[2:]))
@@ -316,16 +315,8 @@ def test_a_point_in_time_is_found_without_reading_older_extents(tmp_path, spark)
     only the extent that holds it (and the one before): an older extent, here
     corrupt, is never opened."""
     from harbormq.pipeline.rebuild import resolve_point
-    lb = LogBuilder(tmp_path / "log", pages=2)
-    lb.define("Q", 1)
-    for _ in range(120):
-        lb.put("Q", 1, lb.message(1, body=b"y" * 200))
-    lb.close()
-    plans = plan_extents(str(tmp_path / "log"))
+    plans = corrupt_log(tmp_path / "log", 120, 0)
     assert len(plans) >= 4
-    raw = bytearray(open(plans[0].path, "rb").read())
-    raw[4096 + 100] ^= 0x55
-    open(plans[0].path, "wb").write(bytes(raw))
     rows = all_rows_from(plans[1:])
     at = rows[len(rows) * 2 // 3]["ts_ns"] + 500_000         # between two records
     expected = max(r["lsn"] for r in rows if r["ts_ns"] <= at)
