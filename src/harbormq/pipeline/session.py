@@ -8,6 +8,13 @@ import time
 
 #: shuffle partitions for local masters (the default 200 is for clusters)
 LOCAL_SHUFFLE_PARTITIONS = 8
+#: JVM options of a local master's driver (which is its executor too). A job
+#: runs minutes, and on two cores the C2 compiler took a third of the JVM's CPU
+#: in a 2M-record rebuild; ten times its thresholds keep C2 for the truly hot
+#: methods (C2 26 s instead of 43 s, the JVM 106 s instead of 119 s).
+#: (-XX:TieredStopAtLevel=1, no C2 at all, made the decode stage 3x slower.)
+LOCAL_JAVA_OPTIONS = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+                      "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
 
 
 def session(app: str, master: str | None = None, conf: dict | None = None):
@@ -39,10 +46,12 @@ def session(app: str, master: str | None = None, conf: dict | None = None):
                    .config("spark.pyspark.driver.python", sys.executable))
     if (chosen or "").startswith("local"):
         builder = builder.config("spark.sql.shuffle.partitions", str(LOCAL_SHUFFLE_PARTITIONS))
-        # a job's cache lives for one run on few cores: compressing it (gathering
-        # statistics and dictionary-encoding every column of every row) cost more
-        # CPU than it saved, as profiled in the rebuild (docs/pipeline.md)
+        # a job's cache lives for one run on few cores: compressing it (statistics
+        # and dictionary encoding of every column of every row) showed in the
+        # rebuild's profile (docs/performance.md), and the cache fits without
         builder = builder.config("spark.sql.inMemoryColumnarStorage.compressed", "false")
+        if not submitted:      # the JVM is not started yet: its options still count
+            builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
