@@ -16,7 +16,10 @@ QMB take the messages off the target queue (an ACK each). Two phases:
   50 ms): the channel's own rate, with no STOMP traffic beside it, and the
   CPU time each queue manager's process spent per message meanwhile.
 
-Prints one JSON object on stdout; progress on stderr.
+Every phase also reports the CPU per message of each process and the mean
+batch the sender sent (DISPLAY CHSTATUS MSGS / BATCHES); ``--profile DIR``
+records both processes with py-spy (collapsed stacks) during the throughput
+and drain phases. Prints one JSON object on stdout; progress on stderr.
 
     .venv/bin/python benchmarks/bench_channel.py                 # 20,000 messages
     .venv/bin/python benchmarks/bench_channel.py --messages 100000
@@ -29,8 +32,11 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -75,7 +81,7 @@ async def open_conn(loop, proto, port: int) -> None:
 
 
 async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window: int,
-                consumers: int) -> dict:
+                consumers: int, profile: Path | None = None) -> dict:
     loop = asyncio.get_running_loop()
     run = Run(loop, messages)
     for i in range(consumers):
@@ -89,6 +95,8 @@ async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window:
         run.producers.append(p)
         await open_conn(loop, p, a.port)
     await asyncio.wait_for(asyncio.gather(*(c.subscribe() for c in run.consumers)), 30)
+    spies = start_profiles(a, b, profile)
+    cpu0 = cpu_seconds(a), cpu_seconds(b)
     t0 = time.perf_counter()
     run.t0 = stomp_load._now()
     for p in run.producers:
@@ -102,6 +110,8 @@ async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window:
             last = time.perf_counter()
             progress(f"  sent={run.sent} receipted={run.receipted} received={run.received}")
     seconds = time.perf_counter() - t0
+    cpu = cpu_seconds(a) - cpu0[0], cpu_seconds(b) - cpu0[1]
+    stop_profiles(spies)
     for proto in run.producers + run.consumers:
         await proto.disconnect()
     lat = sorted(run.e2e_lat)
@@ -109,7 +119,19 @@ async def phase(a: QMServer, b: QMServer, messages: int, producers: int, window:
         else (lambda q: None)
     return {"messages": messages, "seconds": round(seconds, 2),
             "msgs_per_s": round(messages / seconds), "e2e_ms": {
-                "p50": pick(0.5), "p99": pick(0.99), "max": pick(1.0)}}
+                "p50": pick(0.5), "p99": pick(0.99), "max": pick(1.0)},
+            # (STOMP puts on QMA and deliveries on QMB included)
+            "cpu_us_per_msg": {"sender_qm": round(cpu[0] / messages * 1e6),
+                               "receiver_qm": round(cpu[1] / messages * 1e6)}}
+
+
+def mean_batch(a: QMServer) -> float | None:
+    """Messages per batch the sender sent (DISPLAY CHSTATUS MSGS / BATCHES)."""
+    status = a.sc("DISPLAY CHSTATUS(QMA.TO.QMB) MSGS BATCHES")
+    msgs, batches = (re.search(rf"{k}\((\d+)\)", status) for k in ("MSGS", "BATCHES"))
+    if not msgs or not batches or not int(batches.group(1)):
+        return None
+    return round(int(msgs.group(1)) / int(batches.group(1)), 1)
 
 
 def cpu_seconds(srv: QMServer) -> float:
@@ -118,7 +140,29 @@ def cpu_seconds(srv: QMServer) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
+def start_profiles(a: QMServer, b: QMServer, out: Path | None) -> list:
+    """py-spy on both queue manager processes (collapsed stacks, for
+    ``--profile``): where each side's CPU goes during the drain."""
+    if out is None:
+        return []
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen([spy, "record", "--pid", str(srv.proc.pid), "--rate", "250",
+                              "--format", "raw", "--nonblocking", "-o",
+                              str(out / f"{side}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for side, srv in (("sender", a), ("receiver", b))]
+
+
+def stop_profiles(spies: list) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        spy.wait(60)
+
+
+async def drain_phase(a: QMServer, b: QMServer, messages: int,
+                      profile: Path | None = None) -> dict:
     loop = asyncio.get_running_loop()
     a.sc("STOP CHANNEL(QMA.TO.QMB)")
     run = Run(loop, messages)
@@ -131,6 +175,7 @@ async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
     await asyncio.wait_for(run.all_receipted, 600)
     for p in run.producers:
         await p.disconnect()
+    spies = start_profiles(a, b, profile)
     cpu0 = cpu_seconds(a), cpu_seconds(b)
     t0 = time.perf_counter()
     a.sc("START CHANNEL(QMA.TO.QMB)")
@@ -141,6 +186,7 @@ async def drain_phase(a: QMServer, b: QMServer, messages: int) -> dict:
             raise RuntimeError("the channel did not drain in 600 s")
     seconds = time.perf_counter() - t0
     cpu = cpu_seconds(a) - cpu0[0], cpu_seconds(b) - cpu0[1]
+    stop_profiles(spies)
     # CPU per message is steadier than the rate on a machine others load too
     return {"messages": messages, "seconds": round(seconds, 2),
             "msgs_per_s": round(messages / seconds),
@@ -155,9 +201,12 @@ async def main_async(args) -> dict:
         "loadavg_start": [round(x, 1) for x in os.getloadavg()]}}
     phases = {
         "throughput": (args.batchsz, f"{args.messages} messages, BATCHSZ {args.batchsz}",
-                       lambda a, b: phase(a, b, args.messages, 4, 64, 2)),
+                       lambda a, b: phase(a, b, args.messages, 4, 64, 2,
+                                          args.profile and args.profile / "throughput")),
         "drain": (args.batchsz, f"{args.drain_messages} messages preloaded, BATCHSZ "
-                  f"{args.batchsz}", lambda a, b: drain_phase(a, b, args.drain_messages)),
+                  f"{args.batchsz}",
+                  lambda a, b: drain_phase(a, b, args.drain_messages,
+                                           args.profile and args.profile / "drain")),
         "latency": (1, f"{args.latency_messages} messages one at a time, BATCHSZ 1",
                     lambda a, b: phase(a, b, args.latency_messages, 1, 1, 1)),
     }
@@ -168,7 +217,8 @@ async def main_async(args) -> dict:
             a, b = pair(root / name, batchsz)
             try:
                 progress(f"{name}: {what}")
-                out[name] = await run(a, b) | {"batchsz": batchsz}
+                out[name] = await run(a, b) | {"batchsz": batchsz,
+                                               "mean_batch": mean_batch(a)}
             finally:
                 a.stop()
                 b.stop()
@@ -187,6 +237,10 @@ def main() -> int:
     ap.add_argument("--drain-messages", type=int, default=20_000)
     ap.add_argument("--only", choices=("throughput", "drain", "latency"),
                     help="run one phase only")
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="record both processes with py-spy during the throughput "
+                    "and drain phases: DIR/PHASE/sender.txt and DIR/PHASE/receiver.txt "
+                    "(collapsed stacks)")
     args = ap.parse_args()
     print(json.dumps(asyncio.run(main_async(args)), indent=2))
     return 0

@@ -80,6 +80,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.data_mb, args.log_mb = 50, 50
+    if args.keep_dir is not None:
+        args.keep_dir.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="bench-restore-", dir=args.keep_dir))
     src, dst, arch, bk = base / "src", base / "dst", base / "arch", base / "bk"
     srcenv = dict(os.environ, HARBORMQ_HOME=str(src))

@@ -29,7 +29,7 @@ from harbormq.channels import protocol as p
 @dataclass(frozen=True)
 class Cut:
     direction: str          # "out" or "back"
-    kind: int               # a frame kind (protocol.MSG, END_BATCH, CONFIRM, ...)
+    kind: int               # a frame kind (protocol.MSGS, END_BATCH, CONFIRM, ...)
     nth: int = 1
     how: str = "after"      # after, before, mid, hold
 

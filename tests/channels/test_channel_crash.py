@@ -93,8 +93,11 @@ def settle_and_check(a, b, producer) -> dict:
     producer.join(30)
     end = time.monotonic() + 120
     while True:
-        status = a.sc("DISPLAY QLOCAL(QMB) CURDEPTH\nDISPLAY CHSTATUS(QMA.TO.QMB) INDOUBT")
-        if "CURDEPTH(0)" in status and "INDOUBT(NO)" in status:
+        # UNCOM(NO) too: a batch the sender has got but not yet prepared is in no
+        # CURDEPTH and not in doubt, only locked
+        status = a.sc("DISPLAY QSTATUS(QMB) CURDEPTH UNCOM\n"
+                      "DISPLAY CHSTATUS(QMA.TO.QMB) INDOUBT")
+        if "CURDEPTH(0)" in status and "UNCOM(NO)" in status and "INDOUBT(NO)" in status:
             break
         assert time.monotonic() < end, f"the channel did not drain:\n{status}\n{a.console()}"
         time.sleep(0.2)

@@ -16,13 +16,13 @@ from harbormq.channels import protocol as p
 #: one cut per connection, at the points of a batch where a lost connection
 #: leaves the two sides in different states
 CUTS = [
-    Cut("out", p.MSG, 3, "after"),        # mid-batch, between two messages
-    Cut("out", p.MSG, 2, "mid"),          # inside a message frame
+    Cut("out", p.MSGS, 3, "after"),       # the batch's messages, not its END_BATCH
+    Cut("out", p.MSGS, 2, "mid"),         # inside a frame of messages
     Cut("out", p.END_BATCH, 1, "before"),  # the whole batch, but not its END_BATCH
     Cut("out", p.END_BATCH, 1, "after"),   # right after END_BATCH
     Cut("back", p.CONFIRM, 1, "before"),   # committed on QMB, the confirm lost
     Cut("back", p.HELLO_OK, 1, "before"),  # in the handshake
-    Cut("out", p.MSG, 7, "mid"),
+    Cut("out", p.MSGS, 7, "mid"),
     Cut("back", p.CONFIRM, 2, "before"),
     Cut("out", p.END_BATCH, 3, "after"),
 ]

@@ -529,7 +529,8 @@ def test_decode_run_reads_exactly_what_decode_reads(recs, data):
     got, offset = [], EXTENT_HEADER_SIZE
     while True:
         batch, offset = decode_run(buf, offset, len(buf), first_lsn, stop_lsn=stop_lsn,
-                                   max_records=data.draw(st.integers(1, 5)))
+                                   max_records=data.draw(st.integers(1, 5)),
+                                   max_bytes=data.draw(st.sampled_from([1, 100, 300, 4 << 20])))
         got += batch
         if not batch or batch[-1].type == RecordType.EXTENT_END:
             break

@@ -127,3 +127,26 @@ def test_another_queue_managers_log_or_store_is_refused(make_qm, open_qm, home, 
     qm = open_qm("QMA")
     assert bodies(qm, "ORDERS") == ["from QMA"]
     qm.close()
+
+
+def test_dump_config_reads_the_definitions_after_a_reset(make_qm, open_qm, home, capsys):
+    """The catalog's recovery LSN belongs to the old log, below the new one:
+    dump-config reads the new log from where restart does, not from there."""
+    make_qm()
+    qm = open_qm()
+    qm.define_queue("ORDERS", DEFPSIST="YES", MAXDEPTH=777)
+    qm.close()
+    lose_the_log()
+    rc, out = reset(capsys, "--yes")
+    assert rc == 0, out
+    capsys.readouterr()
+    assert main(["dump-config", "QM1"]) == 0     # stopped, straight after the reset
+    script = capsys.readouterr().out
+    assert "DEFINE QLOCAL('ORDERS')" in script and "MAXDEPTH(777)" in script, script
+    qm = open_qm()
+    qm.define_queue("LATER")
+    qm.close("immediate")                       # in the new log only, not in the catalog
+    capsys.readouterr()
+    assert main(["dump-config", "QM1"]) == 0
+    script = capsys.readouterr().out
+    assert "DEFINE QLOCAL('ORDERS')" in script and "DEFINE QLOCAL('LATER')" in script, script

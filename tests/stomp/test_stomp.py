@@ -1964,3 +1964,54 @@ def test_heart_beat_timers_do_not_pile_up():
             h.cancel()
         return n
     assert asyncio.run(run()) <= 3
+
+
+def test_a_frame_held_on_a_cancelled_shared_force_is_still_sent_in_order():
+    """The forces asked for in one loop turn share a future; a task awaiting it
+    that is cancelled (a receiver channel's confirmer when its connection ends)
+    cancels it for every waiter. A MESSAGE held on it was then dropped (an
+    exception in the release callback) and the frames behind it went out: the
+    client saw a gap in its deliveries, the message stayed locked, unacked."""
+    class Log:
+        """Forces that complete on the next loop turn."""
+        def __init__(self, loop):
+            self.loop, self.asked = loop, 0
+
+        def force(self):
+            self.asked += 1
+            fut = self.loop.create_future()
+            self.loop.call_soon(fut.set_result, 0)
+            return fut
+
+    class Held(FrameTransport):
+        def _dispatch(self, frame):
+            return None
+
+        def _send(self, data: bytes) -> None:
+            self.sent.append(data)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        t = Held(loop, Limits(1 << 20, 100, 8192))
+        t.sent, t.core = [], type("Core", (), {"log": Log(loop)})()
+        shared = loop.create_future()
+
+        async def confirmer():
+            await shared       # as the receiver's confirmer awaited its commit
+        waiter = loop.create_task(confirmer())
+        await asyncio.sleep(0)
+        t._send_after(shared, b"m1")
+        t._send_after(shared, b"m2")
+        waiter.cancel()
+        await asyncio.sleep(0)
+        assert shared.cancelled()
+        t._send_after(None, b"m3")
+        later = loop.create_future()
+        t._send_after(later, b"m4")
+        later.set_result(0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return t.sent, t.core.log.asked
+    sent, asked = asyncio.run(run())
+    assert sent == [b"m1", b"m2", b"m3", b"m4"]
+    assert asked >= 1      # the held frames waited for a force of their own

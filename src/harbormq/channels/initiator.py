@@ -145,7 +145,8 @@ class ChannelInitiator:
         doubts = sync.in_doubt_all(self.core, name)
         if not doubts:
             return f"channel {name} has no batch in doubt."
-        # (a pipelined sender may have two: decided together, the newest backed out first)
+        # (a pipelined sender may have several: decided together, the newest backed
+        # out first)
         for uow, _pending in (doubts if commit else reversed(doubts)):
             await (self.core.commit(uow) if commit else self.core.backout(uow))
         what = "committed" if commit else "backed out (their messages are sent again)"

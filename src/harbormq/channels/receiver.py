@@ -1,7 +1,8 @@
 """The receiver channel agent: one per connection a listener accepts.
 
 It puts each batch's messages, and the batch's sync data, under one unit of
-work, commits it (forced), and only then confirms: a batch is either wholly
+work, commits it, and confirms it once the commit is forced (meanwhile it
+reads and puts the next batch's messages): a batch is either wholly
 committed here with its sequence number and id, or not at all, and the
 sender learns which at the next HELLO. A message that cannot be put where it
 is addressed goes to the dead-letter queue with a dead-letter header (the
@@ -146,6 +147,10 @@ class ReceiverSession:
 
     async def _converse(self, hello: dict) -> None:
         core = self.core
+        # a connection that ended while its last commit was being forced left
+        # that batch committed in memory: it must be on disk before HELLO_OK
+        # tells the sender it was committed (the sender then commits its gets)
+        await core.log.force()
         state = sync.read(core, sync.RECEIVER, self.name)
         self.last_seq, self.last_luwid = state["seq"], state["luwid"]
         self.writer.write(p.encode(p.HELLO_OK, {"qm": core.name, "seq": state["seq"],
@@ -164,35 +169,46 @@ class ReceiverSession:
         batchint = max(0, int(hello.get("batchint") or 0)) / 1000
         silence = 3 * self.hbint + batchint if self.hbint else BATCH_TIMEOUT
         uow = None
+        # batches committed whose force is still running: (force, seq, luwid), in
+        # log order; the confirmer sends each CONFIRM once its commit is on disk
+        committed: asyncio.Queue = asyncio.Queue()
+        confirmer = asyncio.ensure_future(self._confirm(committed))
         try:
             while True:
                 try:
                     kind, h, payload = p.expect(
                         await p.read_frame_within(self.reader, silence),
-                        p.MSG, p.END_BATCH, p.CLOSE, p.HEARTBEAT)
+                        p.MSGS, p.END_BATCH, p.CLOSE, p.HEARTBEAT)
                 except asyncio.TimeoutError:
                     self.say("HMQ9135E", f"nothing from the sender on {self.partner} for "
                              f"{silence:g} s (heartbeat interval {self.hbint} s): the connection "
                              "is taken as lost and closed")
                     return
                 if kind == p.CLOSE:
+                    # (the sender closes with no batch unconfirmed; wait anyway)
+                    joined = asyncio.ensure_future(committed.join())
+                    await asyncio.wait((joined, confirmer),
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    joined.cancel()
                     self.status = "INACTIVE"
                     return
                 if kind == p.HEARTBEAT:
                     self.writer.write(p.encode(p.HEARTBEAT, {}))
                     await self.writer.drain()
                     continue
-                if kind == p.MSG:
+                if kind == p.MSGS:
+                    first, bodies = p.decode_msgs(h, payload)
                     want = (self.last_seq if expected is None else expected) + 1
-                    if h.get("seq") != want:
+                    if first != want:
                         await self.refuse("HMQ9526E", f"message sequence number error for "
-                                          f"channel {self.name}: received {h.get('seq')}, "
+                                          f"channel {self.name}: received {first}, "
                                           f"expected {want}")
                         return
-                    expected = want
+                    expected = first + len(bodies) - 1
                     if uow is None:
                         uow = core.begin(owner=sync.owner(self.name))
-                    self._deliver(payload, uow)
+                    for body in bodies:
+                        self._deliver(body, uow)
                     continue
                 # END_BATCH
                 if uow is None:
@@ -201,16 +217,40 @@ class ReceiverSession:
                 sync.replace(core, uow, sync.RECEIVER, self.name,
                              {"seq": seq, "luwid": h["luwid"], "partner": self.partner})
                 crash_point("channel.receiver_before_commit")
-                await core.commit(uow)
+                # not awaited here: the next batch's messages are read and put
+                # while this commit is forced (its records follow the commit's)
+                committed.put_nowait((core.commit_nowait(uow), seq, h["luwid"]))
                 uow = None
-                crash_point("channel.receiver_committed")
-                self.last_seq, self.last_luwid = seq, h["luwid"]
-                self.batches += 1
-                self.writer.write(p.encode(p.CONFIRM, {"luwid": h["luwid"], "seq": seq}))
-                await self.writer.drain()
         finally:
+            confirmer.cancel()
             if uow is not None and uow.state == "active":
                 await core.backout(uow)
+
+    async def _confirm(self, committed: asyncio.Queue) -> None:
+        """CONFIRM each batch, in order, once its commit is forced: never before
+        (the sender then commits its gets)."""
+        while True:
+            forced, seq, luwid = await committed.get()
+            try:
+                if forced is not None:
+                    # shielded: the force is shared with every other waiter of
+                    # its loop turn (STOMP deliveries, receipts), and cancelling
+                    # this task when the connection ends must not cancel it
+                    await asyncio.shield(forced)
+                crash_point("channel.receiver_committed")
+                self.last_seq, self.last_luwid = seq, luwid
+                self.batches += 1
+                self.writer.write(p.encode(p.CONFIRM, {"luwid": luwid, "seq": seq}))
+                await self.writer.drain()
+            except (OSError, RuntimeError, HarbormqError) as exc:
+                # the log cannot be written or the connection is gone: the batch
+                # stays in doubt at the sender, which resolves it at the next HELLO
+                self.say("HMQ9540E", f"batch {luwid} (sequence number {seq}) not "
+                         f"confirmed: {exc}")
+                self.writer.close()
+                return
+            finally:
+                committed.task_done()
 
     def _deliver(self, payload: bytes, uow) -> None:
         core = self.core

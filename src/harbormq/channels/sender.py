@@ -2,7 +2,8 @@
 them to the receiver, exactly once (docs/channels.md).
 
 A batch: up to BATCHSZ messages got from the transmission queue under one
-unit of work, each sent with the next sequence number; the new sync data put
+unit of work (in one scan of the queue), sent in one MSGS frame (or a few,
+for large messages), numbered one by one; the new sync data put
 under the same unit of work; the unit **prepared** (forced: from here the
 batch is in doubt and survives a crash); END_BATCH sent; on the receiver's
 CONFIRM (it has committed the batch) the unit of work is committed. At the
@@ -10,14 +11,18 @@ next HELLO the batches in doubt are resolved against the receiver's last
 batch id: that batch and the ones before it were committed there, so are
 committed here; any after it are backed out here and sent again.
 
-Batches are pipelined: while one batch waits for its CONFIRM the next is got,
-sent and prepared (up to ``sync.SENDER_SLOTS`` in flight), so the receiver's
-commit of one overlaps the sender's work on the next. The receiver commits
+Batches are pipelined: while one batch waits for its CONFIRM the next ones
+are got, sent and prepared (up to ``sync.SENDER_SLOTS`` in flight), so the
+receiver's commit of one overlaps the sender's work on the next; and the next
+batch is got from the transmission queue while the last one's prepare is
+being forced (its MSGS go out only after that batch's END_BATCH). The receiver commits
 them in order, one connection at a time, so "the receiver's last batch and
 every one before it" is always the right rule. The commit after a CONFIRM is
-not forced on its own: the next prepare's force carries it, and a crash
-before that leaves the batch in doubt, decided as committed at the next
-HELLO (the receiver's last batch is it, or a later one).
+not forced on its own (nor is a force asked for: one fdatasync per batch, not
+two): the next prepare's force carries it, or a force when the channel finds
+its transmission queue empty; a crash before that leaves the batch in doubt,
+decided as committed at the next HELLO (the receiver's last batch is it, or
+a later one).
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ class _InFlight:
     luwid: str
     count: int
     slot: int
+    #: the force of its prepare
+    prepared: asyncio.Future | None = None
 
 
 class SenderChannel:
@@ -79,6 +86,8 @@ class SenderChannel:
         self.last_msg_ns = 0
         #: the heartbeat interval agreed with the partner (s; 0: none)
         self.hbint = 0
+        #: a batch committed (after its CONFIRM) whose commit is not forced yet
+        self._unforced = False
         self._wake = asyncio.Event()
 
     @property
@@ -267,21 +276,35 @@ class SenderChannel:
                  f"interval {self.hbint or 'none'}{' s' if self.hbint else ''}"
                  f"{'; TLS ' + session if session else ''})")
         reset = bool(state.get("reset"))
+        #: batches whose END_BATCH is sent, oldest first, awaiting their CONFIRM
         inflight: deque[_InFlight] = deque()
+        #: the batch sent whose prepare is being forced (its END_BATCH not sent)
+        preparing: _InFlight | None = None
         while not self.stop_requested:
-            if len(inflight) < sync.SENDER_SLOTS:
-                # (with a batch in flight, only what is there now: its CONFIRM comes next)
-                sent = await self._batch(reader, writer, reset, inflight, wait=not inflight)
-                if sent is False:
+            busy = len(inflight) + (preparing is not None)
+            got = None
+            if busy < sync.SENDER_SLOTS:
+                # the next batch is got while the last one's prepare is forced; with
+                # batches in flight, only what is there now (a CONFIRM comes next)
+                got = await self._gather(reader, writer, wait=not busy)
+                if got is False:
                     writer.write(p.encode(p.CLOSE, {}))
                     await writer.drain()
                     self.status = "INACTIVE"
                     return
-                if sent is not None:
-                    inflight.append(sent)
+            try:
+                if preparing is not None:
+                    await self._end_batch(writer, preparing)
+                    inflight.append(preparing)
+                    preparing = None
+                if got is not None:
+                    preparing = self._send(writer, got, reset, inflight)
                     reset = False
-                    continue
-            if inflight:
+            except BaseException:
+                if got is not None and got[0].state == "active":
+                    await self.core.backout(got[0])     # its messages go back on the queue
+                raise
+            if got is None and inflight:
                 await self._confirmed(reader, inflight.popleft())
 
     async def _first_message(self, reader, writer, uow):
@@ -289,6 +312,14 @@ class SenderChannel:
         empty for DISCINT seconds; meanwhile a heartbeat every HBINT seconds,
         whose answer must come in time or the connection is taken as lost."""
         core, a = self.core, self.attrs
+        msg = core.get_nowait(a["XMITQ"], uow)[0]
+        if msg is not None:
+            return msg
+        if self._unforced:
+            # idle: the last commits go to disk now rather than with a next
+            # prepare that may be long in coming (a crash would leave them in doubt)
+            self._unforced = False
+            await core.log.force()
         end = time.monotonic() + a["DISCINT"] if a["DISCINT"] else float("inf")
         while True:
             left = end - time.monotonic()
@@ -360,27 +391,34 @@ class SenderChannel:
                  f"transmission header: put on the dead-letter queue {dlq}")
         return False
 
-    async def _batch(self, reader, writer, reset: bool, inflight: deque,
-                     wait: bool) -> _InFlight | None | bool:
-        """Get, send and prepare one batch, and send its END_BATCH. False when
-        the transmission queue stayed empty for DISCINT seconds (``wait``; the
-        channel then disconnects); None when nothing was sent (no message there
-        now, without ``wait``; or only dead letters)."""
+    async def _gather(self, reader, writer, wait: bool) -> tuple | None | bool:
+        """Get the next batch under a unit of work of its own: (unit of work,
+        messages). False when the transmission queue stayed empty for DISCINT
+        seconds (``wait``; the channel then disconnects); None when there is
+        nothing to send (no message there now, without ``wait``; or only dead
+        letters)."""
         core, a = self.core, self.attrs
         xmitq = a["XMITQ"]
         uow = core.begin(owner=sync.owner(self.name))
         try:
-            first = await self._first_message(reader, writer, uow) if wait else \
-                core.get_nowait(xmitq, uow)[0]
-            if first is None:
+            size = a["BATCHSZ"]
+            if wait:
+                first = await self._first_message(reader, writer, uow)
+                batch = [first] if first is not None else []
+            else:
+                batch = core.get_batch_nowait(xmitq, uow, size)
+            if not batch:
                 core.discard_empty(uow)
                 return False if wait else None
-            batch = [first]
             deadline = time.monotonic() + a["BATCHINT"] / 1000
-            while len(batch) < a["BATCHSZ"]:
+            while len(batch) < size:
+                # what is there now in one scan; then wait (BATCHINT) for one more
+                more = core.get_batch_nowait(xmitq, uow, size - len(batch))
+                if more:
+                    batch += more
+                    continue
                 left = deadline - time.monotonic()
-                msg = core.get_nowait(xmitq, uow)[0] if left <= 0 else \
-                    await core.get(xmitq, uow, wait=left)
+                msg = await core.get(xmitq, uow, wait=left) if left > 0 else None
                 if msg is None:
                     break
                 batch.append(msg)
@@ -388,27 +426,37 @@ class SenderChannel:
             if not batch:
                 await core.commit(uow)      # only dead letters: nothing to send
                 return None
-            seq = inflight[-1].seq if inflight else self.cur_seq
-            for msg in batch:
-                seq += 1
-                writer.write(p.encode(p.MSG, {"seq": seq, "reset": reset}, msg.body))
-                await writer.drain()
-            luwid = uuid.uuid4().hex
-            # the sync slot no other batch in flight holds
-            slot = min(set(range(sync.SENDER_SLOTS)) - {b.slot for b in inflight})
-            sync.replace(core, uow, sync.SENDER, self.name,
-                         {"seq": seq, "luwid": luwid, "partner": self.partner}, slot)
-            await core.prepare(uow)
         except BaseException:
             if uow.state == "active":
                 await core.backout(uow)      # the messages go back on the queue
             raise
-        # in doubt from here until the receiver's answer (or the next HELLO)
-        crash_point("channel.sender_prepared")
-        self.cur_luwid = luwid
-        writer.write(p.encode(p.END_BATCH, {"seq": seq, "luwid": luwid}))
+        return uow, batch
+
+    def _send(self, writer, got: tuple, reset: bool, inflight: deque) -> _InFlight:
+        """Send a batch got (its MSGS frames), put its sync data in the slot no
+        batch in flight holds, and prepare it: the force runs on (``_end_batch``
+        awaits it)."""
+        core = self.core
+        uow, batch = got
+        first_seq = (inflight[-1].seq if inflight else self.cur_seq) + 1
+        for frame in p.encode_msgs(first_seq, [m.body for m in batch], reset):
+            writer.write(frame)
+        seq = first_seq + len(batch) - 1
+        luwid = uuid.uuid4().hex
+        slot = min(set(range(sync.SENDER_SLOTS)) - {b.slot for b in inflight})
+        sync.replace(core, uow, sync.SENDER, self.name,
+                     {"seq": seq, "luwid": luwid, "partner": self.partner}, slot)
+        return _InFlight(uow, seq, luwid, len(batch), slot, core.prepare_nowait(uow))
+
+    async def _end_batch(self, writer, sent: _InFlight) -> None:
+        """Once the batch's prepare is on disk (from here it is in doubt and
+        survives a crash), its END_BATCH."""
         await writer.drain()
-        return _InFlight(uow, seq, luwid, len(batch), slot)
+        await sent.prepared
+        crash_point("channel.sender_prepared")
+        self.cur_luwid = sent.luwid
+        writer.write(p.encode(p.END_BATCH, {"seq": sent.seq, "luwid": sent.luwid}))
+        await writer.drain()
 
     async def _confirmed(self, reader, sent: _InFlight) -> None:
         """The oldest batch in flight: its CONFIRM, then its commit."""
@@ -423,8 +471,10 @@ class SenderChannel:
             raise p.ChannelProtocolError(f"the partner confirmed batch {h.get('luwid')}, "
                                          f"not {sent.luwid}")
         crash_point("channel.sender_confirmed")
-        # not forced here: the next prepare's force carries it (module docstring)
-        self.core.commit_nowait(sent.uow)
+        # not forced here: the next prepare's force carries it, or the force when
+        # the channel goes idle (module docstring)
+        self.core.commit_nowait(sent.uow, force=False)
+        self._unforced = True
         self.cur_seq = sent.seq
         self.msgs += sent.count
         self.batches += 1

@@ -24,8 +24,11 @@ from ..core.objects import CHANNEL_SYNCQ
 from ..log.records import Message
 
 SENDER, RECEIVER = "SDR", "RCVR"
-#: batches a sender may have in flight at once (each with a sync slot of its own)
-SENDER_SLOTS = 2
+#: batches a sender may have in flight at once (each with a sync slot of its own):
+#: one awaiting its CONFIRM, one being prepared while the next is got, and slack
+#: for a CONFIRM that comes late (queue managers before this had two slots: their
+#: sync data reads the same, slots 2 and 3 are simply not there yet)
+SENDER_SLOTS = 4
 
 
 def owner(name: str) -> str:

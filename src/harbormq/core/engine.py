@@ -586,7 +586,8 @@ class QueueManagerCore:
         if attrs["PUT"] != "ENABLED":
             raise PutInhibited(f"puts are inhibited on remote queue {name} (MQRC 2051)",
                                queue=name)
-        return self.queue(xmitq), replace(header, from_qm=self.name), attrs
+        # (not dataclasses.replace: this runs for every put to a remote queue)
+        return self.queue(xmitq), TransmissionHeader(header.rq, header.rqm, self.name), attrs
 
     def is_remote_queue(self, name: str) -> bool:
         d = self.objects.get(name)
@@ -680,10 +681,7 @@ class QueueManagerCore:
                    ) -> tuple[Message | None, asyncio.Future | None]:
         """Take the first available message in one synchronous step: (message or
         None, the force future of a persistent get outside a unit of work)."""
-        self.check_running()
-        q = self.queue(queue)
-        if q.attrs["GET"] != "ENABLED":
-            raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
+        q = self._queue_to_get_from(queue)
         if uow is not None:
             self._check_uow(uow)   # it may have been backed out while a caller waited
         if isinstance(match, MessageMatch) and match.ident is None:
@@ -705,12 +703,40 @@ class QueueManagerCore:
             else:
                 q.commit_delete(key, 0)
             return msg, forced
+        self._get_under(uow, q, key, msg, ref)
+        return msg, None
+
+    def _queue_to_get_from(self, queue: str) -> LocalQueue:
+        self.check_running()
+        q = self.queue(queue)
+        if q.attrs["GET"] != "ENABLED":
+            raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
+        return q
+
+    def _get_under(self, uow: UnitOfWork, q: LocalQueue, key: bytes, msg: Message,
+                   ref: MessageRef) -> None:
+        """A get under a unit of work: logged (persistent), then locked."""
         lsn = prev = 0
         if msg.persistent:
             lsn, prev = self._log_uow(uow, RecordType.MSG_GET, q, ref.encode())
         q.locked[key] = uow.id      # only once its record is in the log (LogFull)
         uow.ops.append(UowOp("get", q, msg, lsn, prev))
-        return msg, None
+
+    def get_batch_nowait(self, queue: str, uow: UnitOfWork, limit: int) -> list[Message]:
+        """Up to ``limit`` messages got under ``uow`` in one synchronous step: one
+        scan of the queue and one store read for all of them (a sender channel's
+        batch); each get is logged and locked as ``get_nowait`` does it."""
+        q = self._queue_to_get_from(queue)
+        self._check_uow(uow)
+        now = time.time_ns()
+        msgs, expired = q.available(limit, now)
+        for ekey, emsg in expired:
+            self._expire(q, ekey, emsg)
+        if msgs:
+            q.last_get_ns = now
+        for msg in msgs:
+            self._get_under(uow, q, msg.key, msg, MessageRef(msg.seq, msg.priority, msg.msg_id))
+        return msgs
 
     def browse(self, queue: str, *, limit: int | None = None, after: bytes | None = None,
                match: MessageMatch | None = None) -> list[Message]:
@@ -774,20 +800,29 @@ class QueueManagerCore:
     async def prepare(self, uow: UnitOfWork) -> None:
         """Phase one of two-phase commit: from here the UOW is in doubt and survives
         restart, its messages locked, until commit or backout."""
+        await self.prepare_nowait(uow)
+
+    def prepare_nowait(self, uow: UnitOfWork) -> asyncio.Future:
+        """``prepare`` in one synchronous step; returns the future of the force
+        after which it is in doubt on disk (a sender channel gets its next batch
+        meanwhile)."""
         self._check_uow(uow)
         self._log_uow(uow, RecordType.UOW_PREPARE, None, b"")
         uow.state = "prepared"
-        await self.log.force()
+        return self.log.force()
 
     async def commit(self, uow: UnitOfWork, joined: list[UnitOfWork] | tuple = ()) -> None:
         forced = self.commit_nowait(uow, joined)
         if forced is not None:
             await forced
 
-    def commit_nowait(self, uow: UnitOfWork, joined: list[UnitOfWork] | tuple = ()
-                      ) -> asyncio.Future | None:
+    def commit_nowait(self, uow: UnitOfWork, joined: list[UnitOfWork] | tuple = (), *,
+                      force: bool = True) -> asyncio.Future | None:
         """Commit in one synchronous step; returns the future of the force that
-        makes it durable (None when nothing was logged).
+        makes it durable (None when nothing was logged). ``force=False`` asks
+        for no force: the COMMIT is written with the next records and is durable
+        at the next force (a caller for which a lost commit is still in doubt
+        and decided later: a sender channel's batch); returns None then.
 
         ``joined`` are other units of work that commit atomically with ``uow``:
         their ids are in its COMMIT record, which decides them all (a STOMP
@@ -829,7 +864,7 @@ class QueueManagerCore:
                     # as restart would (which writes j's own record then)
                     j_lsn = effect_lsn
             self._apply_commit(j, j_lsn)
-        return self.log.force() if effect_lsn else None
+        return self.log.force() if effect_lsn and force else None
 
     def _apply_commit(self, uow: UnitOfWork, effect_lsn: int) -> None:
         touched = set()

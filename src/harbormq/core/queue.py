@@ -230,6 +230,44 @@ class LocalQueue:
             return key, msg, expired
         return None, None, expired
 
+    def available(self, limit: int, now_ns: int) -> tuple[list[Message], list]:
+        """(messages, expired): up to ``limit`` messages a get may take, in
+        delivery order, from one scan of the keys and one store read for those
+        not in memory; and the expired ones met on the way (as
+        ``first_available``, for the caller to remove)."""
+        keys = []
+        advance = True
+        for key in self.iter_keys(self._avail_from):
+            if key in self.locked:
+                continue
+            if advance:
+                self._avail_from = key      # every key before it is locked or gone
+                advance = False
+            keys.append(key)
+            if len(keys) >= limit:
+                break
+        found: dict[bytes, Message | None] = {}
+        stored = []
+        for key in keys:
+            for layer in (self.dirty, self.flushing):
+                if key in layer:
+                    found[key] = layer[key]
+                    break
+            else:
+                stored.append(key)
+        if stored and not self.store_hidden:
+            found.update(self.store.get_many(stored))
+        msgs, expired = [], []
+        for key in keys:
+            msg = found.get(key)
+            if msg is None:
+                continue
+            if msg.expired(now_ns):
+                expired.append((key, msg))
+            else:
+                msgs.append(msg)
+        return msgs, expired
+
     def _candidate_keys(self, match, start: bytes | None = None):
         if match is not None and match.ident is not None and self.index_ready and \
                 match.index_type == self.index_type:

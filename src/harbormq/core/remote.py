@@ -15,6 +15,7 @@ message's whole encoding, descriptor and body::
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from dataclasses import dataclass
@@ -35,11 +36,18 @@ class TransmissionHeader:
 
 def wrap(msg: Message, header: TransmissionHeader) -> Message:
     """The message to put on the transmission queue."""
-    head = json.dumps({"rq": header.rq, "rqm": header.rqm, "from_qm": header.from_qm},
-                      separators=(",", ":")).encode()
-    return Message(body=XQH_MAGIC + _LEN.pack(len(head)) + head + msg.encode(),
+    return Message(body=_prefix(header) + msg.encode(),
                    msg_id=msg.msg_id, correl_id=msg.correl_id, priority=msg.priority,
                    persistent=msg.persistent, expiry_ns=msg.expiry_ns, format="MQXMIT")
+
+
+@functools.lru_cache(maxsize=1024)
+def _prefix(header: TransmissionHeader) -> bytes:
+    """The magic and the encoded header, cached: a remote queue's puts all
+    carry the same one."""
+    head = json.dumps({"rq": header.rq, "rqm": header.rqm, "from_qm": header.from_qm},
+                      separators=(",", ":")).encode()
+    return XQH_MAGIC + _LEN.pack(len(head)) + head
 
 
 def is_wrapped(body: bytes) -> bool:
@@ -52,9 +60,20 @@ def unwrap(body: bytes) -> tuple[TransmissionHeader, Message]:
     if len(body) < 12 or body[:8] != XQH_MAGIC:
         raise ValueError("not a transmission message (no transmission header)")
     (n,) = _LEN.unpack_from(body, 8)
-    head = json.loads(body[12:12 + n])
-    msg = Message.decode(body[12 + n:])
-    return TransmissionHeader(head["rq"], head["rqm"], head.get("from_qm", "")), msg
+    header = _header(bytes(body[12:12 + n]))
+    return header, Message.decode(body[12 + n:])
+
+
+@functools.lru_cache(maxsize=1024)
+def _header(head: bytes) -> TransmissionHeader:
+    """A header parsed, cached: a channel's messages mostly share a few (one
+    per target queue), and a receiver unwraps every one."""
+    h = json.loads(head)
+    if not isinstance(h, dict) or not isinstance(h.get("rq"), str) or \
+            not isinstance(h.get("rqm"), str):
+        raise ValueError(f"transmission header {head[:200]!r} does not name the queue "
+                         "and the queue manager")
+    return TransmissionHeader(h["rq"], h["rqm"], str(h.get("from_qm", "")))
 
 
 def resolve(objects: dict, name: str) -> tuple[str, TransmissionHeader, dict] | None:

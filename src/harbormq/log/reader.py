@@ -61,6 +61,9 @@ def closed_at(end: ExtentEnd | None, end_lsn: int, cut: bool = False) -> bool:
 
 #: give the pages of a read extent back every this many bytes
 RELEASE_BYTES = 8 << 20
+#: records per decode_run: the first run is short (many readers want one record,
+#: or a few: a checkpoint, the record at an LSN), later ones longer, up to the most
+FIRST_RUN, MOST_RUN = 8, 2048
 
 
 def _open_map(path: Path):
@@ -132,12 +135,15 @@ class ExtentReader:
                                      f"{self.path.name}", path=str(self.path), lsn=from_lsn,
                                      offset=offset)
             released = offset & ~(mmap.PAGESIZE - 1)
+            run = FIRST_RUN
             while True:
                 lsn = h.first_lsn + offset - EXTENT_HEADER_SIZE
                 if to_lsn is not None and lsn >= to_lsn:
                     self.end = ExtentEnd("stopped", offset, lsn)   # as asked
                     return
-                batch, offset = decode_run(buf, offset, size, h.first_lsn, stop_lsn=to_lsn)
+                batch, offset = decode_run(buf, offset, size, h.first_lsn, stop_lsn=to_lsn,
+                                           max_records=run)
+                run = min(run * 4, MOST_RUN)
                 if not batch:
                     # the record here fails a check: ``decode`` says which (and, were
                     # the two ever to disagree, decodes it: never a record skipped)

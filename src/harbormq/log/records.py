@@ -226,21 +226,24 @@ _FIXED_BYTES = RECORD_HEADER.size + TRAILER.size + 7
 
 
 def decode_run(buf, offset: int, end: int, first_lsn: int, *, stop_lsn: int | None = None,
-               max_records: int = 2048) -> tuple[list[LogRecord], int]:
+               max_records: int = 2048, max_bytes: int = 4 << 20
+               ) -> tuple[list[LogRecord], int]:
     """Decode the valid records that follow each other from ``buf[offset:end]``,
     an extent whose first LSN is ``first_lsn``: the fast path of every read.
 
     Applies exactly ``decode``'s checks, inlined, and stops *before* the first
     record that fails one (the caller decodes that one with ``decode`` to learn
-    why), before the record at ``stop_lsn``, after an EXTENT_END record, or after
-    ``max_records``. Returns the records and the offset just past the last."""
+    why), before the record at ``stop_lsn``, after an EXTENT_END record, after
+    ``max_records``, or after the record that reaches ``max_bytes`` (a run of
+    big messages holds no more than that in memory). Returns the records and
+    the offset just past the last."""
     out: list[LogRecord] = []
     append = out.append
     unpack = RECORD_HEADER.unpack_from
     types = _TYPES
     record = LogRecord
     delta = first_lsn - EXTENT_HEADER_SIZE          # a record's LSN is its offset + delta
-    last_start = end - MIN_RECORD
+    last_start = min(end - MIN_RECORD, offset + max_bytes - 1)
     if stop_lsn is not None:
         last_start = min(last_start, stop_lsn - delta - 1)
     name_at = RECORD_HEADER.size - 8                # in the CRC-covered part

@@ -131,7 +131,7 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
             self._send(out)
             return
         if forced is not None and forced.done() and not self._held and \
-                forced.exception() is None:
+                not forced.cancelled() and forced.exception() is None:
             self._send(out)
             return
         # the forces of one loop turn share a future: a run of frames held behind
@@ -145,6 +145,15 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
     def _release_held(self, _fut=None) -> None:
         while self._held:
             fut, out = self._held[0]
+            if fut is not None and fut.cancelled():
+                # a force is shared by every waiter of a loop turn, and one of
+                # them (a cancelled task) cancelled it: that says nothing about
+                # the disk, so the frame waits for a force of its own
+                fut = self.core.log.force()
+                self._held[0] = (fut, out)
+                if not fut.done():
+                    fut.add_done_callback(self._release_held)
+                    return
             if fut is not None and not fut.done():
                 return
             self._held.popleft()

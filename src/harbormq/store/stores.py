@@ -346,6 +346,20 @@ class QueueStore(Store):
         except (lmdb.Error, ValueError, StoreDamaged) as exc:
             raise self._damaged(exc) from None
 
+    def get_many(self, keys: list[bytes]) -> dict[bytes, Message]:
+        """The messages of ``keys`` that are here, read in one transaction (a
+        sender channel's batch: one transaction instead of one per message)."""
+        out = {}
+        try:
+            with self._begin(db="msgs", buffers=True) as txn:
+                for key in keys:
+                    v = txn.get(key)
+                    if v is not None:
+                        out[key] = Message.decode(unseal(key, v, self.path))
+        except (lmdb.Error, ValueError, StoreDamaged) as exc:
+            raise self._damaged(exc) from None
+        return out
+
     def _damaged(self, exc: Exception) -> StoreDamaged:
         """The error to raise for a failed read, told first to ``on_damage``."""
         if not isinstance(exc, StoreDamaged):

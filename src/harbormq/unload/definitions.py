@@ -65,7 +65,12 @@ def definitions(config: QMConfig, at_ns: int | None = None) -> dict[str, dict]:
             objects, from_lsn = catalog.load(), catalog.recovery_lsn
         finally:
             catalog.close()
-        return _apply_records(objects, log, from_lsn, None)
+        # from where restart applies the log to the catalog: its recovery LSN, or
+        # restart's starting point when that is above it (a catalog of the old log,
+        # whole at its clean stop, under a new log 'harbormq reset-log' began above it)
+        st, chain = log.state, log.chain()
+        restart_from = chain[0].first_lsn if chain and not st.checkpoint_lsn else st.restart_lsn
+        return _apply_records(objects, log, max(from_lsn, restart_from), None)
     chain = log.chain()
     if not chain or chain[0].first_lsn != 0 or not all(log.extent_present(e) for e in chain):
         raise DumpError(f"the definitions of {config.name} at a past time come from the log "
