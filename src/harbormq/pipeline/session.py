@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -50,14 +51,41 @@ def session(app: str, master: str | None = None, conf: dict | None = None):
         # and dictionary encoding of every column of every row) showed in the
         # rebuild's profile (docs/performance.md), and the cache fits without
         builder = builder.config("spark.sql.inMemoryColumnarStorage.compressed", "false")
-        if not submitted:      # the JVM is not started yet: its options still count
-            builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
+        if not submitted and not _java_options_given(conf or {}):
+            # the JVM is not started yet, so its options still count. As the
+            # default options Spark puts before spark.driver.extraJavaOptions: a
+            # user's own (--conf, spark-defaults.conf) are kept, and win
+            builder = builder.config(_DEFAULT_JAVA_OPTIONS, LOCAL_JAVA_OPTIONS)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(HarbormqLogDataSource)
     return spark
+
+
+_DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+
+
+def _java_options_given(conf: dict) -> bool:
+    """Whether the user set the driver's default JVM options themselves (in
+    ``conf``, spark-submit arguments or spark-defaults.conf), which
+    LOCAL_JAVA_OPTIONS must then not replace."""
+    if _DEFAULT_JAVA_OPTIONS in conf:
+        return True
+    args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    if _DEFAULT_JAVA_OPTIONS in args or "--properties-file" in args:
+        return True
+    from pyspark.find_spark_home import _find_spark_home
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(_find_spark_home(), "conf")
+    try:
+        with open(os.path.join(conf_dir, "spark-defaults.conf"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    # a Java properties file: "key value", "key=value" or "key:value"
+    return any(re.split(r"[\s=:]", line.strip(), maxsplit=1)[0] == _DEFAULT_JAVA_OPTIONS
+               for line in lines)
 
 
 class Progress:
