@@ -55,19 +55,19 @@ class LogInput:
         df = df if include_body else df.drop("body")
         return df.select(*columns) if columns else df
 
-    def time_floor(self, ts_ns: int) -> int | None:
-        """The time of the first record of the extent holding the last record at
-        or before ``ts_ns``, from the extents' plans (their first records, read
-        at planning): finding that record need decode no earlier extent. None
-        for a lake (Parquet skips by its statistics) or when no extent starts
-        that early. Assumes, as the time pushdown does, that the clock did not
-        step back."""
+    def point_floor(self, ts_ns: int) -> int | None:
+        """An LSN the last record at or before ``ts_ns`` cannot lie below: the
+        first LSN of the newest extent whose first record (its time known from
+        planning) is at or before ``ts_ns``. That record qualifies, so the point
+        is at it or later, whatever the order of times inside extents: finding
+        the point decodes no earlier extent. None for a lake (Parquet skips by
+        its statistics) or when no extent starts that early."""
         if self.log is None:
             return None
         plans = plan_extents(self.log)
         if self.qm_name:
             plans = [p for p in plans if p.qm_name == self.qm_name]
-        return max((p.first_ts_ns for p in plans
+        return max((p.first_lsn for p in plans
                     if p.first_ts_ns is not None and p.first_ts_ns <= ts_ns), default=None)
 
     @property

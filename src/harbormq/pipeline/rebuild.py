@@ -34,17 +34,18 @@ OUTPUT_COLUMNS = ("queue", "position", "object_id") + MESSAGE_FIELDS + (
 
 
 def resolve_point(spark, records, at_lsn: int | None, at_time_ns: int | None,
-                  time_floor: int | None = None) -> int:
+                  lsn_floor: int | None = None) -> int:
     """The LSN of the point: ``at_lsn`` itself, or the last record at or before a time.
 
-    ``time_floor``: a time no later than that record's (the first record of the
-    extent holding it), so that the scan skips every extent before that one."""
+    ``lsn_floor``: an LSN that record is known not to lie below
+    (``LogInput.point_floor``), so that the scan skips every extent before it.
+    An LSN, not a time: a record after it may be older than it."""
     if (at_lsn is None) == (at_time_ns is None):
         raise ConfigError("give exactly one of --at-lsn and --at-time", msgid="HMQ7602E")
     if at_lsn is not None:
         return at_lsn
-    if time_floor is not None:
-        records = records.filter(f"ts_ns >= {time_floor}")
+    if lsn_floor is not None:
+        records = records.filter(f"lsn >= {lsn_floor}")
     row = records.filter(f"ts_ns <= {at_time_ns}").agg({"lsn": "max"}).first()
     if row[0] is None:
         raise RebuildError(f"no log record is as old as {at_time_ns} ns since the epoch: the "
@@ -197,7 +198,7 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
     progress = progress or Progress("rebuild", 5)
     point = resolve_point(spark, source.records(spark, columns=["lsn", "ts_ns"]), at_lsn,
                           at_time_ns, None if at_time_ns is None else
-                          source.time_floor(at_time_ns))
+                          source.point_floor(at_time_ns))
     records = events(spark, source, point)
     if source.rereads_cheaply:
         progress.stage(f"point: LSN {point}; reading the lake")
