@@ -113,6 +113,7 @@ def test_rebuild_matches_the_engine_at_several_points(make_qm, open_qm, home, tm
     assert any(locked for _lsn, st in snaps for msgs in st.values()
                for *_x, locked in msgs), "some snapshot has messages locked by a UOW"
     source = f"{archive},{log_dir}"
+    lake = tmp_path / "lake"
     rows = all_rows(source)
     log_input = LogInput(log=source)
     for i, (lsn, engine) in enumerate(snaps):
@@ -124,19 +125,29 @@ def test_rebuild_matches_the_engine_at_several_points(make_qm, open_qm, home, tm
         assert {q: [(m["msg_id"], m["priority"], m["seq"], m["backout_count"],
                      m["locked_uow"]) for m in msgs] for q, msgs in ref.items()} == expected
         if i % 2 == 1:       # Spark at two of the points (the latest and an earlier one)
-            records = events(spark, log_input, lsn)
-            got: dict = {q: [] for q in expected}
-            sp_targets = plan(spark, log_input, records, lsn, None)
-            for r in spark_rebuild(spark, log_input, records, lsn, sp_targets).collect():
-                got[r["queue"]].append((r["msg_id"], r["priority"], r["seq"],
-                                        r["backout_count"], r["locked_uow"]))
-            records.unpersist()
+            got = spark_state(spark, log_input, lsn, expected)
             assert got == expected
             assert sum(len(v) for v in got.values()) > 20
+        if i == 1:           # the same from a lake of the whole log, before its end
+            run_ingest(spark, source, lake, with_bodies=True)
+            assert spark_state(spark, LogInput(lake=str(lake)), lsn, expected) == expected
     for u in open_uows:
         u.backout()
     for u, _ in in_doubt:
         qm.resolve(u.id, commit=False)
+
+
+def spark_state(spark, source: LogInput, lsn: int, queues) -> dict:
+    """The Spark rebuild at ``lsn`` as {queue: [(msg_id, priority, seq, backout
+    count, locked uow)]}, a list for each of ``queues``."""
+    records = events(spark, source, lsn)
+    got: dict = {q: [] for q in queues}
+    for r in spark_rebuild(spark, source, records, lsn,
+                           plan(spark, source, records, lsn, None)).collect():
+        got[r["queue"]].append((r["msg_id"], r["priority"], r["seq"], r["backout_count"],
+                                r["locked_uow"]))
+    records.unpersist()
+    return got
 
 
 @pytest.fixture

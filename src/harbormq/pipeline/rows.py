@@ -378,7 +378,7 @@ def read_extent(plan: ExtentPlan, bounds: ScanBounds | None = None, *,
         if not keep_all:
             run = [r for r in run if keeps(r.lsn, r.timestamp_ns, r.object_name)]
         pending += run
-        if len(pending) >= batch_rows:
+        while len(pending) >= batch_rows:     # a run may hold several batches' rows
             yield builder.build(pending[:batch_rows])
             del pending[:batch_rows]
     while pending:
