@@ -76,8 +76,11 @@ def _java_options_given(conf: dict) -> bool:
     args = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
     if _DEFAULT_JAVA_OPTIONS in args or "--properties-file" in args:
         return True
-    from pyspark.find_spark_home import _find_spark_home
-    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(_find_spark_home(), "conf")
+    import pyspark
+    # where spark-submit looks: SPARK_CONF_DIR, else SPARK_HOME/conf (a pip
+    # install's SPARK_HOME is the pyspark package)
+    home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(home, "conf")
     try:
         with open(os.path.join(conf_dir, "spark-defaults.conf"), encoding="utf-8") as f:
             lines = f.read().splitlines()
