@@ -3,7 +3,8 @@
 
 Writes a log with _pipeline_log.generate (16 MiB extents), then measures
 1. in one process, one core: ``rows.read_extent`` over every extent (what one
-   Spark task runs), without and with message bodies;
+   Spark task runs), without and with message bodies, and with only the
+   rebuild's columns (``rebuild.EVENT_COLUMNS``);
 2. through Spark ``local[2]``: every column of every record forced
    (``write.format("noop")``), wall time of the action, and per core (/2).
 
@@ -40,15 +41,19 @@ def main() -> None:
         from harbormq.pipeline.extents import plan_extents
         from harbormq.pipeline.rows import read_extent
         plans = plan_extents(log["log_dir"])
+        from harbormq.pipeline.rebuild import EVENT_COLUMNS
         one_core = {}
-        for bodies in (False, True):
+        for name, bodies, columns in (("without_bodies", False, None),
+                                      ("with_bodies", True, None),
+                                      ("rebuild_columns", False, EVENT_COLUMNS)):
             t0 = time.perf_counter()
-            n = sum(b.num_rows for p in plans for b in read_extent(p, include_body=bodies))
+            n = sum(b.num_rows for p in plans
+                    for b in read_extent(p, include_body=bodies, columns=columns))
             s = time.perf_counter() - t0
-            one_core["with_bodies" if bodies else "without_bodies"] = {
+            one_core[name] = {
                 "records": n, "seconds": round(s, 2), "records_per_s": round(n / s),
                 "mb_per_s": round(log["log_bytes"] / s / 1e6, 1)}
-            progress(f"one core, bodies={bodies}: {n / s:,.0f} records/s")
+            progress(f"one core, {name}: {n / s:,.0f} records/s")
         from harbormq.pipeline.session import session
         spark = session("bench-decode", "local[2]")
         df = spark.read.format("harbormq-log").option("includeBody", "true") \

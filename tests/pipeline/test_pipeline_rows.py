@@ -10,7 +10,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan, St
 from support.pipeline_logbuilder import LogBuilder, offset_of
 
 from harbormq.errors import ConfigError, LogCorrupt
-from harbormq.log.records import Message
+from harbormq.log.records import Message, RecordType
 from harbormq.pipeline.extents import ScanBounds, plan_extents
 from harbormq.pipeline.rows import SCHEMA, read_extent
 from harbormq.pipeline.source import HarbormqLogReader
@@ -70,6 +70,43 @@ def test_bodies_only_when_asked(small_log):
     rows = rows_of(small_log["dir"])
     assert all(r["body"] is None for r in rows)
     assert next(r for r in rows if r["type"] == "MSG_PUT")["size"] == 6
+
+
+def test_columns_are_the_same_values_as_in_whole_rows(tmp_path):
+    """Asking for some columns decodes less (the fixed fields of a payload when no
+    descriptor column is asked) but never changes a value: every record type,
+    several column sets, small batches so that runs are cut mid-way."""
+    lb = LogBuilder(tmp_path / "log", pages=2)
+    lb.define("Q1", 7)
+    msgs = [lb.message(7, b"b%d" % i, priority=i % 10, correl_id=b"c%d" % i,
+                       properties={"i": i} if i % 3 else {}, expiry_ns=i, reply_to="R" * (i % 2),
+                       format="F") for i in range(60)]
+    for m in msgs[:40]:
+        lb.put("Q1", 7, m)
+    lb.put("Q1", 7, msgs[40], uow=5)
+    get = lb.get("Q1", 7, msgs[0], uow=5)
+    lb.get("Q1", 7, msgs[1], rtype=RecordType.MSG_EXPIRE)
+    lb.compensate_get("Q1", 7, msgs[0], 5, get, backout_count=1)
+    lb.backout(5)
+    lb.image("Q1", 7, 1, msgs[41:45])
+    lb.checkpoint(restart_lsn=get)
+    lb.put("Q1", 7, msgs[45], uow=6)
+    lb.shunt(6)
+    lb.commit(6)
+    lb.close()
+    plans = plan_extents(str(tmp_path / "log"))
+    whole = [r for p in plans for b in read_extent(p, include_body=True, batch_rows=7)
+             for r in b.to_pylist()]
+    assert {r["type"] for r in whole} >= {"MSG_PUT", "MSG_GET", "MSG_EXPIRE", "COMPENSATION",
+                                          "MEDIA_IMAGE_CHUNK", "CHECKPOINT_END", "UOW_SHUNT"}
+    for columns in (["lsn", "type", "priority", "seq", "backout_count", "undone_type"],
+                    ["seq", "msg_id", "size", "persistent", "put_time_ns", "expiry_ns"],
+                    ["body", "correl_id", "properties", "object", "offset"],
+                    ["undone_lsn", "undo_next_lsn"], ["image_id", "data", "restart_lsn"],
+                    ["timestamp", "extent", "auto_commit", "image_messages"]):
+        got = [r for p in plans for b in read_extent(p, include_body=True, columns=columns,
+                                                     batch_rows=7) for r in b.to_pylist()]
+        assert got == [{c: r[c] for c in columns} for r in whole], columns
 
 
 def test_corrupt_record_mid_log_names_extent_offset_and_lsn(small_log):
@@ -179,3 +216,11 @@ def test_several_queue_managers_need_a_choice(tmp_path):
 def test_message_columns_use_the_codec(small_log):
     m = Message(body=b"z", msg_id=b"i", priority=9, seq=4, properties={"k": [1, 2]})
     assert Message.decode(m.encode()).properties == {"k": [1, 2]}
+
+
+def test_extents_of_a_lake_become_merged_lsn_ranges():
+    from harbormq.pipeline.logdata import lsn_ranges
+    firsts = [0, 100, 200, 300, 400]
+    assert lsn_ranges(firsts, [100, 200, 400]) == [(100, 300), (400, None)]
+    assert lsn_ranges(firsts, [0]) == [(0, 100)]
+    assert lsn_ranges(firsts, []) == []

@@ -33,12 +33,19 @@ OUTPUT_COLUMNS = ("queue", "position", "object_id") + MESSAGE_FIELDS + (
     "put_lsn", "commit_lsn", "locked_uow")
 
 
-def resolve_point(spark, records, at_lsn: int | None, at_time_ns: int | None) -> int:
-    """The LSN of the point: ``at_lsn`` itself, or the last record at or before a time."""
+def resolve_point(spark, records, at_lsn: int | None, at_time_ns: int | None,
+                  lsn_floor: int | None = None) -> int:
+    """The LSN of the point: ``at_lsn`` itself, or the last record at or before a time.
+
+    ``lsn_floor``: an LSN that record is known not to lie below
+    (``LogInput.point_floor``), so that the scan skips every extent before it.
+    An LSN, not a time: a record after it may be older than it."""
     if (at_lsn is None) == (at_time_ns is None):
         raise ConfigError("give exactly one of --at-lsn and --at-time", msgid="HMQ7602E")
     if at_lsn is not None:
         return at_lsn
+    if lsn_floor is not None:
+        records = records.filter(f"lsn >= {lsn_floor}")
     row = records.filter(f"ts_ns <= {at_time_ns}").agg({"lsn": "max"}).first()
     if row[0] is None:
         raise RebuildError(f"no log record is as old as {at_time_ns} ns since the epoch: the "
@@ -56,13 +63,22 @@ EVENT_TYPES = ("MSG_PUT", "MSG_GET", "MSG_EXPIRE", "COMPENSATION", "UOW_BEGIN", 
 
 def events(spark, source: LogInput, at_lsn: int):
     """The records a rebuild reads up to the point, narrow (EVENT_COLUMNS, no
-    bodies) and cached: every later step reads this instead of decoding again
-    (each reference to a Python data source is a scan of its own). Bodies and
-    descriptors are read later, only for the messages that survive."""
+    bodies). From a log they are cached: every later step reads this instead
+    of decoding again (each reference to a Python data source is a scan of its
+    own). From a lake they are not: each step's query reads only its columns
+    and record types from Parquet, with ``lsn <= point`` pushed down. Bodies
+    and descriptors are read later, only for the messages that survive."""
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
     records = source.records(spark, columns=EVENT_COLUMNS)
-    return (records.filter(f"lsn <= {at_lsn}").filter(records.type.isin(*EVENT_TYPES))
-            .persist(StorageLevel.MEMORY_AND_DISK))
+    records = (records.filter(f"lsn <= {at_lsn}").filter(records.type.isin(*EVENT_TYPES))
+               # only the planning reads names (of objects created, altered, imaged):
+               # message rows match by object id and need not carry a string
+               .withColumn("object", F.when(F.col("type").isin(*CONTROL_TYPES),
+                                            F.col("object"))))
+    if source.rereads_cheaply:
+        return records
+    return records.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def plan(spark, source: LogInput, records, at_lsn: int, queues: list[str] | None
@@ -181,9 +197,13 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
     queue (``out/QUEUE.hmqload``); returns the summary also written as JSON."""
     progress = progress or Progress("rebuild", 5)
     point = resolve_point(spark, source.records(spark, columns=["lsn", "ts_ns"]), at_lsn,
-                          at_time_ns)
+                          at_time_ns, None if at_time_ns is None else
+                          source.point_floor(at_time_ns))
     records = events(spark, source, point)
-    progress.stage(f"point: LSN {point}; decoded {records.count()} record(s) (no bodies)")
+    if source.rereads_cheaply:
+        progress.stage(f"point: LSN {point}; reading the lake")
+    else:
+        progress.stage(f"point: LSN {point}; decoded {records.count()} record(s) (no bodies)")
     targets = plan(spark, source, records, point, queues)
     progress.stage(f"planned {len(targets)} queue(s): " + ", ".join(
         f"{t.queue} (from LSN {t.floor_lsn}{', image %d' % t.image_id if t.image_id else ''})"

@@ -30,6 +30,7 @@ One row per record. Columns a record type does not use are null:
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from pathlib import Path
 from typing import Iterator
 
@@ -40,10 +41,12 @@ from ..errors import LogCorrupt
 from ..log.reader import ExtentReader
 from ..log.records import (
     AUTO_COMMIT,
-    Compensation,
+    COMPENSATION,
+    EXTENT_HEADER_SIZE,
+    MSG_FIXED,
+    MSG_REF,
     LogRecord,
     Message,
-    MessageRef,
     RecordType,
     decode_image_chunk,
     describe_shunt,
@@ -92,11 +95,7 @@ SPARK_DDL = (
     "backout_count: INT, reply_to: STRING, format: STRING, size: INT, "
     "properties: MAP<STRING, STRING>, properties_json: STRING, body: BINARY>>, data STRING")
 
-#: columns every record fills, in the order BatchBuilder keeps them per row
-_COMMON = ("lsn", "length", "ts_ns", "type", "flags", "uow_id", "prev_lsn", "object_id",
-           "object")
-#: columns of records about one message (put, get, expire, compensation), kept
-#: together per such record
+#: columns of records about one message (put, get, expire, compensation)
 _MESSAGE = ("msg_id", "correl_id", "priority", "seq", "persistent", "expiry_ns",
             "put_time_ns", "backout_count", "reply_to", "format", "size", "properties",
             "properties_json", "body", "undone_type", "undone_lsn", "undo_next_lsn")
@@ -137,122 +136,221 @@ def message_struct(m: Message, size: int, with_body: bool) -> dict:
 
 
 class BatchBuilder:
-    """Collects decoded records and cuts Arrow batches.
+    """Turns a list of decoded records into one Arrow batch, a column at a time.
 
-    Per record it appends one tuple (common columns) and, for message records,
-    one more (message columns); Arrow does the rest per batch: tuples are
-    transposed with zip, the type name comes from a lookup of the type code,
-    and message columns are spread over the rows with one ``take``. This keeps
-    the Python work per record small: it is the data source's hot loop."""
+    The data source's hot loop: the reader hands records over a run at a time
+    (``ExtentReader.batches``), and each column is one list comprehension over
+    the run, not one tuple per record. Only the columns asked for are built
+    (``columns``): a job that needs priority and sequence numbers gets them from
+    the payload's fixed fields with one ``unpack_from`` per record, without
+    decoding ids, strings, properties or bodies."""
 
-    def __init__(self, extent: int, first_lsn: int, include_body: bool):
+    def __init__(self, extent: int, first_lsn: int, include_body: bool,
+                 columns: list[str] | None = None):
         self.extent = extent
-        self.offset_base = first_lsn - 4096     # offset = lsn - first_lsn + header size
+        self.offset_base = first_lsn - EXTENT_HEADER_SIZE   # offset = lsn - base
         self.include_body = include_body
-        self._reset()
+        self.schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c)
+                                                                for c in columns])
+        self.want = frozenset(self.schema.names)
+        #: which message columns need the whole descriptor decoded (Message.decode)
+        self.full_message = bool(self.want & _DESCRIPTOR)
 
-    def _reset(self) -> None:
-        self.common: list[tuple] = []
-        self.msg_rows: list[int] = []
-        self.msgs: list[tuple] = []
-        self.rare: dict[str, tuple[list[int], list]] = {name: ([], []) for name in _RARE}
-        self.n = 0
+    def build(self, recs: list[LogRecord]) -> pa.RecordBatch:
+        n = len(recs)
+        want = self.want
+        out: dict[str, pa.Array] = {}
+        types = [r.type for r in recs]
+        for name, getter in _COMMON_GETTERS.items():
+            if name in want:
+                out[name] = pa.array([getter(r) for r in recs], _TYPES[name])
+        if want & {"offset", "timestamp"} and "lsn" not in out:
+            out["lsn"] = pa.array([r.lsn for r in recs], pa.int64())
+        if "ts_ns" not in out and "timestamp" in want:
+            out["ts_ns"] = pa.array([r.timestamp_ns for r in recs], pa.int64())
+        if "offset" in want:
+            out["offset"] = pc.subtract(out["lsn"], pa.scalar(self.offset_base, pa.int64()))
+        if "extent" in want:
+            out["extent"] = pa.repeat(pa.scalar(self.extent, pa.int32()), n)
+        if "timestamp" in want:
+            out["timestamp"] = pc.divide(out["ts_ns"], pa.scalar(1000, pa.int64())) \
+                .cast(_TYPES["timestamp"])
+        if "type" in want:
+            out["type"] = pc.take(_TYPE_NAMES, pa.array(types, pa.uint8()))
+        if "auto_commit" in want:
+            out["auto_commit"] = pc.not_equal(
+                pc.bit_wise_and(pa.array([r.flags for r in recs], pa.int32()),
+                                pa.scalar(AUTO_COMMIT, pa.int32())), pa.scalar(0, pa.int32()))
+        wanted_msg = [c for c in _MESSAGE if c in want]
+        if wanted_msg:
+            out.update(self._messages(recs, types, wanted_msg, n))
+        wanted_rare = [c for c in _RARE if c in want]
+        if wanted_rare:
+            out.update(self._rare(recs, types, wanted_rare, n))
+        return pa.RecordBatch.from_arrays([out[f.name] for f in self.schema],
+                                          schema=self.schema)
 
-    def _set(self, name: str, value) -> None:
-        idx, vals = self.rare[name]
-        idx.append(self.n)
-        vals.append(value)
+    def _messages(self, recs, types, names: list[str], n: int) -> dict:
+        """The message columns ``names``: rows of puts, gets, expiries and
+        compensations, grouped by type so that each group is decoded by one
+        comprehension; null on every other row."""
+        rows: list[int] = []
+        parts: list[tuple[int, dict]] = []
+        put_rows = [i for i, t in enumerate(types) if t is _PUT]
+        if put_rows:
+            rows += put_rows
+            parts.append((len(put_rows), self._puts([recs[i].payload for i in put_rows], names)))
+        ref_rows = [i for i, t in enumerate(types) if t is _GET or t is _EXPIRE]
+        if ref_rows:
+            rows += ref_rows
+            parts.append((len(ref_rows), _refs([recs[i].payload for i in ref_rows], names)))
+        comp_rows = [i for i, t in enumerate(types) if t is _COMP]
+        if comp_rows:
+            rows += comp_rows
+            parts.append((len(comp_rows),
+                          _compensations([recs[i].payload for i in comp_rows], names)))
+        return _scatter(rows, parts, names, n)
 
-    @property
-    def pending(self) -> int:
-        return len(self.common)
+    def _puts(self, payloads: list[bytes], names: list[str]) -> dict:
+        if self.full_message:
+            body = self.include_body
+            cols = dict(zip(_MESSAGE, zip(*[_put_row(p, body) for p in payloads],
+                                          strict=True), strict=True))
+            return {c: cols[c] for c in names}
+        heads = [_MSG_FIXED_UNPACK(p) for p in payloads]
+        _check_put_lengths(heads, payloads)
+        seq, prio, pers, _r, boc, put_ns, exp_ns, lmid, *_lens, lbody = zip(*heads, strict=True)
+        cols = {"seq": seq, "priority": prio, "backout_count": boc, "put_time_ns": put_ns,
+                "expiry_ns": exp_ns, "size": lbody}
+        if "persistent" in names:
+            cols["persistent"] = [bool(x) for x in pers]
+        if "msg_id" in names:
+            start = MSG_FIXED.size
+            cols["msg_id"] = [p[start:start + k] for p, k in zip(payloads, lmid, strict=True)]
+        return {c: cols.get(c) for c in names}
 
-    def add(self, rec: LogRecord) -> None:
-        t = rec.type
-        self.common.append((rec.lsn, rec.length, rec.timestamp_ns, t, rec.flags, rec.uow_id,
-                            rec.prev_lsn, rec.object_id, rec.object_name))
-        if t == RecordType.MSG_PUT:
-            m = Message.decode(rec.payload, with_body=self.include_body)
-            self.msg_rows.append(self.n)
-            self.msgs.append((m.msg_id, m.correl_id, m.priority, m.seq, m.persistent,
-                              m.expiry_ns, m.put_time_ns, m.backout_count, m.reply_to,
-                              m.format, Message.body_size(rec.payload),
-                              property_map(m.properties),
-                              json.dumps(m.properties, separators=(",", ":"))
-                              if m.properties else None,
-                              m.body if self.include_body else None, None, None, None))
-        elif t == RecordType.MSG_GET or t == RecordType.MSG_EXPIRE:
-            r = MessageRef.decode(rec.payload)
-            self.msg_rows.append(self.n)
-            self.msgs.append((r.msg_id, None, r.priority, r.seq) + (None,) * 13)
-        elif t == RecordType.COMPENSATION:
-            c = Compensation.decode(rec.payload)
-            self.msg_rows.append(self.n)
-            self.msgs.append((c.ref.msg_id, None, c.ref.priority, c.ref.seq, None, None, None,
-                              c.backout_count, None, None, None, None, None, None,
-                              c.undone_type.name, c.undone_lsn, c.undo_next_lsn))
-        elif t == RecordType.MEDIA_IMAGE_CHUNK:
-            image_id, messages = decode_image_chunk(rec.payload)   # bodies give sizes
-            self._set("image_id", image_id)
-            self._set("image_messages", [message_struct(m, len(m.body), self.include_body)
-                                         for m in messages])
-        elif t == RecordType.UOW_SHUNT:
-            self._set("data", json.dumps(describe_shunt(rec.payload), separators=(",", ":")))
-        elif t in _JSON_TYPES and rec.payload:
-            text = str(rec.payload, "utf-8")
-            self._set("data", text)
-            if t == RecordType.CHECKPOINT_END:
-                self._set("restart_lsn", json.loads(text).get("restart_lsn"))
-            elif t == RecordType.MEDIA_IMAGE_BEGIN or t == RecordType.MEDIA_IMAGE_END:
-                self._set("image_id", json.loads(text).get("image_id"))
-        self.n += 1
+    def _rare(self, recs, types, names: list[str], n: int) -> dict:
+        found: dict[str, tuple[list[int], list]] = {name: ([], []) for name in _RARE}
 
-    def take(self) -> pa.RecordBatch:
-        n = self.n
-        cols = dict(zip(_COMMON, (list(c) for c in zip(*self.common, strict=True)),
-                        strict=True))
-        types = {f.name: f.type for f in SCHEMA}
+        def put(name: str, i: int, value) -> None:
+            found[name][0].append(i)
+            found[name][1].append(value)
+
+        for i, t in enumerate(types):
+            if t not in _RARE_TYPES:
+                continue
+            rec = recs[i]
+            if t is _CHUNK:
+                image_id, messages = decode_image_chunk(rec.payload)   # bodies give sizes
+                put("image_id", i, image_id)
+                if "image_messages" in names:
+                    put("image_messages", i, [message_struct(m, len(m.body), self.include_body)
+                                              for m in messages])
+            elif t is _SHUNT:
+                if "data" in names:
+                    put("data", i, json.dumps(describe_shunt(rec.payload),
+                                              separators=(",", ":")))
+            elif rec.payload:
+                text = str(rec.payload, "utf-8")
+                put("data", i, text)
+                if t is _CKPT_END:
+                    put("restart_lsn", i, json.loads(text).get("restart_lsn"))
+                elif t is _IMAGE_BEGIN or t is _IMAGE_END:
+                    put("image_id", i, json.loads(text).get("image_id"))
         out = {}
-        for name in ("lsn", "length", "ts_ns", "uow_id", "prev_lsn", "object_id", "object"):
-            out[name] = pa.array(cols[name], types[name])
-        out["offset"] = pc.subtract(out["lsn"], pa.scalar(self.offset_base, pa.int64()))
-        out["extent"] = pa.array([self.extent] * n, pa.int32())
-        out["timestamp"] = pc.divide(out["ts_ns"], pa.scalar(1000, pa.int64())) \
-            .cast(types["timestamp"])
-        out["type"] = pc.take(_TYPE_NAMES, pa.array(cols["type"], pa.uint8()))
-        out["auto_commit"] = pc.not_equal(
-            pc.bit_wise_and(pa.array(cols["flags"], pa.int32()), pa.scalar(AUTO_COMMIT,
-                                                                            pa.int32())),
-            pa.scalar(0, pa.int32()))
-        out.update(_spread(self.msg_rows, self.msgs, _MESSAGE, n, types))
-        for name in _RARE:
-            idx, vals = self.rare[name]
-            out.update(_spread(idx, [(v,) for v in vals], (name,), n, types))
-        batch = pa.RecordBatch.from_arrays([out[f.name] for f in SCHEMA], schema=SCHEMA)
-        self._reset()
-        return batch
+        for name in names:
+            idx, vals = found[name]
+            out.update(_scatter(idx, [(len(idx), {name: vals})], [name], n))
+        return out
 
 
-def _spread(rows: list[int], values: list[tuple], names: tuple, n: int, types: dict) -> dict:
-    """Columns ``names`` of length n: ``values[j]`` at row ``rows[j]``, null elsewhere."""
+_PUT, _GET, _EXPIRE, _COMP = (RecordType.MSG_PUT, RecordType.MSG_GET, RecordType.MSG_EXPIRE,
+                              RecordType.COMPENSATION)
+_CHUNK, _SHUNT, _CKPT_END = (RecordType.MEDIA_IMAGE_CHUNK, RecordType.UOW_SHUNT,
+                             RecordType.CHECKPOINT_END)
+_IMAGE_BEGIN, _IMAGE_END = RecordType.MEDIA_IMAGE_BEGIN, RecordType.MEDIA_IMAGE_END
+_RARE_TYPES = _JSON_TYPES | {_CHUNK, _SHUNT}
+_TYPES = {f.name: f.type for f in SCHEMA}
+_COMMON_GETTERS = {"lsn": attrgetter("lsn"), "length": attrgetter("length"),
+                   "ts_ns": attrgetter("timestamp_ns"), "uow_id": attrgetter("uow_id"),
+                   "prev_lsn": attrgetter("prev_lsn"), "object_id": attrgetter("object_id"),
+                   "object": attrgetter("object_name")}
+#: message columns only the whole descriptor gives (else the fixed fields do)
+_DESCRIPTOR = frozenset({"correl_id", "reply_to", "format", "properties", "properties_json",
+                         "body"})
+_MSG_FIXED_UNPACK = MSG_FIXED.unpack_from
+_NO_UNDO = (None, None, None)
+
+
+def _put_row(payload: bytes, with_body: bool) -> tuple:
+    m = Message.decode(payload, with_body=with_body)
+    return (m.msg_id, m.correl_id, m.priority, m.seq, m.persistent, m.expiry_ns,
+            m.put_time_ns, m.backout_count, m.reply_to, m.format, Message.body_size(payload),
+            property_map(m.properties),
+            json.dumps(m.properties, separators=(",", ":")) if m.properties else None,
+            m.body if with_body else None) + _NO_UNDO
+
+
+def _check_put_lengths(heads: list[tuple], payloads: list[bytes]) -> None:
+    """What Message.decode checks: the fields' lengths add up to the payload's."""
+    fixed = MSG_FIXED.size
+    for h, p in zip(heads, payloads, strict=True):
+        if fixed + h[7] + h[8] + h[9] + h[10] + h[11] + h[12] != len(p):
+            raise ValueError("message payload length does not match its fields")
+
+
+def _refs(payloads: list[bytes], names: list[str]) -> dict:
+    """MSG_GET / MSG_EXPIRE: the message reference (msg_id, priority, seq)."""
+    heads = [MSG_REF.unpack_from(p) for p in payloads]
+    cols: dict = {}
+    if "seq" in names or "priority" in names:
+        cols["seq"], cols["priority"], _n = zip(*heads, strict=True)
+    if "msg_id" in names:
+        start = MSG_REF.size
+        cols["msg_id"] = [p[start:start + h[2]] for p, h in zip(payloads, heads, strict=True)]
+    return {c: cols.get(c) for c in names}
+
+
+def _compensations(payloads: list[bytes], names: list[str]) -> dict:
+    heads = [COMPENSATION.unpack_from(p) for p in payloads]
+    utype, ulsn, unext, seq, prio, _n, boc = zip(*heads, strict=True)
+    cols = {"undone_type": [_KNOWN[t] for t in utype], "undone_lsn": ulsn,
+            "undo_next_lsn": unext, "seq": seq, "priority": prio, "backout_count": boc}
+    if "msg_id" in names:
+        start = COMPENSATION.size
+        cols["msg_id"] = [p[start:start + h[5]] for p, h in zip(payloads, heads, strict=True)]
+    return {c: cols.get(c) for c in names}
+
+
+def _scatter(rows: list[int], parts: list[tuple[int, dict]], names: list[str], n: int
+             ) -> dict:
+    """Columns ``names`` of length n: the values of ``parts`` (per group of rows,
+    its size and its columns, None for a column the group leaves null) at
+    ``rows`` (the groups' rows, concatenated in the order of ``parts``), null
+    elsewhere."""
     if not rows:
-        return {name: pa.nulls(n, types[name]) for name in names}
-    columns = zip(*values, strict=True)
-    if len(rows) == n:
-        return {name: pa.array(list(c), types[name]) for name, c in
-                zip(names, columns, strict=True)}
-    where = [None] * n
-    for j, i in enumerate(rows):
-        where[i] = j
-    where = pa.array(where, pa.int32())
-    return {name: pc.take(pa.array(list(c), types[name]), where)
-            for name, c in zip(names, columns, strict=True)}
+        return {name: pa.nulls(n, _TYPES[name]) for name in names}
+    out = {}
+    where = None
+    if len(rows) != n or rows != list(range(n)):
+        where = [None] * n
+        for j, i in enumerate(rows):
+            where[i] = j
+        where = pa.array(where, pa.int32())
+    for name in names:
+        chunks = [pa.array(part[name], _TYPES[name]) if part[name] is not None else
+                  pa.nulls(size, _TYPES[name]) for size, part in parts]
+        values = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+        out[name] = values if where is None else pc.take(values, where)
+    return out
 
 
 def read_extent(plan: ExtentPlan, bounds: ScanBounds | None = None, *,
                 include_body: bool = False, resume_lsn: int | None = None,
-                batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """Decode the records of one planned extent that ``bounds`` keeps, as batches.
+                batch_rows: int = BATCH_ROWS, columns: list[str] | None = None
+                ) -> Iterator[pa.RecordBatch]:
+    """Decode the records of one planned extent that ``bounds`` keeps, as batches
+    (of ``columns`` only, in that order, when given; else of SCHEMA).
 
     ``resume_lsn``: a record boundary (where an earlier read of this extent
     ended) to start decoding at; other LSN bounds are filters, because an
@@ -271,15 +369,18 @@ def read_extent(plan: ExtentPlan, bounds: ScanBounds | None = None, *,
     start = resume_lsn if resume_lsn is not None and resume_lsn > plan.first_lsn else None
     if start is not None and plan.next_lsn is not None and start >= plan.next_lsn:
         return
-    builder = BatchBuilder(plan.extent, plan.first_lsn, include_body)
+    builder = BatchBuilder(plan.extent, plan.first_lsn, include_body, columns)
     keep_all = bounds.unbounded
+    keeps = bounds.keeps
     stops = [s for s in (bounds.lsn_stop, plan.stop_lsn) if s is not None]
-    records = reader.records(start, to_lsn=min(stops) if stops else None)
-    for rec in records:
-        if keep_all or bounds.keeps(rec.lsn, rec.timestamp_ns, rec.object_name):
-            builder.add(rec)
-            if builder.pending >= batch_rows:
-                yield builder.take()
-    if builder.pending:
-        yield builder.take()
-
+    pending: list[LogRecord] = []
+    for run in reader.batches(start, to_lsn=min(stops) if stops else None):
+        if not keep_all:
+            run = [r for r in run if keeps(r.lsn, r.timestamp_ns, r.object_name)]
+        pending += run
+        while len(pending) >= batch_rows:     # a run may hold several batches' rows
+            yield builder.build(pending[:batch_rows])
+            del pending[:batch_rows]
+    while pending:
+        yield builder.build(pending[:batch_rows])
+        del pending[:batch_rows]

@@ -182,9 +182,8 @@ class HarbormqLogReader(DataSourceReader):
     def read(self, partition: ExtentPartition):
         if partition.plan is None:
             return
-        for batch in read_extent(partition.plan, self.bounds, include_body=self.include_body,
-                                 resume_lsn=partition.resume_lsn):
-            yield batch if self.columns is None else batch.select(self.columns)
+        yield from read_extent(partition.plan, self.bounds, include_body=self.include_body,
+                               resume_lsn=partition.resume_lsn, columns=self.columns)
 
 
 def _narrow(acc: dict, col: str, f, value: int | None = None) -> bool:
