@@ -89,7 +89,10 @@ def test_rebuild_from_engine_images_of_a_queue_imaged_and_recreated(make_qm, ope
     targets = plan(spark, source, records, final_lsn, list(queues))
     assert all(t.image_id for t in targets)
     got = {q: [] for q in queues}
-    for r in spark_rebuild(spark, source, records, final_lsn, targets).collect():
+    result, surviving = spark_rebuild(spark, source, records, final_lsn, targets)
+    rows = result.collect()
+    assert len(rows) == surviving
+    for r in rows:
         got[r["queue"]].append((r["msg_id"], r["priority"], r["seq"], r["backout_count"],
                                 r["locked_uow"]))
     records.unpersist()

@@ -110,11 +110,14 @@ def _check_uows_begin_in_history(records, at_lsn: int, history_from: int,
 
 
 def spark_rebuild(spark, source: LogInput, records, at_lsn: int, targets: list[Target]):
-    """The rebuilt queues as one DataFrame (OUTPUT_COLUMNS), in delivery order.
+    """The rebuilt queues as one DataFrame (OUTPUT_COLUMNS), in delivery order,
+    and how many messages survive (the rows it must have).
 
     ``records``: ``events(...)`` at ``at_lsn``. Which messages survive is
     decided on those narrow rows; then the extents holding the survivors' put
-    records (or image chunks) are read again with bodies, and only those."""
+    records (or image chunks) are read again with bodies, and only those. A
+    survivor whose record that second read does not give back has no row (a
+    join): ``run_rebuild`` compares the rows it writes with the count."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -171,6 +174,7 @@ def spark_rebuild(spark, source: LogInput, records, at_lsn: int, targets: list[T
     # computed once: both the extent list below and the final join read it
     # (a local checkpoint is released with the DataFrame; a cache would stay)
     survivors = survivors.localCheckpoint(eager=True)
+    surviving = survivors.count()
     needed = [r[0] for r in survivors.select("extent_first").distinct().collect()]
     full = (source.records(spark, include_body=True, extents=needed)
             .filter(F.col("lsn") <= at_lsn)
@@ -187,7 +191,7 @@ def spark_rebuild(spark, source: LogInput, records, at_lsn: int, targets: list[T
                          .join(image_payload, ["record_lsn", "pos"]).drop("pos")))
     order = Window.partitionBy("queue").orderBy(F.desc("priority"), F.asc("seq"))
     return (msgs.withColumn("position", F.row_number().over(order))
-            .select(*OUTPUT_COLUMNS).orderBy("queue", "position"))
+            .select(*OUTPUT_COLUMNS).orderBy("queue", "position")), surviving
 
 
 def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
@@ -208,7 +212,17 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
     progress.stage(f"planned {len(targets)} queue(s): " + ", ".join(
         f"{t.queue} (from LSN {t.floor_lsn}{', image %d' % t.image_id if t.image_id else ''})"
         for t in targets))
-    result = spark_rebuild(spark, source, records, point, targets).cache()
+    result, surviving = spark_rebuild(spark, source, records, point, targets)
+    result = result.cache()
+    found = result.count()      # (fills the cache the writes below read)
+    if found != surviving:
+        # never a rebuild that silently lacks messages: nothing is written
+        raise RebuildError(
+            f"the rebuild at LSN {point} found {surviving} surviving message(s) but read back "
+            f"the put records (or image entries) of only {found}: the log changed between "
+            "its two reads, or a record read once could not be read again",
+            hint="run the rebuild again; if it fails the same way, check the extents with "
+                 "'harbormq log dump'")
     out = Path(out)
     make_dirs(out, mode=0o755)     # its load files are durable: so is their directory
     result.write.mode("overwrite").partitionBy("queue").parquet(str(out / "messages"))
