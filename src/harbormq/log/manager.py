@@ -649,48 +649,48 @@ class RecoveryLog:
         """A future that completes once every record below ``lsn_end`` (default: all
         appended so far) is on disk.
 
-        The forces asked for in one turn of the event loop share one future and
-        one request to the writer, made at the end of the turn for the furthest
-        LSN asked (group commit starts here: a burst of frames or calls handled
-        in one turn costs one wake-up of the writer)."""
+        The forces asked for in one turn of the event loop share one request to
+        the writer, made at the end of the turn for the furthest LSN asked
+        (group commit starts here: a burst of frames or calls handled in one
+        turn costs one wake-up of the writer). Each caller gets a future of its
+        own: a task cancelled while it awaits one cancels only that one, never
+        the force another caller waits on (a STOMP frame held until its record
+        is on disk, a channel's confirm)."""
         target = self.end_lsn if lsn_end is None else lsn_end
+        fut = self._loop.create_future()
         if self.failed is not None:
-            fut = self._loop.create_future()
             fut.set_exception(LogError(f"the log can no longer be written: {self.failed}"))
             return fut
         if target <= self.synced_lsn:
-            fut = self._loop.create_future()
             fut.set_result(self.synced_lsn)
             return fut
         pending = self._turn_force
         if pending is not None:
-            pending[0] = max(pending[0], target)
-            return pending[1]
-        fut = self._loop.create_future()
-        self._turn_force = [target, fut]
+            if target > pending[0]:
+                pending[0] = target
+            pending[1].append(fut)
+            return fut
+        self._turn_force = [target, [fut]]
         self._loop.call_soon(self._request_turn_force)
         return fut
 
     def _request_turn_force(self) -> None:
-        target, fut = self._turn_force
+        target, futs = self._turn_force
         self._turn_force = None
         if self.failed is not None or self._writer is None:
-            if not fut.done():
-                fut.set_exception(LogError(f"the log can no longer be written: "
-                                           f"{self.failed or 'it is closed'}"))
+            _fail_all(futs, LogError(f"the log can no longer be written: "
+                                     f"{self.failed or 'it is closed'}"))
         elif target <= self.synced_lsn:
-            if not fut.done():
-                fut.set_result(self.synced_lsn)
+            _complete_all(futs, self.synced_lsn)
         else:
-            heapq.heappush(self._waiters, (target, next(self._seq), fut))
+            heapq.heappush(self._waiters, (target, next(self._seq), futs))
             self._writer.request_force(target)
 
     def _on_synced(self, lsn: int) -> None:  # loop thread
         self.synced_lsn = max(self.synced_lsn, lsn)
         while self._waiters and self._waiters[0][0] <= self.synced_lsn:
-            _, _, fut = heapq.heappop(self._waiters)
-            if not fut.done():
-                fut.set_result(self.synced_lsn)
+            _, _, futs = heapq.heappop(self._waiters)
+            _complete_all(futs, self.synced_lsn)
 
     def _on_failed(self, exc: BaseException, control_futures=()) -> None:  # loop thread
         """The writer thread met an error (a full disk, EIO) and ended: every
@@ -700,9 +700,8 @@ class RecoveryLog:
         self.failed = exc
         error = LogError(f"writing the log failed: {exc}")
         while self._waiters:
-            _, _, fut = heapq.heappop(self._waiters)
-            if not fut.done():
-                fut.set_exception(error)
+            _, _, futs = heapq.heappop(self._waiters)
+            _fail_all(futs, error)
         for fut in control_futures:
             if not fut.done():
                 fut.set_exception(error)
@@ -1145,3 +1144,16 @@ def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
 def _resolve(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _complete_all(futs: list[asyncio.Future], synced_lsn: int) -> None:
+    """The forces of one turn, done (a caller that gave up on its own is skipped)."""
+    for fut in futs:
+        if not fut.done():
+            fut.set_result(synced_lsn)
+
+
+def _fail_all(futs: list[asyncio.Future], error: BaseException) -> None:
+    for fut in futs:
+        if not fut.done():
+            fut.set_exception(error)
