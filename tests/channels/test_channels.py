@@ -285,6 +285,39 @@ def test_the_edges_of_the_put_path_and_of_resolve(tmp_path):
         b.stop()
 
 
+def test_one_sender_channel_at_a_time_serves_a_transmission_queue(tmp_path):
+    """Two sender channels on one transmission queue: as MQ opens it for
+    exclusive input, the second is refused while the first is in session on it
+    (a START CHANNEL with HMQ8149E; one woken by a message retries, HMQ9515E),
+    and takes over once the first has stopped. Every message arrives once, in
+    order."""
+    a, b, port = pair(tmp_path, batchsz=5)
+    try:
+        b.sc("DEFINE CHANNEL(QMA.TO.QMB.2) CHLTYPE(RCVR)")
+        a.sc(f"DEFINE CHANNEL(QMA.TO.QMB.2) CHLTYPE(SDR) CONNAME('127.0.0.1({port})') "
+             "XMITQ(QMB) BATCHSZ(5) SHORTRTY(100) SHORTTMR(1) DISCINT(30)\n"
+             "STOP CHANNEL(QMA.TO.QMB.2)")
+        first = [f"one{i}" for i in range(12)]
+        send_all(a.port, "/queue/TO.B", first)
+        assert receive_all(b.port, "IN", 12) == first
+        assert "STATUS(RUNNING)" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB)")   # (DISCINT 30 s)
+        out = a.sc("START CHANNEL(QMA.TO.QMB.2)", check=False)
+        assert "HMQ8149E" in out and "transmission queue QMB is in use by sender channel " \
+            "QMA.TO.QMB" in out and "MQRC 2042" in out, out
+        assert "STOPPED" in a.sc("DISPLAY CHSTATUS(QMA.TO.QMB.2)")
+        a.sc("STOP CHANNEL(QMA.TO.QMB)\nSTART CHANNEL(QMA.TO.QMB.2)")
+        second = [f"two{i}" for i in range(12)]
+        send_all(a.port, "/queue/TO.B", second)
+        assert receive_all(b.port, "IN", 12) == second
+        assert "LSTSEQNO(12)" in b.sc("DISPLAY CHSTATUS(QMA.TO.QMB.2) ALL")
+        out = a.sc("START CHANNEL(QMA.TO.QMB)", check=False)
+        assert "in use by sender channel QMA.TO.QMB.2" in out, out
+        assert "CURDEPTH(0)" in a.sc("DISPLAY QLOCAL(QMB) CURDEPTH")
+    finally:
+        a.stop()
+        b.stop()
+
+
 def test_the_receiver_puts_with_the_authority_of_mcauser(tmp_path):
     """MCAUSER(chanusr): a put chanusr may not make (no PUT on SECRET) goes to
     the dead-letter queue with reason 2035, never lost; the others arrive."""

@@ -18,7 +18,7 @@ from ..errors import HarbormqError, ObjectInUse
 from ..security import Security
 from . import sync
 from .receiver import ReceiverSession
-from .sender import SenderChannel
+from .sender import ChannelStopped, SenderChannel
 
 
 class ChannelError(HarbormqError):
@@ -34,6 +34,9 @@ class ChannelInitiator:
         self.receivers: dict[str, ReceiverSession] = {}
         #: receiver status kept after its connection ends (DISPLAY CHSTATUS)
         self.receiver_seen: dict[str, dict] = {}
+        #: transmission queue -> the sender channel in session on it: one at a
+        #: time, as MQ's sender opens its transmission queue for exclusive input
+        self.xmitq_served_by: dict[str, str] = {}
         self.listeners: dict[str, asyncio.Server] = {}
         self.listener_ports: dict[str, int] = {}
         self._sessions: set[asyncio.Task] = set()
@@ -72,6 +75,17 @@ class ChannelInitiator:
             s = self.senders[name] = SenderChannel(self, name)
         return s
 
+    def serve_xmitq(self, xmitq: str, channel: str) -> None:
+        """``channel`` starts a session on ``xmitq``; HMQ9515E (the channel
+        retries) while another sender channel is in session on it."""
+        serving = self.xmitq_served_by.setdefault(xmitq, channel)
+        if serving != channel:
+            raise ChannelStopped(_xmitq_in_use(xmitq, serving), msgid="HMQ9515E")
+
+    def release_xmitq(self, xmitq: str, channel: str) -> None:
+        if self.xmitq_served_by.get(xmitq) == channel:
+            del self.xmitq_served_by[xmitq]
+
     def _changed(self, objtype: str, name: str) -> None:
         """A channel defined is started (it waits for messages); one deleted is
         stopped."""
@@ -96,6 +110,11 @@ class ChannelInitiator:
         if s.task is not None and not s.task.done():
             s._wake.set()         # a retrying channel tries now
             return f"channel {name} is already running ({s.status})."
+        serving = self.xmitq_served_by.get(d["attrs"]["XMITQ"])
+        if serving is not None and serving != name:
+            raise ObjectInUse(_xmitq_in_use(d["attrs"]["XMITQ"], serving),
+                              hint=f"STOP CHANNEL({serving}) first, or give channel {name} "
+                                   "a transmission queue of its own")
         s.start()
         return f"channel {name} started."
 
@@ -278,3 +297,7 @@ def _generic(pattern: str, name: str) -> bool:
         return name.startswith(pattern[:-1])
     return name == pattern
 
+
+def _xmitq_in_use(xmitq: str, serving: str) -> str:
+    return (f"transmission queue {xmitq} is in use by sender channel {serving}: one sender "
+            "channel at a time serves a transmission queue (MQRC 2042 OBJECT_IN_USE)")

@@ -41,9 +41,10 @@ from ..errors import HarbormqError
 from . import protocol as p
 from . import sync, tls
 
-#: partner errors that a retry may cure (the receiver still holds the
-#: channel for a connection it has not yet seen end)
-RETRYABLE = ("HMQ9514E",)
+#: errors that a retry may cure: the receiver still holds the channel for a
+#: connection it has not yet seen end (HMQ9514E); another sender channel
+#: serves the transmission queue for now (HMQ9515E)
+RETRYABLE = ("HMQ9514E", "HMQ9515E")
 
 
 class ChannelStopped(HarbormqError):
@@ -193,17 +194,22 @@ class SenderChannel:
     async def _session(self) -> None:
         a = self.attrs
         host, port = parse_conname(a["CONNAME"])
-        self.status = "BINDING"
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 30)
-        p.no_delay(writer)
+        xmitq = a["XMITQ"]
+        self.initiator.serve_xmitq(xmitq, self.name)
         try:
-            await self._converse(reader, writer)
-        finally:
-            writer.close()
+            self.status = "BINDING"
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 30)
+            p.no_delay(writer)
             try:
-                await writer.wait_closed()
-            except (OSError, ConnectionError):
-                pass
+                await self._converse(reader, writer)
+            finally:
+                writer.close()
+                try:
+                    await writer.wait_closed()
+                except (OSError, ConnectionError):
+                    pass
+        finally:
+            self.initiator.release_xmitq(xmitq, self.name)
 
     async def _start_tls(self, reader, writer) -> str:
         """START_TLS, the partner's TLS_OK, the handshake, the session checked
