@@ -18,4 +18,4 @@ fi
 # child) loads bytecode instead of compiling each module: about 0.2 s of CPU
 # a process, where PYTHONDONTWRITEBYTECODE keeps Python from caching what it
 # compiles. Only modules changed since the last run are compiled again.
-.venv/bin/python -m compileall -q src tests/support >/dev/null
+.venv/bin/python -m compileall -q src tests/support

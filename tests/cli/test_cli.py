@@ -50,16 +50,27 @@ def test_stop_when_not_running_and_unknown_queue_manager(python_env, home):
     assert r.returncode == 1 and "does not exist" in r.stderr
 
 
-@pytest.mark.parametrize("name", ["[/x]", "[bold]Q"])
+@pytest.mark.parametrize("name", ["[/x]", "[bold]Q", ":x:"])
 def test_an_error_naming_something_that_looks_like_markup_names_it_as_given(python_env, name):
     """Errors print names as they are: '[/x]' once raised rich's MarkupError (a
-    traceback instead of the error), '[bold]Q' was printed as 'Q'."""
+    traceback instead of the error), '[bold]Q' was printed as 'Q', ':x:' as an
+    emoji."""
     r = hmq(python_env, "start", name, check=False)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"HMQ8118E: queue manager {name} does not exist" in r.stderr
     r = hmq(python_env, "create", name, check=False)
     assert r.returncode == 1 and f"HMQ8405E: queue manager name '{name}' is not valid" in \
         r.stderr.replace("\n", " ")
+
+
+def test_a_path_is_printed_as_given(python_env, tmp_path):
+    """':x:' in a path printed as an emoji, '[bold]' vanished."""
+    home = tmp_path / "home:x:[bold]y"
+    home.mkdir()
+    r = hmq(dict(python_env, HARBORMQ_HOME=str(home)), "status")
+    # (rich folds a line longer than 80 columns off a terminal: newlines only)
+    assert "No queue managers in" in r.stdout and str(home) in r.stdout.replace("\n", ""), \
+        r.stdout
 
 
 def test_bad_log_file_pages_is_named(python_env):

@@ -205,8 +205,8 @@ def test_a_survivor_the_second_read_does_not_give_back_fails_the_rebuild(image_l
             df = super().records(spark, include_body=include_body, **options)
             return df.filter(f"lsn <> {last_put}") if include_body else df
 
-    with pytest.raises(RebuildError, match="found 4 surviving message.s. but read back the "
-                                           "put records .or image entries. of only 3"):
+    with pytest.raises(RebuildError, match="found 4 surviving message.s., but the second "
+                                           "read of their put records .or image entries. gave 3"):
         run_rebuild(spark, LogChangedBetweenReads(log=str(log)), at_lsn=rows[-1]["lsn"],
                     queues=["Q"], out=tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -58,8 +58,9 @@ def test_a_checkpoint_record_that_does_not_read_is_walked_past_from_the_start(
 
 def test_damage_before_the_checkpoint_is_not_the_end_but_corruption(make_qm, open_qm):
     """The walk from the checkpoint does not see a damaged record before it: the
-    estimate is the end, and restart's read of the newest extent refuses the
-    log as corrupt (a damaged record followed by good ones) before redo."""
+    estimate is the end. Here the restart point lies before the damage, and
+    restart's read of the newest extent refuses the log as corrupt (a damaged
+    record followed by good ones) before redo."""
     make_qm(log_type="linear", log_file_pages=4096)
     _write_a_log(open_qm)
     log = _stopped_log()

@@ -805,7 +805,7 @@ def test_wrong_password_refused_with_2035(server, conns):
 def test_a_login_that_looks_like_console_markup_is_refused_as_any_other(server, conns):
     """The operator message naming the login goes to the server's console as it
     is: '[/x]' once raised rich's MarkupError in place of the 2035 refusal."""
-    for login in ("[/x]", "[bold]mallory"):
+    for login in ("[/x]", "[bold]mallory", ":skull:"):
         c = conns.unconnected(server.port)
         f = c.connect(login=login, passcode="wrong")
         assert f.command == "ERROR"
@@ -1979,6 +1979,47 @@ def test_heart_beat_timers_do_not_pile_up():
             h.cancel()
         return n
     assert asyncio.run(run()) <= 3
+
+
+def test_frames_held_on_forces_that_fail_end_the_connection_once():
+    """Each frame held on a force has a future of its own; when the log fails,
+    the forces of a turn fail together. The first failed frame ends the
+    connection with one ERROR; the frames behind it are dropped, not each made
+    to fail it again (a second ERROR, then a write after the end)."""
+    from harbormq.errors import LogError
+
+    class Log:
+        """Forces that fail on the next loop turn (a full disk)."""
+        def __init__(self, loop):
+            self.loop = loop
+
+        def force(self):
+            fut = self.loop.create_future()
+            self.loop.call_soon(fut.set_exception, LogError("writing the log failed: ENOSPC"))
+            return fut
+
+    class Held(FrameTransport):
+        def _dispatch(self, frame):
+            return None
+
+        def _send(self, data: bytes) -> None:
+            self.sent.append(data)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        trouble = []
+        loop.set_exception_handler(lambda _loop, context: trouble.append(context))
+        t = Held(loop, Limits(1 << 20, 100, 8192))
+        t.sent, t.core = [], type("Core", (), {"log": Log(loop)})()
+        t._send_after(t.core.log.force(), b"RECEIPT-1")      # one loop turn
+        t._send_after(t.core.log.force(), b"MESSAGE-2")
+        t._send_after(None, b"RECEIPT-3")
+        for _ in range(10):
+            await asyncio.sleep(0)
+        return t.sent, trouble
+    sent, trouble = asyncio.run(run())
+    assert len(sent) == 1 and sent[0].startswith(b"ERROR\n") and b"ENOSPC" in sent[0], sent
+    assert trouble == []
 
 
 def test_a_frame_held_on_a_cancelled_shared_force_is_still_sent_in_order():

@@ -233,10 +233,9 @@ class ReceiverSession:
             forced, seq, luwid = await committed.get()
             try:
                 if forced is not None:
-                    # shielded: the force is shared with every other waiter of
-                    # its loop turn (STOMP deliveries, receipts), and cancelling
-                    # this task when the connection ends must not cancel it
-                    await asyncio.shield(forced)
+                    # (the force is this task's own: cancelling the task when the
+                    # connection ends cancels no other waiter of its loop turn)
+                    await forced
                 crash_point("channel.receiver_committed")
                 self.last_seq, self.last_luwid = seq, luwid
                 self.batches += 1

@@ -1,9 +1,10 @@
 """The consoles the ``harbormq`` command writes to.
 
-Nothing they print is read as rich markup. The texts carry queue manager and
-queue names, paths, logins and peers' error messages, and rich would read a
-``[`` in one as a tag: ``[/x]`` raised MarkupError in place of the error it
-was part of, and ``[bold]Q`` printed as ``Q``, naming the wrong thing. Styles
+Nothing they print is read as rich markup or emoji codes. The texts carry
+queue manager and queue names, paths, logins and peers' error messages, and
+rich would read a ``[`` in one as a tag: ``[/x]`` raised MarkupError in place
+of the error it was part of, ``[bold]Q`` printed as ``Q`` and ``:x:`` as an
+emoji, naming the wrong thing. Styles
 are given as ``style=`` or as ``rich.text.Text`` parts, never in the text.
 
 rich is imported on first use, not with the command: it costs about 0.1 s of
@@ -23,7 +24,7 @@ class LazyConsole:
     made when first used."""
 
     def __init__(self, **settings):
-        self._settings = {"markup": False, "highlight": False, **settings}
+        self._settings = {"markup": False, "emoji": False, "highlight": False, **settings}
         self._console = None
 
     def real(self):
@@ -34,6 +35,8 @@ class LazyConsole:
         return self._console
 
     def __getattr__(self, name: str):
+        if name.startswith("_"):      # (copy and pickle probe an instance not yet made)
+            raise AttributeError(name)
         return getattr(self.real(), name)
 
 
@@ -48,7 +51,8 @@ class PlainConsole:
         self.stream = stream or sys.stdout
 
     def print(self, text: str = "", *_objects, **_options) -> None:
-        self.stream.write(f"{text}\n")
+        # one line, its whitespace as HMQERR01.LOG has it
+        self.stream.write(" ".join(str(text).split()) + "\n")
         self.stream.flush()
 
 

@@ -12,7 +12,8 @@ def make_progress_callback(con):
     if isinstance(con, LazyConsole):
         con = con.real()
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-    bars = Progress(TextColumn("{task.description:<20}"), BarColumn(), TaskProgressColumn(),
+    bars = Progress(TextColumn("{task.description:<20}", markup=False), BarColumn(),
+                    TaskProgressColumn(),
                     console=con, transient=False)
     tasks: dict[str, int] = {}
 

@@ -50,10 +50,11 @@ class OperatorLog:
             except OSError:
                 pass  # the operator log must never stop the queue manager
         if self.console is not None:
-            # never as markup: the text carries names, paths and logins, and a '['
-            # in one would be read as a tag (or raise, losing the message)
+            # never as markup or emoji codes: the text carries names, paths and
+            # logins, and a '[' in one would be read as a tag (or raise, losing
+            # the message), a ':x:' as an emoji
             self.console.print(f"{msgid} {text}", style=_STYLES.get(msgid[-1:]), markup=False,
-                               highlight=False)
+                               emoji=False, highlight=False)
         for listener in self.listeners:
             listener(msgid, text)
 

@@ -218,9 +218,9 @@ def run_rebuild(spark, source: LogInput, *, at_lsn: int | None = None,
     if found != surviving:
         # never a rebuild that silently lacks messages: nothing is written
         raise RebuildError(
-            f"the rebuild at LSN {point} found {surviving} surviving message(s) but read back "
-            f"the put records (or image entries) of only {found}: the log changed between "
-            "its two reads, or a record read once could not be read again",
+            f"the rebuild at LSN {point} found {surviving} surviving message(s), but the "
+            f"second read of their put records (or image entries) gave {found}: the log "
+            "changed between its two reads, or a record read once could not be read again",
             hint="run the rebuild again; if it fails the same way, check the extents with "
                  "'harbormq log dump'")
     out = Path(out)

@@ -41,6 +41,8 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         self.version: str | None = None      # set by CONNECT
         #: frames waiting for a log force: (future | None, frame bytes), in order
         self._held: deque = deque()
+        #: the force of the first held frame, which _release_held waits on
+        self._waiting_on: asyncio.Future | None = None
         self._held_full = False
         self._out: list[bytes] = []
         self._flush_scheduled = False
@@ -134,30 +136,34 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
                 not forced.cancelled() and forced.exception() is None:
             self._send(out)
             return
-        # the forces of one loop turn share a future: a run of frames held behind
-        # it needs one callback (a done future may have run its callback already)
-        known = bool(self._held) and forced is not None and not forced.done() \
-            and self._held[-1][0] is forced
         self._held.append((forced, out))
-        if forced is not None and not known:
-            forced.add_done_callback(self._release_held)
+        if len(self._held) == 1:
+            self._release_held()        # the first held: wait on its force
 
     def _release_held(self, _fut=None) -> None:
+        """Send the held frames whose forces are done, in order, and wait (one
+        callback at a time) on the first whose force is not."""
         while self._held:
             fut, out = self._held[0]
             if fut is not None and fut.cancelled():
-                # a force is shared by every waiter of a loop turn, and one of
-                # them (a cancelled task) cancelled it: that says nothing about
-                # the disk, so the frame waits for a force of its own
+                # cancelled by something else that held it: that says nothing
+                # about the disk, so the frame waits for a force of its own
                 fut = self.core.log.force()
                 self._held[0] = (fut, out)
-                if not fut.done():
-                    fut.add_done_callback(self._release_held)
-                    return
             if fut is not None and not fut.done():
+                if self._waiting_on is not fut:
+                    self._waiting_on = fut
+                    fut.add_done_callback(self._release_held)
                 return
             self._held.popleft()
             if fut is not None and fut.exception() is not None:
+                # the connection ends here: nothing held behind it is sent (each
+                # would fail it again, after its ERROR), and their forces' failures
+                # are this one (retrieved, not reported again as never retrieved)
+                for dropped, _out in self._held:
+                    if dropped is not None:
+                        dropped.add_done_callback(_retrieve)
+                self._held.clear()
                 self._closing = False   # this failure must still be reported
                 self.fail(f"the log could not be forced: {fut.exception()}")
                 return
@@ -272,3 +278,8 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
             return
         self._timers["alive"] = self.loop.call_later(every_ms / 1000, self._check_alive,
                                                      every_ms)
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
