@@ -233,9 +233,10 @@ class ReceiverSession:
             forced, seq, luwid = await committed.get()
             try:
                 if forced is not None:
-                    # (the force is this task's own: cancelling the task when the
-                    # connection ends cancels no other waiter of its loop turn)
-                    await forced
+                    # shielded: cancelling this task when the connection ends must
+                    # not cancel the force it waits on (each caller of log.force
+                    # has a future of its own; this holds for any other too)
+                    await asyncio.shield(forced)
                 crash_point("channel.receiver_committed")
                 self.last_seq, self.last_luwid = seq, luwid
                 self.batches += 1
