@@ -6,11 +6,10 @@ still equal the engine's state; with the extents before the image deleted, as
 
 from __future__ import annotations
 
-from support.differential import all_rows, engine_state
+from support.differential import all_rows, engine_state, spark_rebuilt
 
 from harbormq.pipeline.algebra import CONTROL_TYPES, plan_targets, reference_rebuild
 from harbormq.pipeline.logdata import LogInput
-from harbormq.pipeline.rebuild import events, plan, spark_rebuild
 from harbormq.recovery import images as media_images
 from harbormq.recovery import recreate
 
@@ -85,16 +84,7 @@ def test_rebuild_from_engine_images_of_a_queue_imaged_and_recreated(make_qm, ope
     # what is left is enough for a point after the images, which the rebuild
     # must start from (Spark this time)
     source = LogInput(log=str(log_dir))
-    records = events(spark, source, final_lsn)
-    targets = plan(spark, source, records, final_lsn, list(queues))
+    got, targets = spark_rebuilt(spark, source, final_lsn, queues, plan_queues=list(queues))
     assert all(t.image_id for t in targets)
-    got = {q: [] for q in queues}
-    result, surviving = spark_rebuild(spark, source, records, final_lsn, targets)
-    rows = result.collect()
-    assert len(rows) == surviving
-    for r in rows:
-        got[r["queue"]].append((r["msg_id"], r["priority"], r["seq"], r["backout_count"],
-                                r["locked_uow"]))
-    records.unpersist()
     assert got == _expected(final_state, queues)
     assert sum(len(v) for v in got.values()) > 300

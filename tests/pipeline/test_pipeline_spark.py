@@ -11,7 +11,7 @@ import shutil
 import time
 
 import pytest
-from support.differential import all_rows, engine_state, force_log
+from support.differential import all_rows, engine_state, force_log, spark_rebuilt
 from support.pipeline_logbuilder import LogBuilder
 
 from harbormq.errors import HarbormqError, LogFull, ObjectInUse, UnitOfWorkError
@@ -19,7 +19,7 @@ from harbormq.pipeline.algebra import CONTROL_TYPES, plan_targets, reference_reb
 from harbormq.pipeline.extents import plan_extents
 from harbormq.pipeline.ingest import Lake, run_ingest
 from harbormq.pipeline.logdata import LogInput
-from harbormq.pipeline.rebuild import events, plan, run_rebuild, spark_rebuild
+from harbormq.pipeline.rebuild import run_rebuild
 from harbormq.pipeline.report import run_report
 from harbormq.pipeline.rows import read_extent
 from harbormq.pipeline.trace import run_trace
@@ -140,17 +140,7 @@ def test_rebuild_matches_the_engine_at_several_points(make_qm, open_qm, home, tm
 def spark_state(spark, source: LogInput, lsn: int, queues) -> dict:
     """The Spark rebuild at ``lsn`` as {queue: [(msg_id, priority, seq, backout
     count, locked uow)]}, a list for each of ``queues``."""
-    records = events(spark, source, lsn)
-    got: dict = {q: [] for q in queues}
-    result, surviving = spark_rebuild(spark, source, records, lsn,
-                                      plan(spark, source, records, lsn, None))
-    rows = result.collect()
-    assert len(rows) == surviving
-    for r in rows:
-        got[r["queue"]].append((r["msg_id"], r["priority"], r["seq"], r["backout_count"],
-                                r["locked_uow"]))
-    records.unpersist()
-    return got
+    return spark_rebuilt(spark, source, lsn, queues)[0]
 
 
 @pytest.fixture

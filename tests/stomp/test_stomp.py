@@ -1981,6 +1981,21 @@ def test_heart_beat_timers_do_not_pile_up():
     assert asyncio.run(run()) <= 3
 
 
+class _HeldTransport(FrameTransport):
+    """A transport that dispatches nothing and keeps the bytes it sends."""
+    def _dispatch(self, frame):
+        return None
+
+    def _send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+def _held_transport(loop, log) -> _HeldTransport:
+    t = _HeldTransport(loop, Limits(1 << 20, 100, 8192))
+    t.sent, t.core = [], type("Core", (), {"log": log})()
+    return t
+
+
 def test_frames_held_on_forces_that_fail_end_the_connection_once():
     """Each frame held on a force has a future of its own; when the log fails,
     the forces of a turn fail together. The first failed frame ends the
@@ -1998,19 +2013,11 @@ def test_frames_held_on_forces_that_fail_end_the_connection_once():
             self.loop.call_soon(fut.set_exception, LogError("writing the log failed: ENOSPC"))
             return fut
 
-    class Held(FrameTransport):
-        def _dispatch(self, frame):
-            return None
-
-        def _send(self, data: bytes) -> None:
-            self.sent.append(data)
-
     async def run():
         loop = asyncio.get_running_loop()
         trouble = []
         loop.set_exception_handler(lambda _loop, context: trouble.append(context))
-        t = Held(loop, Limits(1 << 20, 100, 8192))
-        t.sent, t.core = [], type("Core", (), {"log": Log(loop)})()
+        t = _held_transport(loop, Log(loop))
         t._send_after(t.core.log.force(), b"RECEIPT-1")      # one loop turn
         t._send_after(t.core.log.force(), b"MESSAGE-2")
         t._send_after(None, b"RECEIPT-3")
@@ -2039,17 +2046,9 @@ def test_a_frame_held_on_a_cancelled_shared_force_is_still_sent_in_order():
             self.loop.call_soon(fut.set_result, 0)
             return fut
 
-    class Held(FrameTransport):
-        def _dispatch(self, frame):
-            return None
-
-        def _send(self, data: bytes) -> None:
-            self.sent.append(data)
-
     async def run():
         loop = asyncio.get_running_loop()
-        t = Held(loop, Limits(1 << 20, 100, 8192))
-        t.sent, t.core = [], type("Core", (), {"log": Log(loop)})()
+        t = _held_transport(loop, Log(loop))
         shared = loop.create_future()
 
         async def confirmer():

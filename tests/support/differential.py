@@ -4,6 +4,7 @@ reads it, and the engine's persistent state at a known LSN."""
 from __future__ import annotations
 
 from harbormq.pipeline.extents import plan_extents
+from harbormq.pipeline.rebuild import events, plan, spark_rebuild
 from harbormq.pipeline.rows import read_extent
 
 
@@ -38,3 +39,20 @@ def engine_state(qm) -> tuple[int, dict]:
             state[name] = msgs
         return core.log.end_lsn - 1, state
     return qm._call_sync(snap)
+
+
+def spark_rebuilt(spark, source, lsn: int, queues, plan_queues=None):
+    """The Spark rebuild at ``lsn`` as ({queue: [(msg_id, priority, seq, backout
+    count, locked uow)]}, a list for each of ``queues``; the planned targets).
+    Every surviving message has its row (spark_rebuild's count)."""
+    records = events(spark, source, lsn)
+    targets = plan(spark, source, records, lsn, plan_queues)
+    result, surviving = spark_rebuild(spark, source, records, lsn, targets)
+    rows = result.collect()
+    assert len(rows) == surviving
+    got: dict = {q: [] for q in queues}
+    for r in rows:
+        got[r["queue"]].append((r["msg_id"], r["priority"], r["seq"], r["backout_count"],
+                                r["locked_uow"]))
+    records.unpersist()
+    return got, targets

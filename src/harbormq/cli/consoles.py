@@ -4,8 +4,8 @@ Nothing they print is read as rich markup or emoji codes. The texts carry
 queue manager and queue names, paths, logins and peers' error messages, and
 rich would read a ``[`` in one as a tag: ``[/x]`` raised MarkupError in place
 of the error it was part of, ``[bold]Q`` printed as ``Q`` and ``:x:`` as an
-emoji, naming the wrong thing. Styles
-are given as ``style=`` or as ``rich.text.Text`` parts, never in the text.
+emoji, naming the wrong thing. Styles are given as ``style=`` or as
+``rich.text.Text`` parts, never in the text.
 
 rich is imported on first use, not with the command: it costs about 0.1 s of
 CPU, which ``harbormq start`` would otherwise spend before restart recovery
@@ -20,8 +20,8 @@ from typing import TextIO
 
 
 class LazyConsole:
-    """A ``rich.console.Console(markup=False, highlight=False, **settings)``,
-    made when first used."""
+    """A ``rich.console.Console(markup=False, emoji=False, highlight=False,
+    **settings)``, made when first used."""
 
     def __init__(self, **settings):
         self._settings = {"markup": False, "emoji": False, "highlight": False, **settings}
