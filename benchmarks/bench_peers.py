@@ -566,9 +566,11 @@ def median_of(runs: list[dict]) -> dict:
     }
 
 
-async def restart_test(broker: Broker, n: int, drain: bool) -> dict:
+async def restart_test(broker: Broker, n: int, drain: bool, settle: float = 0) -> dict:
     """Queue n receipted messages, kill -9, restart; time to CONNECTED and to the
-    first MESSAGE; then drain and count."""
+    first MESSAGE; then drain and count. ``settle``: seconds between the kill
+    and the restart, for the load of the queueing to die down (each broker
+    restarts on an equally quiet machine)."""
     queue = "PEERS.E"
     dest = "/queue/" + queue
     loop = asyncio.get_running_loop()
@@ -600,6 +602,9 @@ async def restart_test(broker: Broker, n: int, drain: bool) -> dict:
         p.transport.close()
     progress(f"  {broker.name}: {n} queued in {load_s:.1f} s; kill -9")
     broker.kill9()
+    if settle:
+        progress(f"  {broker.name}: {settle:.0f} s for the load to settle")
+        await asyncio.sleep(settle)
 
     la = loadavg()
     t0 = time.perf_counter()
@@ -706,7 +711,8 @@ async def bench_all(brokers: list[Broker], args, workloads: list[str], results: 
     if RESTART in workloads:
         for b in list(live):
             progress(f"{b.name} (e) restart after kill -9 with {args.restart_messages} queued")
-            r = await attempt(b, restart_test(b, args.restart_messages, not args.no_drain))
+            r = await attempt(b, restart_test(b, args.restart_messages, not args.no_drain,
+                                              args.settle))
             if r is not None:
                 progress(f"  accept {r['accept_s']} s, first message {r['first_message_s']} s, "
                          f"recovered {r.get('recovered')}")
@@ -776,6 +782,9 @@ def main() -> None:
                     help="(e): messages queued before the kill -9 (the issue: 1,000,000)")
     ap.add_argument("--no-drain", action="store_true",
                     help="(e): do not drain and count the queue after the restart")
+    ap.add_argument("--settle", type=float, default=0,
+                    help="(e): seconds between the kill -9 and the restart, for the load of "
+                         "the queueing to die down (default 0)")
     ap.add_argument("--no-install", action="store_true", help="never run apt-get")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
     ap.add_argument("--profile", metavar="DIR", default=None,
@@ -826,6 +835,7 @@ def main() -> None:
         "date": t_start.isoformat(timespec="seconds"),
         "body_size": 1024, "persistent": True, "consumer_ack": "client-individual",
         "runs": args.runs, "scale": args.scale, "restart_messages": args.restart_messages,
+        "settle_s": args.settle,
         "summary": summarize(results, workloads),
         "brokers": results,
         "errors": errors or None,
