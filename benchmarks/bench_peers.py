@@ -44,7 +44,8 @@ Workloads (prefetch 64; 100 for the transactional one):
   (``accept_s``) and to the first MESSAGE of a subscriber that connected as
   soon as it could (``first_message_s``); then the queue is drained (with
   ACKs) and counted (``recovered``: nothing receipted may be missing;
-  ``--no-drain`` skips it).
+  ``--no-drain`` skips it). ``--settle S`` waits S seconds between the kill
+  and the restart, for the load of the queueing to die down.
 
 For a–d: ``--runs`` (3) measured runs after one warm-up run, each on fresh
 connections; the median of each figure. The headline is end-to-end msgs/s
