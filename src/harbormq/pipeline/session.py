@@ -49,7 +49,7 @@ def session(app: str, master: str | None = None, conf: dict | None = None):
         builder = builder.config("spark.sql.shuffle.partitions", str(LOCAL_SHUFFLE_PARTITIONS))
         # a job's cache lives for one run on few cores: compressing it (statistics
         # and dictionary encoding of every column of every row) showed in the
-        # rebuild's profile (docs/performance.md), and the cache fits without
+        # rebuild's profile (docs/performance.md), and the cache fits uncompressed
         builder = builder.config("spark.sql.inMemoryColumnarStorage.compressed", "false")
         if not submitted and not _java_options_given(conf or {}):
             # the JVM is not started yet, so its options still count. As the
