@@ -73,3 +73,23 @@ def test_damage_before_the_checkpoint_is_not_the_end_but_corruption(make_qm, ope
         open_qm()
     assert err.value.msgid == "HMQ7501E" and "S0000000.LOG is corrupt at offset 4096" in \
         err.value.message
+
+
+def test_a_walk_in_steps_reaches_what_it_is_asked_and_ends_where_a_full_read_does(
+        make_qm, open_qm):
+    """Restart asks for each store's recovery LSN in turn (``LogEndWalk``): each
+    answer is at or past what was asked, up to the end a full read finds."""
+    make_qm(log_type="linear", log_file_pages=4096)
+    _write_a_log(open_qm)
+    log = _stopped_log()
+    end = recreate.log_end(log)
+    checkpoint = log.state.checkpoint_lsn
+    walk = recreate.LogEndWalk(log)
+    assert walk.reach(checkpoint - 1) == checkpoint
+    step = (end - checkpoint) // 7
+    for asked in range(checkpoint + 1, end, step):
+        got = walk.reach(asked)
+        assert asked <= got < asked + 4096, (asked, got)   # the first record at or past it
+    assert walk.reach(checkpoint + step) >= checkpoint + step    # asked again, lower
+    assert walk.reach(end + 10**6) == end                   # beyond the end: the end
+    assert walk.reach() == end == recreate.log_end_estimate(log)

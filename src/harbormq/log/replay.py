@@ -298,3 +298,113 @@ class CommitRule:
         if uow is not None:      # its operations were compensated already: release the rest
             for op in uow.ops.values():
                 self.effects.closed(op, False)
+
+
+# --- records without effect --------------------------------------------------------
+
+_PUT, _GET, _EXPIRE = RecordType.MSG_PUT, RecordType.MSG_GET, RecordType.MSG_EXPIRE
+_BEGIN, _COMMIT = RecordType.UOW_BEGIN, RecordType.UOW_COMMIT
+#: records that make a unit of work more than "begun, then committed"
+_NOT_PLAIN = frozenset((RecordType.UOW_PREPARE, RecordType.UOW_BACKOUT,
+                        RecordType.COMPENSATION, RecordType.UOW_SHUNT))
+_OBJECT_RECORDS = frozenset((RecordType.OBJECT_CREATE, RecordType.OBJECT_ALTER,
+                             RecordType.OBJECT_DELETE))
+
+
+def without_effect(records: list[LogRecord], open_uows, due_from: dict[int, int]
+                   ) -> set[int]:
+    """The LSNs of the records in ``records`` (a stretch of the log, in order)
+    that the rule may skip, because together they change nothing: a message
+    put and got again within the stretch. Restart redo uses it: a queue that
+    drained as fast as it filled leaves most of its log without effect, and
+    skipping a pair costs no message decode, no pending operations and no
+    store work.
+
+    A put and a get of the same message (object id, seq, priority: an object
+    id names one incarnation of one object) are skipped together only when
+    each is the only record of that kind for the message in the stretch, the
+    get comes after the put took effect, and each is either auto-committed or
+    in a *plain* unit of work: begun and committed in the stretch (not open in
+    ``open_uows`` when it starts, never prepared, backed out, compensated,
+    shunted, joined to or joining another). The put's effect must be due on
+    its object: at or above ``due_from[object_id]`` (the store's recovery LSN;
+    an object not in it, or with an object record in the stretch, is left
+    alone). Such a put is applied and then deleted by the rule, with nothing
+    in between that could see it (no other record names the message); without
+    both, the objects end the same. A plain unit of work all of whose puts and
+    gets are skipped is skipped whole (its BEGIN and COMMIT: the rule would
+    open it and decide nothing).
+
+    The caller must give the rule every record of the stretch that is not
+    skipped before anything writes the objects' state at an LSN inside it: a
+    pair spans the stretch, and the state between its two halves is not the
+    log's (restart flushes its stores only between stretches). A skipped put
+    still uses up its sequence number: the caller sees to that."""
+    uows: dict[int, list] = {}      # uow id -> [plain?, commit LSN, BEGIN LSN, ops, skipped]
+    puts: dict[tuple, LogRecord] = {}
+    gets: dict[tuple, LogRecord] = {}
+    twice = set()                    # messages with two puts or two gets here
+    objects_changed = set()
+    for rec in records:
+        t = rec.type
+        if t is _PUT or t is _GET or t is _EXPIRE:
+            ident = (rec.object_id, rec.payload[:9])     # seq u64, priority u8
+            seen = puts if t is _PUT else gets
+            if ident in seen:
+                twice.add(ident)
+            else:
+                seen[ident] = rec
+            if not rec.flags & AUTO_COMMIT:
+                u = uows.get(rec.uow_id)
+                if u is None:        # an op before its BEGIN: begun before the stretch
+                    u = uows[rec.uow_id] = [False, 0, 0, 0, 0]
+                u[3] += 1
+        elif t is _BEGIN:
+            if rec.uow_id in uows:
+                uows[rec.uow_id][0] = False    # (a second BEGIN: nothing is assumed)
+            else:
+                uows[rec.uow_id] = [rec.uow_id not in open_uows, 0, rec.lsn, 0, 0]
+        elif t is _COMMIT:
+            u = uows.get(rec.uow_id)
+            if u is None:
+                u = uows[rec.uow_id] = [False, 0, 0, 0, 0]
+            u[1] = rec.lsn
+            if rec.payload:                    # it decides joined units too
+                u[0] = False
+                for joined in decode_json(rec.payload).get("joined", ()):
+                    uows.setdefault(joined, [False, 0, 0, 0, 0])[0] = False
+        elif t in _NOT_PLAIN:
+            uows.setdefault(rec.uow_id, [False, 0, 0, 0, 0])[0] = False
+        elif t in _OBJECT_RECORDS:
+            objects_changed.add(rec.object_id)
+
+    skip: set[int] = set()
+    for ident, get in gets.items():
+        put = puts.get(ident)
+        if put is None or ident in twice or ident[0] in objects_changed:
+            continue
+        if put.flags & AUTO_COMMIT:
+            put_uow, put_at = None, put.lsn
+        else:
+            put_uow = uows[put.uow_id]
+            if not (put_uow[0] and put_uow[1]):
+                continue
+            put_at = put_uow[1]
+        if get.lsn <= put_at or put_at < due_from.get(ident[0], put_at + 1):
+            continue
+        get_uow = None
+        if not get.flags & AUTO_COMMIT:
+            get_uow = uows[get.uow_id]
+            if not (get_uow[0] and get_uow[1]):
+                continue
+        skip.add(put.lsn)
+        skip.add(get.lsn)
+        if put_uow is not None:
+            put_uow[4] += 1
+        if get_uow is not None:
+            get_uow[4] += 1
+    for plain, commit_lsn, begin_lsn, ops, skipped in uows.values():
+        if plain and commit_lsn and ops == skipped:
+            skip.add(begin_lsn)
+            skip.add(commit_lsn)
+    return skip

@@ -87,35 +87,71 @@ def log_end(log: RecoveryLog) -> int:
     return reader.end.lsn
 
 
-def log_end_estimate(log: RecoveryLog) -> int:
+def log_end_estimate(log: RecoveryLog, enough: int | None = None) -> int:
     """Where the records of the newest extent end, walking their length fields
     and LSNs only (no CRCs): cheap enough for every restart, which uses it to
     find stores whose recovery LSN lies beyond the end of the log. A torn last
     record can make it one record long; redo's full read settles the end.
+
+    ``enough``: the walk may stop at the first record at or past that LSN and
+    return its LSN (the records reach at least that far); it returns less
+    only where the records end before it (``LogEndWalk`` goes on from there
+    for the next question).
 
     The walk starts at the last checkpoint's record when the newest extent
     holds it (its place is in the control file, written once the record was
     on disk), not at the extent's start: a restart walks what followed the
     checkpoint, not up to 256 MiB. If that record does not read as one, the
     walk starts at the extent's start after all."""
-    active = log.state.active
-    checkpoint = log.state.checkpoint_lsn
-    with open(log.active_path(), "rb") as f, \
-            mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        if checkpoint > active.first_lsn:
-            offset = EXTENT_HEADER_SIZE + checkpoint - active.first_lsn
-            end = _records_end(buf, active.first_lsn, offset)
-            if end > offset:
-                return active.first_lsn + end - EXTENT_HEADER_SIZE
-        end = _records_end(buf, active.first_lsn, EXTENT_HEADER_SIZE)
-        return active.first_lsn + end - EXTENT_HEADER_SIZE
+    return LogEndWalk(log).reach(enough)
 
 
-def _records_end(buf, first_lsn: int, offset: int) -> int:
+class LogEndWalk:
+    """``log_end_estimate`` walked only as far as the questions need: restart
+    asks for each store's recovery LSN, and each walk goes on from where the
+    last one stopped."""
+
+    def __init__(self, log: RecoveryLog):
+        self.log = log
+        self._at: int | None = None     # the LSN walked to (a record's start)
+        self._ended = False             # ... and it is where the records end
+
+    def reach(self, lsn: int | None = None) -> int:
+        """An LSN the records reach at or past ``lsn``, or where they end when
+        that is before it (``lsn`` None: where they end)."""
+        active = self.log.state.active
+        checkpoint = self.log.state.checkpoint_lsn
+        if lsn is not None and lsn <= checkpoint:
+            return checkpoint       # (its record is on disk: see log_end_estimate)
+        if self._at is not None and (self._ended or (lsn is not None and self._at >= lsn)):
+            return self._at
+        first = active.first_lsn
+        stop = None if lsn is None else EXTENT_HEADER_SIZE + lsn - first
+        with open(self.log.active_path(), "rb") as f, \
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            def walk(from_lsn: int) -> int:
+                end = _records_end(buf, first, EXTENT_HEADER_SIZE + from_lsn - first, stop)
+                return first + end - EXTENT_HEADER_SIZE
+
+            if self._at is not None:
+                reached = walk(self._at)
+            else:
+                start = checkpoint if checkpoint > first else first
+                reached = walk(start)
+                if reached == start and start != first:    # the checkpoint's record
+                    reached = walk(first)                   # does not read as one
+        self._at = reached
+        self._ended = lsn is None or reached < lsn
+        return reached
+
+
+def _records_end(buf, first_lsn: int, offset: int, stop: int | None = None) -> int:
     """The offset past the last of the well-formed records that follow one
-    another from ``offset``."""
+    another from ``offset``, or the first such offset at or past ``stop``."""
     size = len(buf)
-    while offset + MIN_RECORD <= size:
+    if stop is None:
+        stop = size
+    while offset + MIN_RECORD <= size and offset < stop:
         length, _crc, lsn = RECORD_PREFIX.unpack_from(buf, offset)
         if length < MIN_RECORD or length % 8 or offset + length > size or \
                 lsn != first_lsn + offset - EXTENT_HEADER_SIZE or \

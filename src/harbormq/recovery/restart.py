@@ -19,6 +19,7 @@ gives the same result.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -39,13 +40,19 @@ from ..log.records import (
     decode_json,
     extent_file_name,
 )
-from ..log.replay import CommitRule, OpenUow, PendingOp
+from ..log.replay import CommitRule, OpenUow, PendingOp, without_effect
 from ..store import dirs
 from ..store.stores import CatalogStore, QueueStore
 from . import need, recreate
 
 #: flush stores during redo when this many effects wait, so memory stays bounded
 REDO_FLUSH_ENTRIES = 20_000
+#: redo plans this much log at a time (``without_effect``): a message put and
+#: got again within one stretch is skipped. Bigger stretches find more pairs
+#: (a queue's backlog puts them further apart) and hold more records in memory
+REDO_STRETCH_BYTES = 16 << 20
+#: off only to compare (tests): redo then feeds every record to the rule
+SKIP_WITHOUT_EFFECT = True
 
 Progress = Callable[[str, int, int], None]   # (phase, done, total)
 
@@ -61,6 +68,9 @@ class RestartReport:
     records_replayed: int = 0
     bytes_replayed: int = 0
     effects_redone: int = 0
+    #: records redo skipped: messages put and got again with nothing in between
+    #: (log/replay.py without_effect), and units of work left with nothing else
+    records_skipped: int = 0
     nonpersistent_discarded: int = 0
     uows_backed_out: int = 0
     uows_in_flight: int = 0
@@ -91,9 +101,19 @@ class Restart:
         self.redo_from: dict[int, int] = {}     # object id -> store recovery LSN at open
         #: the commit rule (log/replay.py), applied to the queues' committed state
         self.rule = CommitRule(RedoEffects(self))
-        self.log_end_hint = 0       # phase 1: where the records seem to end (store checks)
+        #: phase 1's store checks: the newest extent walked as far as they need
+        self._log_end_walk: recreate.LogEndWalk | None = None
         self._log_end = 0           # the end of the log, read only if something is recreated
         self._media: dict | None = None          # the last checkpoint's media table
+        self._progress_at = 0       # redo: bytes read when progress was last shown
+
+    def _log_end_for(self, lsn: int) -> int:
+        """Where the records end, or an LSN they reach at or past ``lsn``: the
+        newest extent walked only as far as a store's recovery LSN needs
+        (``recreate.log_end_estimate``; a store flushed long ago needs no walk)."""
+        if self._log_end_walk is None:
+            self._log_end_walk = recreate.LogEndWalk(self.core.log)
+        return self._log_end_walk.reach(lsn)
 
     def emit(self, msgid: str, text: str) -> None:
         self.core.oplog.emit(msgid, text)
@@ -186,7 +206,6 @@ class Restart:
         r.extents = [extent_file_name(e.number) for e in chain if log.extent_present(e)]
         log.make_durable()     # the end of the log below is trusted by store checks
         log.reconcile_active()     # a dual log: both copies of the newest extent equal
-        self.log_end_hint = recreate.log_end_estimate(log)
         self._open_catalog()
         if core.catalog_store.clean_stop() is not None:
             core.catalog_store.set_clean_stop(None)    # from here on, not a clean stop
@@ -223,7 +242,8 @@ class Restart:
                     raise StoreDamaged(f"it belongs to queue manager {store.owner}",
                                        path=str(path))
                 core.objects = store.load()
-                why = dirs.lsn_problem(store.recovery_lsn, self.log_end_hint,
+                lsn = store.recovery_lsn
+                why = dirs.lsn_problem(lsn, self._log_end_for(lsn),
                                        lambda lsn: core.log.state.discarded_at(lsn, None))
                 if why:
                     raise StoreDamaged(why, path=str(path))
@@ -269,7 +289,7 @@ class Restart:
         (its in-flight units of work included). Returns the queue as it is now."""
         core = self.core
         if not q.damaged:
-            why = dirs.check_store(q.store, self.log_end_hint,
+            why = dirs.check_store(q.store, self._log_end_for,
                                    core.config.tuning.verify_store_mb,
                                    lambda lsn: core.log.state.discarded_at(lsn, q.name),
                                    owner=core.name)
@@ -504,25 +524,29 @@ class Restart:
             q.ordered = False
         total = max(1, self._log_bytes_from(r.redo_start_lsn))
         self.progress("forward recovery", 0, total)
-        last_progress = 0
-        handlers = self.rule.handlers      # (the rule's feed, without a call per record)
-        redo_other = self._redo_other
-        for batch in scan.batches():
-            top_uow = max([rec.uow_id for rec in batch])
-            if top_uow >= core.next_uow_id:
-                core.next_uow_id = top_uow + 1
-            for rec in batch:
-                handler = handlers.get(rec.type)
-                if handler is None:
-                    redo_other(rec)
-                else:
-                    handler(rec)
-            if scan.bytes_read - last_progress >= 4 << 20:
-                last_progress = scan.bytes_read
-                self.progress("forward recovery", scan.bytes_read, total)
-                crash_point("restart.mid_redo")
-                if sum(q.dirty_entries() for q in core.queues.values()) >= REDO_FLUSH_ENTRIES:
-                    self._flush_during_redo(batch[-1].end_lsn)
+        # the log is read a stretch at a time: what is put and got again within
+        # a stretch is skipped (log/replay.py without_effect)
+        stretch: list[list[LogRecord]] = []
+        stretch_bytes = 0
+        # redo makes and drops records by the hundred thousand, none of them in
+        # a reference cycle: the cyclic collector would only walk a stretch's
+        # records again and again (a quarter of redo's CPU). (For the whole
+        # process: another queue manager in it goes without the collector too,
+        # for as long as this redo lasts.)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for batch in scan.batches():
+                stretch.append(batch)
+                stretch_bytes += batch[-1].end_lsn - batch[0].lsn
+                if stretch_bytes >= REDO_STRETCH_BYTES:
+                    self._redo_stretch(stretch, total)
+                    stretch, stretch_bytes = [], 0
+            if stretch:
+                self._redo_stretch(stretch, total)
+        finally:
+            if collecting:
+                gc.enable()
         self.progress("forward recovery", total, total)
         r.records_replayed = scan.records_read
         r.bytes_replayed = scan.bytes_read
@@ -556,10 +580,50 @@ class Restart:
                       "discarded at restart")
         self.emit("HMQ7229I", f"{r.records_replayed} log records accessed on queue manager "
                   f"{core.name} during the log replay phase ({r.bytes_replayed} bytes, "
-                  f"{r.effects_redone} effects redone)")
+                  f"{r.effects_redone} effects redone; {r.records_skipped} records skipped: "
+                  "messages put and got again, and their units of work)")
         self.emit("HMQ7230I", f"Log replay for queue manager {core.name} complete (log ends "
                   f"at LSN {r.end_lsn})")
         return scan
+
+    def _redo_stretch(self, stretch: list[list[LogRecord]], total: int) -> None:
+        """Redo a stretch of the log (batches of records in LSN order)."""
+        core, r = self.core, self.report
+        records = [rec for batch in stretch for rec in batch]
+        top_uow = max([rec.uow_id for rec in records])
+        if top_uow >= core.next_uow_id:
+            core.next_uow_id = top_uow + 1
+        skip = without_effect(records, self.rule.open, self.redo_from) \
+            if SKIP_WITHOUT_EFFECT else ()
+        r.records_skipped += len(skip)
+        handlers = self.rule.handlers      # (the rule's feed, without a call per record)
+        redo_other = self._redo_other
+        target = self.rule.effects.target
+        put_type = RecordType.MSG_PUT
+        for batch in stretch:
+            for rec in batch:
+                if rec.lsn in skip:
+                    if rec.type is put_type:
+                        q = target(rec)     # a put skipped still uses up its sequence number
+                        if q is not None:
+                            seq = int.from_bytes(rec.payload[:8], "little")
+                            if seq >= q.next_seq:
+                                q.next_seq = seq + 1
+                    continue
+                handler = handlers.get(rec.type)
+                if handler is None:
+                    redo_other(rec)
+                else:
+                    handler(rec)
+            done = batch[-1].end_lsn - r.redo_start_lsn
+            if done - self._progress_at >= 4 << 20:
+                self._progress_at = done
+                self.progress("forward recovery", min(done, total), total)
+                crash_point("restart.mid_redo")
+        # (only here, between stretches: inside one, the state between the two
+        # halves of a skipped pair is not the log's)
+        if sum(q.dirty_entries() for q in core.queues.values()) >= REDO_FLUSH_ENTRIES:
+            self._flush_during_redo(records[-1].end_lsn)
 
     def _log_bytes_from(self, lsn: int) -> int:
         chain = self.core.log.chain()

@@ -32,17 +32,19 @@ def replace_dir(new: Path, final: Path, *, keep_old: bool) -> None:
     QueueStore.destroy(aside)
 
 
-def check_store(store: QueueStore, end_lsn: int, verify_limit_mb: int,
+def check_store(store: QueueStore, log_end_for, verify_limit_mb: int,
                 discarded_at=lambda lsn: None, owner: str | None = None) -> str | None:
     """Why a queue store opened at restart is damaged, or None.
-    ``discarded_at(lsn)``: the conditional restart whose given-up log the
-    store holds effects of (``ControlState.discarded_at``)."""
+    ``log_end_for(lsn)``: where the log ends, or an LSN it reaches at or past
+    ``lsn``. ``discarded_at(lsn)``: the conditional restart whose given-up log
+    the store holds effects of (``ControlState.discarded_at``)."""
     try:
         if store.damaged:
             return store.damaged
         if owner is not None and store.owner not in (None, owner):
             return f"it belongs to queue manager {store.owner}, not {owner}"
-        why = lsn_problem(store.recovery_lsn, end_lsn, discarded_at)
+        lsn = store.recovery_lsn
+        why = lsn_problem(lsn, log_end_for(lsn), discarded_at)
         if why:
             return why
         data = store.path / "data.mdb"
