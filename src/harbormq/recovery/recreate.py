@@ -87,29 +87,24 @@ def log_end(log: RecoveryLog) -> int:
     return reader.end.lsn
 
 
-def log_end_estimate(log: RecoveryLog, enough: int | None = None) -> int:
+def log_end_estimate(log: RecoveryLog) -> int:
     """Where the records of the newest extent end, walking their length fields
     and LSNs only (no CRCs): cheap enough for every restart, which uses it to
     find stores whose recovery LSN lies beyond the end of the log. A torn last
     record can make it one record long; redo's full read settles the end.
-
-    ``enough``: the walk may stop at the first record at or past that LSN and
-    return its LSN (the records reach at least that far); it returns less
-    only where the records end before it (``LogEndWalk`` goes on from there
-    for the next question).
 
     The walk starts at the last checkpoint's record when the newest extent
     holds it (its place is in the control file, written once the record was
     on disk), not at the extent's start: a restart walks what followed the
     checkpoint, not up to 256 MiB. If that record does not read as one, the
     walk starts at the extent's start after all."""
-    return LogEndWalk(log).reach(enough)
+    return LogEndWalk(log).reach()
 
 
 class LogEndWalk:
     """``log_end_estimate`` walked only as far as the questions need: restart
     asks for each store's recovery LSN, and each walk goes on from where the
-    last one stopped."""
+    last one stopped (a store flushed before the checkpoint needs none)."""
 
     def __init__(self, log: RecoveryLog):
         self.log = log

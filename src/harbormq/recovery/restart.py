@@ -102,18 +102,10 @@ class Restart:
         #: the commit rule (log/replay.py), applied to the queues' committed state
         self.rule = CommitRule(RedoEffects(self))
         #: phase 1's store checks: the newest extent walked as far as they need
-        self._log_end_walk: recreate.LogEndWalk | None = None
+        self._log_end_walk = recreate.LogEndWalk(core.log)
         self._log_end = 0           # the end of the log, read only if something is recreated
         self._media: dict | None = None          # the last checkpoint's media table
         self._progress_at = 0       # redo: bytes read when progress was last shown
-
-    def _log_end_for(self, lsn: int) -> int:
-        """Where the records end, or an LSN they reach at or past ``lsn``: the
-        newest extent walked only as far as a store's recovery LSN needs
-        (``recreate.log_end_estimate``; a store flushed long ago needs no walk)."""
-        if self._log_end_walk is None:
-            self._log_end_walk = recreate.LogEndWalk(self.core.log)
-        return self._log_end_walk.reach(lsn)
 
     def emit(self, msgid: str, text: str) -> None:
         self.core.oplog.emit(msgid, text)
@@ -243,7 +235,7 @@ class Restart:
                                        path=str(path))
                 core.objects = store.load()
                 lsn = store.recovery_lsn
-                why = dirs.lsn_problem(lsn, self._log_end_for(lsn),
+                why = dirs.lsn_problem(lsn, self._log_end_walk.reach(lsn),
                                        lambda lsn: core.log.state.discarded_at(lsn, None))
                 if why:
                     raise StoreDamaged(why, path=str(path))
@@ -289,7 +281,7 @@ class Restart:
         (its in-flight units of work included). Returns the queue as it is now."""
         core = self.core
         if not q.damaged:
-            why = dirs.check_store(q.store, self._log_end_for,
+            why = dirs.check_store(q.store, self._log_end_walk.reach,
                                    core.config.tuning.verify_store_mb,
                                    lambda lsn: core.log.state.discarded_at(lsn, q.name),
                                    owner=core.name)
@@ -598,7 +590,7 @@ class Restart:
         r.records_skipped += len(skip)
         handlers = self.rule.handlers      # (the rule's feed, without a call per record)
         redo_other = self._redo_other
-        target = self.rule.effects.target
+        target, seen_seq = self.rule.effects.target, self.rule.effects.seen_seq
         put_type = RecordType.MSG_PUT
         for batch in stretch:
             for rec in batch:
@@ -606,9 +598,7 @@ class Restart:
                     if rec.type is put_type:
                         q = target(rec)     # a put skipped still uses up its sequence number
                         if q is not None:
-                            seq = int.from_bytes(rec.payload[:8], "little")
-                            if seq >= q.next_seq:
-                                q.next_seq = seq + 1
+                            seen_seq(q, int.from_bytes(rec.payload[:8], "little"))
                     continue
                 handler = handlers.get(rec.type)
                 if handler is None:
@@ -822,8 +812,14 @@ class RedoEffects:
         return lsn >= self._redo_from.get(q.object_id, 0)
 
     def seen_put(self, q: LocalQueue, msg: Message) -> None:
-        if msg.seq >= q.next_seq:
-            q.next_seq = msg.seq + 1
+        self.seen_seq(q, msg.seq)
+
+    @staticmethod
+    def seen_seq(q: LocalQueue, seq: int) -> None:
+        """A put of ``q`` with sequence number ``seq`` was read (also one redo
+        skips: log/replay.py without_effect)."""
+        if seq >= q.next_seq:
+            q.next_seq = seq + 1
 
     def opened(self, op: PendingOp, rec: LogRecord) -> bool:
         q = op.target
