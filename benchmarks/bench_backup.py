@@ -9,10 +9,11 @@ persistent 1 KiB messages with a receipt each (``--producers`` connections,
 ``--window`` SENDs in flight each, one asyncio client in this process):
 
 * ``without``: receipted SENDs per second over ``--seconds``;
-* ``during``: receipted SENDs per second while ``harbormq backup QM --to DIR``
-  runs (a hot full backup, its trial restore included), and the backup's own
-  figures: MB copied, the copy rate (MB/s over the copying, the target's
-  figure), the trial restore's seconds, the whole backup's seconds.
+* ``during``: receipted SENDs per second while ``harbormq backup QM --to DIR
+  --idle`` runs (``--no-idle``: without ``--idle``; a hot full backup, its
+  trial restore included), and the backup's own figures: MB copied, the
+  copy rate (MB/s over the copying, the target's figure), the trial
+  restore's seconds, the whole backup's seconds.
 
 ``kept`` = during / without (target: at least 0.8); ``backup_mb_s`` (target: at
 least 150). The load average before and after says how loaded the machine was.
@@ -115,6 +116,8 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=32)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--keep-dir", type=Path, default=None)
+    ap.add_argument("--no-idle", dest="idle", action="store_false",
+                    help="back up at --nice 10 only, not in the idle scheduling class")
     args = ap.parse_args()
     if args.quick:
         args.data_mb, args.seconds = 50, 4.0
@@ -167,6 +170,7 @@ def main() -> None:
             async def backup():
                 proc = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "harbormq", "backup", QM, "--to", str(bk), "--json",
+                    *(["--idle"] if args.idle else []),
                     env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
                 out, err = await proc.communicate()
                 if proc.returncode != 0:
@@ -189,7 +193,7 @@ def main() -> None:
             "backup_trial_restore_s": b["trial_seconds"], "backup_total_s": b["seconds"],
             "backup_mb_s_incl_trial": round(b["bytes"] / 1e6 / b["seconds"], 1),
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-            "cpus": os.cpu_count(),
+            "backup_idle_class": args.idle, "cpus": os.cpu_count(),
         }, indent=1))
     finally:
         if server is not None and server.poll() is None:

@@ -260,6 +260,25 @@ def test_keep_rotates_and_never_deletes_the_last_full_backup(make_qm, home, tmp_
     assert [p.name for p in mf.list_backups(bk / "QM1")] == [names[3], names[4], names[5]]
 
 
+def test_an_idle_class_backup_is_taken_and_verifies(make_qm, home, tmp_path):
+    """``--idle`` (the hot backup's choice when the queue manager must keep
+    its throughput; docs/backup.md) puts the backup process in the idle
+    scheduling class and takes the same backup."""
+    make_qm("QM1", log_type="linear")
+    put_many(home, "QM1", "Q1", 0, 200)
+    bk = tmp_path / "bk"
+    res = json.loads(hmq(child_env(home), "backup", "QM1", "--to", str(bk), "--idle",
+                         "--json").stdout)
+    assert mf.read_manifest(Path(res["path"]))["queues"]["Q1"]["depth"] == 200
+    assert hmq(child_env(home), "backup", "verify", res["path"]).returncode == 0
+    probe = subprocess.run(
+        [PYTHON, "-c", "import os; from harbormq.cli.backup import _idle_class; "
+                       "assert os.sched_getscheduler(0) != os.SCHED_IDLE; _idle_class(); "
+                       "print(os.sched_getscheduler(0) == os.SCHED_IDLE)"],
+        env=child_env(home), capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == "True", probe.stderr
+
+
 # ----------------------------------------------------------- a backup killed midway
 
 def test_a_backup_killed_midway_leaves_only_a_part(make_qm, home, tmp_path):

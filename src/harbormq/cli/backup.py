@@ -62,12 +62,18 @@ def backup():
 @click.option("--nice", type=click.IntRange(0, 19), default=10, show_default=True,
               help="CPU niceness (and lowest best-effort I/O priority when above 0) of the "
                    "backup: the queue manager it copies keeps serving first")
+@click.option("--idle", is_flag=True,
+              help="run in the CPU's idle class (Linux SCHED_IDLE): the backup takes only "
+                   "CPU time nothing else wants; on a machine never idle it crawls, and its "
+                   "store snapshots stay open (their pages kept) as long")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-def take(qm, to, incremental, keep, nice, as_json):
+def take(qm, to, incremental, keep, nice, idle, as_json):
     """Take a backup of QM into DIR/QM/<time>.full|.incr."""
     from ..backup.take import take_backup
     config = QMConfig.load(qm)
     _lower_priority(nice)
+    if idle:
+        _idle_class()
     result = take_backup(config, to, incremental=incremental, keep=keep,
                          ask=lambda req: call(config, req, timeout=None).get("result", {}),
                          progress=None if as_json else _progress("copied"))
@@ -155,6 +161,15 @@ def _lower_priority(nice: int) -> None:
         psutil.Process().ionice(psutil.IOPRIO_CLASS_BE, 7)
     except (ImportError, AttributeError, OSError):
         pass      # not Linux, or not allowed: the CPU niceness alone
+
+
+def _idle_class() -> None:
+    if not hasattr(os, "SCHED_IDLE"):
+        raise click.UsageError("--idle needs Linux's SCHED_IDLE scheduling class")
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError as exc:
+        raise click.UsageError(f"--idle: the idle scheduling class was refused: {exc}") from None
 
 
 def register(cli: click.Group) -> None:
