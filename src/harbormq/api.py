@@ -25,7 +25,7 @@ from pathlib import Path
 from .config import QMConfig
 from .core.connections import Connection, new_conn_id
 from .core.engine import MessageMatch, UnitOfWork
-from .errors import UnitOfWorkError
+from .errors import HarbormqError, UnitOfWorkError
 from .log.records import Message
 from .qmgr.lifecycle import RunningQueueManager
 from .recovery import images, need, recreate
@@ -93,14 +93,32 @@ class QueueManager:
         return self._running.report
 
     def close(self, mode: str = "controlled", timeout: float | None = None) -> None:
+        """Stop the queue manager. In a controlled stop, a unit of work this
+        application began and left active is backed out first: the stop waits
+        for active units of work to end, and only this caller, now closing,
+        could end it (an exception leaving ``with QueueManager.open(...)``
+        while one was open waited forever). Prepared ones stay in doubt; the
+        other modes leave in-flight work to restart, as a crash would."""
         if self.closed:
             return
         try:
+            if mode == "controlled":
+                self._call(self._back_out_own_work())
             self._call(self._running.stop(mode, timeout=timeout))
             self._call(self._loop.shutdown_default_executor())
         finally:
             self.closed = True
             self._shutdown_loop()
+
+    async def _back_out_own_work(self) -> None:
+        core = self.core
+        for uow in [u for u in core.uows.values()
+                    if u.owner == self._owner and u.state == "active"]:
+            try:
+                await core.backout(uow, reason="its application closed the queue manager "
+                                               "without ending it")
+            except HarbormqError:
+                return      # stopping already (preemptively): restart backs it out
 
     def _shutdown_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

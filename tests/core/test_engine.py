@@ -519,3 +519,34 @@ def test_a_stores_known_recovery_lsn_survives_reads_on_other_threads(tmp_path):
             t.join()
     assert int(store.get_meta(b"recovery_lsn")) == store.recovery_lsn == 5000
     store.close()
+
+
+def test_an_exception_while_a_unit_of_work_is_open_closes_and_backs_it_out(make_qm, home):
+    """Leaving ``with QueueManager.open(...)`` by an exception while a unit of
+    work begun there is active used to wait forever in the controlled stop
+    (for a unit of work only the closing caller could end). It is backed out,
+    and the error reaches the caller."""
+    from harbormq import QueueManager
+    from harbormq.errors import QueueFull
+    make_qm("QM1")
+    with QueueManager.open("QM1", home=home) as qm:
+        qm.define_queue("Q1", MAXDEPTH=3)
+        qm.put("Q1", b"kept", persistent=True)
+    done = threading.Event()
+    outcome: list = []
+
+    def fill_past_maxdepth():
+        try:
+            with QueueManager.open("QM1", home=home) as qm:
+                uow = qm.begin()
+                for i in range(5):
+                    uow.put("Q1", b"in flight %d" % i, persistent=True)
+        except QueueFull as exc:
+            outcome.append(exc)
+        finally:
+            done.set()
+    threading.Thread(target=fill_past_maxdepth, daemon=True).start()
+    assert done.wait(60), "closing with a unit of work open did not return"
+    assert len(outcome) == 1
+    with QueueManager.open("QM1", home=home) as qm:
+        assert [bytes(m.body) for m in iter(lambda: qm.get("Q1"), None)] == [b"kept"]
