@@ -169,6 +169,10 @@ class QMConfig:
     listeners: list[Listener] = field(default_factory=lambda: [Listener()])
     stomp: StompSettings = field(default_factory=StompSettings)
     image: ImageSettings = field(default_factory=ImageSettings)
+    #: a trial restore's queue manager in scratch space (set by the code that
+    #: made it, never read from qm.toml): its stores are never forced, as
+    #: nothing relies on them, and removed unflushed they cost the disk nothing
+    scratch: bool = False
 
     def check_log_management(self) -> None:
         if self.log_management == "archive" and not self.log_archive_paths:

@@ -8,7 +8,9 @@ not have:
 * ``atomic_write``: litestream's publish: write ``*.tmp``, fsync, rename,
   fsync the directory (stale ``*.tmp`` files are swept at start);
 * ``rename_durably``, ``remove_tree``: the move or removal, then the fsync of
-  the directories whose entries changed.
+  the directories whose entries changed;
+* ``copy_durably`` (through the page cache) and ``copy_in_chunks`` (around
+  it, for copies made while a queue manager serves: docs/backup.md).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import shutil
 import string
 import urllib.parse
 from pathlib import Path
+from typing import Callable
 
 #: everything under a queue manager's directories is private to its owner
 DIR_MODE = 0o700
@@ -168,6 +171,13 @@ def copy_durably(src: Path, dst: Path, *, expect: tuple[int, str] | None = None,
             os.close(fd)
     finally:
         os.close(fin)
+    return _publish_copy(tmp, dst, size, sha, expect, durable)
+
+
+def _publish_copy(tmp: Path, dst: Path, size: int, sha: str,
+                  expect: tuple[int, str] | None, durable: bool) -> tuple[int, str]:
+    """The copy in ``tmp`` takes ``dst``'s name, unless it is not what was
+    expected (then it is removed and ``dst`` never had it)."""
     if expect is not None and (size, sha) != expect:
         tmp.unlink()
         return size, sha
@@ -199,6 +209,130 @@ def _copy_fd(fin: int, fout: int) -> None:
     while data := os.pread(fin, COPY_CHUNK, pos):
         _write_all(fout, data)
         pos += len(data)
+
+
+#: the unit of a chunked copy: large enough for the device to stream, small
+#: enough that a log force waits behind at most one of them
+DIRECT_CHUNK = 1 << 20
+#: O_DIRECT wants the buffer, the offsets and the lengths aligned to the
+#: device's logical block; 4 KiB is a multiple of every device's
+DIRECT_ALIGN = 4096
+
+
+def copy_in_chunks(src_fd: int, dst: Path, *, stream: bool = False,
+                   direct_read: bool = False, direct_write: bool = True,
+                   durable: bool = True, expect: tuple[int, str] | None = None,
+                   pace: Callable[[int], None] | None = None) -> tuple[int, str]:
+    """``copy_durably`` for copies made beside a queue manager that is serving
+    and forcing its log: the bytes of ``src_fd`` (a file read from offset 0,
+    or with ``stream`` a pipe read to its end) go through one page-aligned
+    buffer, DIRECT_CHUNK at a time, and around the page cache where asked:
+
+    * ``direct_write`` (a backup's copies): written with O_DIRECT, so they never
+      sit in the page cache as dirty pages. Written through the cache, a copy of
+      a gigabyte is flushed by the kernel (writeback, or the copy's fsync) as a
+      flood of writes queued on the device ahead of every log force: the queue
+      manager's receipted rate halved while one was flushed (docs/backup.md).
+      Written directly, the device has at most one chunk of the copy queued.
+    * ``direct_read`` (a trial restore reading a backup): read with O_DIRECT,
+      so a file read once fills no page cache; the kernel work of filling it
+      (and of the copy_file_range that would read through it) took the CPU
+      the serving queue manager needed.
+
+    The SHA-256 is of the bytes copied, hashed from the buffer (no second pass
+    over the copy). A file system without O_DIRECT (tmpfs) gets the same
+    chunks through the page cache. ``durable=False``: no fsyncs (scratch
+    space). ``pace`` is told the size of each chunk once it is written (it
+    may sleep: ``backup --max-rate``). Returns (size, SHA-256) as ``copy_durably``, with ``expect``
+    handled the same way."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    buf = mmap.mmap(-1, DIRECT_CHUNK)        # anonymous: page-aligned, as O_DIRECT needs
+    try:
+        view = memoryview(buf)
+        direct = direct_write and _set_direct(fd, True)
+        direct_in = direct_read and not stream and _set_direct(src_fd, True)
+        digest, size, padded = hashlib.sha256(), 0, False
+        while True:
+            try:
+                n = _fill(src_fd, view, None if stream else size, direct_in)
+            except OSError as exc:
+                if not direct_in or exc.errno != errno.EINVAL:
+                    raise
+                direct_in = _set_direct(src_fd, False)    # not for this file system
+                n = _fill(src_fd, view, size, False)
+            if not n:
+                break
+            digest.update(view[:n])
+            chunk = view[:n]
+            if direct and n % DIRECT_ALIGN:          # the tail: cut back after
+                pad = -n % DIRECT_ALIGN
+                view[n:n + pad] = bytes(pad)
+                chunk, padded = view[:n + pad], True
+            try:
+                _pwrite_all(fd, chunk, size)
+            except OSError as exc:
+                if not direct or exc.errno != errno.EINVAL:
+                    raise
+                # O_DIRECT accepted at open but not for this write (a file
+                # system's own alignment): the rest through the page cache
+                direct = _set_direct(fd, False)
+                padded = False
+                _pwrite_all(fd, view[:n], size)
+            size += n
+            if pace is not None:
+                pace(n)
+        if padded:
+            os.ftruncate(fd, size)
+        if durable:
+            # written directly, the data is on the device, but neither its
+            # cache nor the file's size and extents are: fsync as for any copy
+            os.fsync(fd)
+    finally:
+        if direct_read and not stream:
+            _set_direct(src_fd, False)
+        os.close(fd)      # (the buffer is unmapped with the last view of it)
+    return _publish_copy(tmp, dst, size, digest.hexdigest(), expect, durable)
+
+
+def _set_direct(fd: int, on: bool) -> bool:
+    """Turn O_DIRECT on or off for ``fd``; whether it is on."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    import fcntl
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags | flag if on else flags & ~flag)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        return False
+    return on
+
+
+def _fill(fd: int, view: memoryview, offset: int | None, direct: bool) -> int:
+    """Read into ``view`` until it is full or the source ends; ``offset`` None:
+    a pipe, which returns what its writer has written so far. A direct read
+    short of the chunk is the file's end (a second read there would be
+    unaligned)."""
+    if direct:
+        return os.preadv(fd, [view], offset)
+    got = 0
+    while got < len(view):
+        part = view[got:]
+        n = os.readv(fd, [part]) if offset is None else os.preadv(fd, [part], offset + got)
+        if n == 0:
+            break
+        got += n
+    return got
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def fd_sha256(fd: int) -> tuple[int, str]:

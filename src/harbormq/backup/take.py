@@ -50,7 +50,7 @@ from ..log.reader import ExtentReader
 from ..log.records import extent_file_name
 from ..qmgr.lifecycle import InstanceLock
 from . import manifest as mf
-from .copying import Copier, Progress
+from .copying import Copier, Pacer, Progress
 from .materialize import CONTROL_COPY
 from .trial import trial_restore
 
@@ -71,6 +71,8 @@ class BackupResult:
     first_lsn: int
     end_lsn: int
     removed: list[str] = field(default_factory=list)
+    #: seconds --max-rate held the backup back
+    paced_seconds: float = 0.0
 
     @property
     def mb_s(self) -> float:
@@ -267,9 +269,14 @@ def _check_extent_copy(path: Path, e: ExtentInfo) -> None:
 
 def take_backup(config: QMConfig, to: Path, *, incremental: bool = False,
                 keep: int | None = None, ask: Ask | None = None,
-                progress: Progress | None = None) -> BackupResult:
+                progress: Progress | None = None, max_rate: float | None = None
+                ) -> BackupResult:
+    """``max_rate``: bytes a second the backup may stream (None: as fast as it
+    can); copies, and the trial restore's copies, replay and hashing."""
     if keep is not None and keep < 1:
         raise BackupError(f"--keep {keep}: keep at least one backup")
+    if max_rate is not None and max_rate <= 0:
+        raise BackupError(f"--max-rate {max_rate / 1e6:g}: the rate must be above 0 MB/s")
     root = Path(to).absolute() / file_name(config.name)
     make_dirs(root)
     with _RootLock(root):
@@ -289,7 +296,8 @@ def take_backup(config: QMConfig, to: Path, *, incremental: bool = False,
         make_dirs(part)
         started_ns = time.time_ns()
         t0 = time.monotonic()
-        copier = Copier(progress)
+        pacer = Pacer(max_rate)
+        copier = Copier(progress, uncached=True, pacer=pacer)
         hot = True
         try:
             if ask is None:
@@ -333,7 +341,7 @@ def take_backup(config: QMConfig, to: Path, *, incremental: bool = False,
         # the trial restore: only a backup shown to restore is published
         t1 = time.monotonic()
         chain = ([] if previous is None else mf.resolve_chain(previous[0])) + [(part, m)]
-        states = trial_restore(chain, root / (name + ".trial"))
+        states = trial_restore(chain, root / (name + ".trial"), pacer)
         trial_seconds = time.monotonic() - t1
         m.update(queues=states["queues"], definitions_sha256=states["definitions_sha256"],
                  trial=states["restart"], copy_seconds=round(copy_seconds, 3),
@@ -346,7 +354,7 @@ def take_backup(config: QMConfig, to: Path, *, incremental: bool = False,
         return BackupResult(final, kind, m["mode"], copier.bytes, time.monotonic() - t0,
                             copy_seconds, trial_seconds,
                             m["extents"][0]["first_lsn"] if m["extents"] else 0,
-                            facts["lsn"]["end"], removed)
+                            facts["lsn"]["end"], removed, pacer.slept)
 
 
 def _chain_lsn(previous) -> dict:

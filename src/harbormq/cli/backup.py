@@ -1,6 +1,6 @@
 """``harbormq backup`` and ``harbormq restore`` (docs/backup.md).
 
-    harbormq backup QM --to DIR [--incremental] [--keep N]
+    harbormq backup QM --to DIR [--incremental] [--keep N] [--idle] [--max-rate MB/S]
     harbormq backup verify BACKUP [--scratch DIR]
     harbormq restore QM --from BACKUP [--archive DIR ...] [--as NEWNAME] [--port P]
                         [--replace] [--dry-run] [--log-path DIR] [--log-dual-path DIR]
@@ -66,8 +66,12 @@ def backup():
               help="run in the CPU's idle class (Linux SCHED_IDLE): the backup takes only "
                    "CPU time nothing else wants; on a machine never idle it crawls, and its "
                    "store snapshots stay open (their pages kept) as long")
+@click.option("--max-rate", type=click.FloatRange(min=1), default=None, metavar="MB/S",
+              help="stream at most this many MB a second (copies, and the trial restore's "
+                   "copies, replay and hashing): the slower, the less a serving queue "
+                   "manager loses to the backup; default: as fast as it can")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-def take(qm, to, incremental, keep, nice, idle, as_json):
+def take(qm, to, incremental, keep, nice, idle, max_rate, as_json):
     """Take a backup of QM into DIR/QM/<time>.full|.incr."""
     from ..backup.take import take_backup
     config = QMConfig.load(qm)
@@ -76,13 +80,16 @@ def take(qm, to, incremental, keep, nice, idle, as_json):
         _idle_class()
     result = take_backup(config, to, incremental=incremental, keep=keep,
                          ask=lambda req: call(config, req, timeout=None).get("result", {}),
-                         progress=None if as_json else _progress("copied"))
+                         progress=None if as_json else _progress("copied"),
+                         max_rate=None if max_rate is None else max_rate * 1e6)
     if as_json:
         print(json.dumps({"path": str(result.path), "kind": result.kind, "mode": result.mode,
                           "bytes": result.bytes, "seconds": round(result.seconds, 3),
                           "copy_seconds": round(result.copy_seconds, 3),
                           "trial_seconds": round(result.trial_seconds, 3),
-                          "mb_s": round(result.mb_s, 1), "first_lsn": result.first_lsn,
+                          "mb_s": round(result.mb_s, 1), "max_rate_mb_s": max_rate,
+                          "paced_seconds": round(result.paced_seconds, 3),
+                          "first_lsn": result.first_lsn,
                           "end_lsn": result.end_lsn, "removed": result.removed}))
         return
     console.print(f"HMQ8600I {result.mode.capitalize()} {result.kind} backup of queue manager "

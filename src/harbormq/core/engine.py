@@ -300,7 +300,7 @@ class QueueManagerCore:
         map_size = self.config.tuning.store_map_size_mb << 20
         try:
             store = QueueStore(path, definition["object_id"], map_size=map_size,
-                               owner=self.name)
+                               sync=not self.config.scratch, owner=self.name)
             q = LocalQueue(definition, store)
         except StoreDamaged as exc:
             if not at_restart:
@@ -308,7 +308,7 @@ class QueueManagerCore:
             # unreadable: keep its files aside, and a new store carries the mark
             aside = set_aside(path)
             store = QueueStore(path, definition["object_id"], map_size=map_size,
-                               owner=self.name)
+                               sync=not self.config.scratch, owner=self.name)
             store.mark_damaged(f"{exc.message} (its files are kept as {aside.name})")
             q = LocalQueue(definition, store)
         if at_restart and not existed:

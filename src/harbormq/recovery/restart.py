@@ -228,7 +228,7 @@ class Restart:
             if not (path / "data.mdb").exists() and core.log.state.checkpoint_lsn:
                 # (no checkpoint yet: the queue manager is being created)
                 raise StoreDamaged(f"its store {path} is missing", path=str(path))
-            store = CatalogStore(path, owner=core.name)
+            store = CatalogStore(path, owner=core.name, sync=not core.config.scratch)
             try:
                 if store.owner != core.name:
                     raise StoreDamaged(f"it belongs to queue manager {store.owner}",
@@ -262,7 +262,8 @@ class Restart:
         tmp = path.with_name(path.name + dirs.REBUILDING)
         recreate.write_catalog(tmp, objects, self.log_end, core.name)
         dirs.replace_dir(tmp, path, keep_old=False)
-        core.catalog_store = CatalogStore(path, owner=core.name)
+        core.catalog_store = CatalogStore(path, owner=core.name,
+                                          sync=not core.config.scratch)
         core.objects = core.catalog_store.load()
         self.emit("HMQ7474I", f"object {QMGR_OBJECT} (the catalog of {len(objects)} "
                   f"definitions) recreated from the log, LSN {start} to {self.log_end}")

@@ -124,7 +124,8 @@ class Store:
     def __init__(self, path: Path, map_size: int = DEFAULT_MAP_SIZE, dbs=(), *,
                  sync: bool = True, owner: str | None = None):
         """``sync=False`` only for a store nobody relies on yet (one being rebuilt
-        by media recovery), which must then be made durable with ``sync()``.
+        by media recovery), which must then be made durable with ``sync()``,
+        or ever (a trial restore's, in scratch space).
         ``owner``: the queue manager's name, recorded in a store that has none
         (restart checks it: a store of another queue manager is damaged)."""
         self.path = Path(path)
@@ -535,8 +536,9 @@ def _index_ident(msg: Message, index_type: str) -> bytes:
 class CatalogStore(Store):
     """The queue manager's object definitions (``qmgr/``)."""
 
-    def __init__(self, path: Path, map_size: int = 1 << 30, *, owner: str | None = None):
-        super().__init__(path, map_size, dbs=("objects",), owner=owner)
+    def __init__(self, path: Path, map_size: int = 1 << 30, *, sync: bool = True,
+                 owner: str | None = None):
+        super().__init__(path, map_size, dbs=("objects",), sync=sync, owner=owner)
 
     objects = property(lambda self: self._dbs["objects"])
 
