@@ -41,8 +41,6 @@ from ..errors import BackupError
 from ..fsutil import DIRECT_CHUNK, copy_durably, copy_in_chunks, make_dirs
 from ..store.stores import MAX_MAP_SIZE
 
-CHUNK = 4 << 20
-
 Progress = Callable[[dict], None]
 
 
