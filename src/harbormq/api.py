@@ -43,6 +43,9 @@ class QueueManager:
                                         name=f"harbormq-{config.name}", daemon=True)
         self._running: RunningQueueManager | None = None
         self.closed = False
+        #: units of work begun through this object, with the thread that began each
+        self._begun: list[tuple[UnitOfWork, int]] = []
+        self._begun_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -93,32 +96,26 @@ class QueueManager:
         return self._running.report
 
     def close(self, mode: str = "controlled", timeout: float | None = None) -> None:
-        """Stop the queue manager. In a controlled stop, a unit of work this
-        application began and left active is backed out first: the stop waits
-        for active units of work to end, and only this caller, now closing,
-        could end it (an exception leaving ``with QueueManager.open(...)``
-        while one was open waited forever). Prepared ones stay in doubt; the
-        other modes leave in-flight work to restart, as a crash would."""
+        """Stop the queue manager (``controlled`` waits for active units of
+        work to end, up to ``timeout``)."""
         if self.closed:
             return
         try:
-            if mode == "controlled":
-                self._call(self._back_out_own_work())
             self._call(self._running.stop(mode, timeout=timeout))
             self._call(self._loop.shutdown_default_executor())
         finally:
             self.closed = True
             self._shutdown_loop()
 
-    async def _back_out_own_work(self) -> None:
-        core = self.core
-        for uow in [u for u in core.uows.values()
-                    if u.owner == self._owner and u.state == "active"]:
+    async def _back_out(self, uows: list[UnitOfWork]) -> None:
+        for uow in uows:
+            if uow.state != "active":
+                continue
             try:
-                await core.backout(uow, reason="its application closed the queue manager "
-                                               "without ending it")
+                await self.core.backout(uow, reason="an exception ended its application's "
+                                                    "use of the queue manager")
             except HarbormqError:
-                return      # stopping already (preemptively): restart backs it out
+                continue    # stopping already (preemptively): restart backs it out
 
     def _shutdown_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -129,7 +126,18 @@ class QueueManager:
     def __enter__(self) -> "QueueManager":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """An exception leaving the block backs out the units of work this
+        thread began here and left active, then stops as ``close()`` does: a
+        controlled stop waits for active units of work, and only this thread,
+        now leaving, could end those (it waited forever). Units of work of
+        other threads are waited for as ever; prepared ones stay in doubt."""
+        if exc_type is not None and not self.closed:
+            me = threading.get_ident()
+            with self._begun_lock:
+                mine = [u for u, thread in self._begun if thread == me]
+            if mine:
+                self._call(self._back_out(mine))
         self.close()
 
     def _call(self, coro):
@@ -254,7 +262,12 @@ class QueueManager:
                                match=match if match.ident is not None else None)
 
     def begin(self, owner: str = "") -> "UnitOfWorkHandle":
-        return UnitOfWorkHandle(self, self._call_sync(self.core.begin, owner or self._owner))
+        uow = self._call_sync(self.core.begin, owner or self._owner)
+        with self._begun_lock:      # (for __exit__; ended ones dropped as new ones begin)
+            self._begun = [(u, t) for u, t in self._begun
+                           if u.state in ("active", "prepared")]
+            self._begun.append((uow, threading.get_ident()))
+        return UnitOfWorkHandle(self, uow)
 
 
 class UnitOfWorkHandle:

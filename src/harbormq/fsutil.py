@@ -252,6 +252,7 @@ def copy_in_chunks(src_fd: int, dst: Path, *, stream: bool = False,
     try:
         view = memoryview(buf)
         direct = direct_write and _set_direct(fd, True)
+        src_was_direct = _is_direct(src_fd)
         direct_in = direct_read and not stream and _set_direct(src_fd, True)
         digest, size, padded = hashlib.sha256(), 0, False
         while True:
@@ -278,22 +279,27 @@ def copy_in_chunks(src_fd: int, dst: Path, *, stream: bool = False,
                 # O_DIRECT accepted at open but not for this write (a file
                 # system's own alignment): the rest through the page cache
                 direct = _set_direct(fd, False)
-                padded = False
                 _pwrite_all(fd, view[:n], size)
             size += n
             if pace is not None:
                 pace(n)
-        if padded:
+        if padded:          # (also when a later chunk fell back to the page cache)
             os.ftruncate(fd, size)
         if durable:
             # written directly, the data is on the device, but neither its
             # cache nor the file's size and extents are: fsync as for any copy
             os.fsync(fd)
     finally:
-        if direct_read and not stream:
-            _set_direct(src_fd, False)
+        if direct_read and not stream and not src_was_direct:
+            _set_direct(src_fd, False)      # the caller's descriptor as it was
         os.close(fd)      # (the buffer is unmapped with the last view of it)
     return _publish_copy(tmp, dst, size, digest.hexdigest(), expect, durable)
+
+
+def _is_direct(fd: int) -> bool:
+    import fcntl
+    flag = getattr(os, "O_DIRECT", 0)
+    return bool(flag and fcntl.fcntl(fd, fcntl.F_GETFL) & flag)
 
 
 def _set_direct(fd: int, on: bool) -> bool:

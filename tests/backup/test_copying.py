@@ -112,7 +112,9 @@ def test_a_copy_from_a_pipe_is_exact_and_a_wrong_expectation_leaves_nothing(tmp_
 
 
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no tmpfs at /dev/shm")
-def test_a_direct_copy_on_tmpfs_falls_back_to_the_page_cache(tmp_path):
+def test_a_direct_copy_on_tmpfs_is_exact(tmp_path):
+    """(tmpfs refuses O_DIRECT before Linux 6.6, and takes it since: either
+    way the copy is exact; the refusal itself is simulated below.)"""
     data = os.urandom(ODD_SIZE)
     shm = Path("/dev/shm") / f"hmq-copy-test-{os.getpid()}"
     shm.mkdir()
@@ -195,3 +197,90 @@ def test_a_backup_at_a_max_rate_is_held_to_it_and_verifies(make_qm, home, tmp_pa
     assert hmq(child_env(home), "backup", "verify", res["path"]).returncode == 0
     r = hmq(child_env(home), "backup", "QM1", "--to", str(bk), "--max-rate", "0", check=False)
     assert r.returncode == 2 and "--max-rate" in r.stderr
+
+
+def test_a_copy_falls_back_when_a_direct_write_or_read_is_refused(odd_file, tmp_path,
+                                                                  monkeypatch):
+    """A file system that takes O_DIRECT at open but refuses a write or a read
+    (EINVAL) gets the rest through the page cache; the copy is exact, and
+    the caller's descriptor is left as it was."""
+    import errno as errno_mod
+
+    from harbormq import fsutil
+    src, data = odd_file
+    real_pwrite, real_preadv = os.pwrite, os.preadv
+    refused = {"write": 0, "read": 0}
+
+    def refuse_direct(kind, real):
+        def call(fd, *args):
+            if fsutil._is_direct(fd):
+                refused[kind] += 1
+                raise OSError(errno_mod.EINVAL, "refused")
+            return real(fd, *args)
+        return call
+    monkeypatch.setattr(fsutil.os, "pwrite", refuse_direct("write", real_pwrite))
+    monkeypatch.setattr(fsutil.os, "preadv", refuse_direct("read", real_preadv))
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        size, sha = copy_in_chunks(fin, tmp_path / "fallback.bin", direct_read=True)
+        assert not fsutil._is_direct(fin)
+    finally:
+        os.close(fin)
+    assert (size, sha) == (len(data), hashlib.sha256(data).hexdigest())
+    assert (tmp_path / "fallback.bin").read_bytes() == data
+    if direct_io_here(tmp_path):
+        assert refused == {"write": 1, "read": 1}
+
+
+def test_a_direct_read_fills_no_page_cache(odd_file, tmp_path):
+    if shutil.which("fincore") is None or not direct_io_here(tmp_path):
+        pytest.skip("needs fincore and a file system with O_DIRECT")
+    src, data = odd_file
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        os.fsync(fin)
+        os.posix_fadvise(fin, 0, 0, os.POSIX_FADV_DONTNEED)
+        assert cached_bytes(src) == 0
+        copy_in_chunks(fin, tmp_path / "scratch.bin", direct_read=True, direct_write=False,
+                       durable=False)
+    finally:
+        os.close(fin)
+    assert cached_bytes(src) == 0
+    assert (tmp_path / "scratch.bin").read_bytes() == data
+
+
+def test_a_store_snapshot_that_fails_midway_never_has_the_stores_name(tmp_path, monkeypatch):
+    """LMDB's copy failing after part of the store went through the pipe: a
+    BackupError naming the store, and nothing named data.mdb left."""
+    from harbormq.backup import copying
+    from harbormq.errors import BackupError
+    from harbormq.store.stores import QueueStore
+    store = QueueStore(tmp_path / "store")
+    store.close()
+    real_open = copying.lmdb.open
+
+    class HalfCopy:
+        def __init__(self, env):
+            self.env = env
+
+        def __getattr__(self, name):
+            return getattr(self.env, name)
+
+        def copyfd(self, fd, compact=False):
+            os.write(fd, b"x" * 100_000)
+            raise copying.lmdb.DiskError("injected: the copy failed midway")
+    monkeypatch.setattr(copying.lmdb, "open", lambda *a, **k: HalfCopy(real_open(*a, **k)))
+    from harbormq import fsutil
+    renamed_to = []
+
+    def spy(real):
+        def rename(src, dst):
+            renamed_to.append(Path(dst).name)
+            return real(src, dst)
+        return rename
+    monkeypatch.setattr(fsutil.os, "replace", spy(os.replace))
+    monkeypatch.setattr(fsutil.os, "rename", spy(os.rename))
+    with pytest.raises(BackupError, match="injected"):
+        copying.snapshot_store(tmp_path / "store", tmp_path / "copy")
+    assert "data.mdb" not in renamed_to       # not even for a moment
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == []

@@ -159,7 +159,7 @@ def test_dr_drill_primary_destroyed_standby_activated(tmp_path):
     c.send("/queue/DR.NEW", "after", headers={"receipt": "a", "persistent": "true"})
     c.col.wait_receipt("a")
     c.disconnect()
-    hmq(child_env(standby), "stop", "QS")
+    hmq(child_env(standby), "stop", "QS", "--wait")
 
     got = drain(standby, "DR.Q")
     assert len(got) == len(set(got)), "a message is there twice"
@@ -242,7 +242,7 @@ def test_a_standby_refuses_to_start_and_replay_refuses_what_it_cannot_follow(tmp
     other = tmp_path / "other"
     restore_standby(other, bk)
     hmq(child_env(other), "start", "QS")
-    hmq(child_env(other), "stop", "QS")
+    hmq(child_env(other), "stop", "QS", "--wait")
     srv.start()
     try:
         srv.sc("ARCHIVE LOG")
@@ -260,9 +260,9 @@ def test_a_standby_refuses_to_start_and_replay_refuses_what_it_cannot_follow(tmp
     r = hmq(child_env(third), "replay", "QS", "--from", str(tmp_path / "typo"), check=False)
     assert r.returncode == 1 and "is not there" in " ".join(r.stderr.split())
     hmq(srv.env, "start", "QS")
-    hmq(srv.env, "stop", "QS")
+    hmq(srv.env, "stop", "QS", "--wait")
     hmq(child_env(third), "start", "QS")       # not marked: it starts
-    hmq(child_env(third), "stop", "QS")
+    hmq(child_env(third), "stop", "QS", "--wait")
 
     # a circular log has no archive to follow
     circ = tmp_path / "circ"

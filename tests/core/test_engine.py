@@ -521,16 +521,20 @@ def test_a_stores_known_recovery_lsn_survives_reads_on_other_threads(tmp_path):
     store.close()
 
 
-def test_an_exception_while_a_unit_of_work_is_open_closes_and_backs_it_out(make_qm, home):
+def test_an_exception_leaving_open_backs_out_this_threads_work_and_waits_for_others(
+        make_qm, home):
     """Leaving ``with QueueManager.open(...)`` by an exception while a unit of
-    work begun there is active used to wait forever in the controlled stop
-    (for a unit of work only the closing caller could end). It is backed out,
-    and the error reaches the caller."""
+    work this thread began there is active used to wait forever in the
+    controlled stop (only the leaving thread could end it). Its own units of
+    work are backed out, whatever owner they were begun with, and the error
+    reaches the caller; another thread's unit of work still at work is waited
+    for and commits, as in any controlled stop."""
     from harbormq import QueueManager
     from harbormq.errors import QueueFull
     make_qm("QM1")
     with QueueManager.open("QM1", home=home) as qm:
         qm.define_queue("Q1", MAXDEPTH=3)
+        qm.define_queue("Q2")
         qm.put("Q1", b"kept", persistent=True)
     done = threading.Event()
     outcome: list = []
@@ -538,15 +542,30 @@ def test_an_exception_while_a_unit_of_work_is_open_closes_and_backs_it_out(make_
     def fill_past_maxdepth():
         try:
             with QueueManager.open("QM1", home=home) as qm:
-                uow = qm.begin()
+                other = threading.Thread(target=slow_commit, args=(qm,))
+                other.start()
+                started.wait(10)
+                uow = qm.begin(owner="billing")
                 for i in range(5):
                     uow.put("Q1", b"in flight %d" % i, persistent=True)
         except QueueFull as exc:
             outcome.append(exc)
         finally:
             done.set()
+
+    started = threading.Event()
+
+    def slow_commit(qm):
+        uow = qm.begin()
+        uow.put("Q2", b"committed by the other thread", persistent=True)
+        started.set()
+        time.sleep(0.5)
+        uow.commit()
     threading.Thread(target=fill_past_maxdepth, daemon=True).start()
-    assert done.wait(60), "closing with a unit of work open did not return"
+    assert done.wait(60), "leaving with a unit of work open did not return"
     assert len(outcome) == 1
     with QueueManager.open("QM1", home=home) as qm:
         assert [bytes(m.body) for m in iter(lambda: qm.get("Q1"), None)] == [b"kept"]
+        assert [bytes(m.body) for m in iter(lambda: qm.get("Q2"), None)] == [
+            b"committed by the other thread"]
+        assert qm.restart_report.uows_backed_out == 0     # backed out before the stop

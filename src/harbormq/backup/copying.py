@@ -38,7 +38,7 @@ from typing import Callable
 import lmdb
 
 from ..errors import BackupError
-from ..fsutil import DIRECT_CHUNK, copy_durably, copy_in_chunks, make_dirs
+from ..fsutil import DIRECT_CHUNK, copy_durably, copy_in_chunks, make_dirs, rename_durably
 from ..store.stores import MAX_MAP_SIZE
 
 Progress = Callable[[dict], None]
@@ -199,12 +199,12 @@ def snapshot_store(src_dir: Path, dst_dir: Path, *,
             fcntl.fcntl(write_end, _F_SETPIPE_SZ, DIRECT_CHUNK)
         except OSError:
             pass                   # a smaller pipe: more reads, the same copy
-        failed: list[lmdb.Error] = []
+        failed: list[BaseException] = []
 
         def write_snapshot() -> None:
             try:
                 env.copyfd(write_end, compact=compact)
-            except lmdb.Error as exc:     # EPIPE too: the reader below gave up
+            except BaseException as exc:  # EPIPE too: the reader below gave up
                 failed.append(exc)
             finally:
                 os.close(write_end)
@@ -212,15 +212,22 @@ def snapshot_store(src_dir: Path, dst_dir: Path, *,
         writer = threading.Thread(target=write_snapshot, daemon=True,
                                   name=f"snapshot of {src_dir.name}")
         writer.start()
+        # under a name of its own until LMDB says the snapshot is whole: a copy
+        # that fails midway never has data.mdb's name
+        streamed = dst_dir / "data.mdb.snapshot"
         try:
-            size, sha = copy_in_chunks(read_end, final, stream=True, pace=pace)
+            size, sha = copy_in_chunks(read_end, streamed, stream=True, pace=pace)
+        except OSError as exc:
+            raise BackupError(f"store {src_dir} could not be copied to {streamed}: {exc}",
+                              path=str(streamed)) from None
         finally:
             os.close(read_end)     # a writer still writing gets EPIPE and ends
             writer.join()
         if failed:
-            final.unlink(missing_ok=True)       # what came before the failure
-            raise BackupError(f"store {src_dir} could not be copied: {failed[0]}",
+            streamed.unlink(missing_ok=True)
+            raise BackupError(f"store {src_dir} could not be copied: {failed[0]!r}",
                               path=str(src_dir))
+        rename_durably(streamed, final)
     finally:
         env.close()
     return size, sha

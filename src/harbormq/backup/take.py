@@ -272,7 +272,20 @@ def take_backup(config: QMConfig, to: Path, *, incremental: bool = False,
                 progress: Progress | None = None, max_rate: float | None = None
                 ) -> BackupResult:
     """``max_rate``: bytes a second the backup may stream (None: as fast as it
-    can); copies, and the trial restore's copies, replay and hashing."""
+    can); copies, and the trial restore's copies, replay and hashing. An I/O
+    error (a full disk, EIO) is a BackupError naming the file."""
+    try:
+        return _take_backup(config, to, incremental=incremental, keep=keep, ask=ask,
+                            progress=progress, max_rate=max_rate)
+    except OSError as exc:
+        raise BackupError(f"the backup could not be taken: {exc}", path=exc.filename,
+                          hint="nothing was published; what was written is left in a .part "
+                               "directory that the next backup removes") from None
+
+
+def _take_backup(config: QMConfig, to: Path, *, incremental: bool, keep: int | None,
+                 ask: Ask | None, progress: Progress | None, max_rate: float | None
+                 ) -> BackupResult:
     if keep is not None and keep < 1:
         raise BackupError(f"--keep {keep}: keep at least one backup")
     if max_rate is not None and max_rate <= 0:

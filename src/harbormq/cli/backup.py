@@ -69,7 +69,9 @@ def backup():
 @click.option("--max-rate", type=click.FloatRange(min=1), default=None, metavar="MB/S",
               help="stream at most this many MB a second (copies, and the trial restore's "
                    "copies, replay and hashing): the slower, the less a serving queue "
-                   "manager loses to the backup; default: as fast as it can")
+                   "manager loses to the backup, but the longer each store snapshot (an "
+                   "LMDB read transaction) keeps pages the queue manager cannot reuse; "
+                   "default: as fast as it can")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 def take(qm, to, incremental, keep, nice, idle, max_rate, as_json):
     """Take a backup of QM into DIR/QM/<time>.full|.incr."""
