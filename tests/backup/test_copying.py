@@ -29,6 +29,15 @@ from harbormq.qmgr.lifecycle import RunningQueueManager
 ODD_SIZE = 2 * DIRECT_CHUNK + 12_345
 
 
+def copy_path(src: Path, dst: Path, **options) -> tuple[int, str]:
+    """``copy_in_chunks`` from the file at ``src``."""
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        return copy_in_chunks(fin, dst, **options)
+    finally:
+        os.close(fin)
+
+
 def cached_bytes(path: Path) -> int:
     """Bytes of ``path`` in the page cache (util-linux fincore)."""
     out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES",
@@ -57,22 +66,14 @@ def test_a_direct_copy_is_exact_and_leaves_nothing_in_the_page_cache(odd_file, t
     if shutil.which("fincore") is None or not direct_io_here(tmp_path):
         pytest.skip("needs fincore and a file system with O_DIRECT")
     src, data = odd_file
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        size, sha = copy_in_chunks(fin, tmp_path / "direct.bin")
-    finally:
-        os.close(fin)
+    size, sha = copy_path(src, tmp_path / "direct.bin")
     assert (size, sha) == (len(data), hashlib.sha256(data).hexdigest())
     assert (tmp_path / "direct.bin").read_bytes() == data
     assert not (tmp_path / "direct.bin.tmp").exists()
     # the read above brought it in; drop it and copy again to look at the copy alone
     os.posix_fadvise(os.open(tmp_path / "direct.bin", os.O_RDONLY), 0, 0,
                      os.POSIX_FADV_DONTNEED)
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        copy_in_chunks(fin, tmp_path / "direct2.bin")
-    finally:
-        os.close(fin)
+    copy_path(src, tmp_path / "direct2.bin")
     assert cached_bytes(tmp_path / "direct2.bin") == 0
     # the same copy through the page cache leaves all of it there, dirty until flushed
     copy_durably(src, tmp_path / "cached.bin")
@@ -101,12 +102,8 @@ def test_a_copy_from_a_pipe_is_exact_and_a_wrong_expectation_leaves_nothing(tmp_
 
     src = tmp_path / "src.bin"
     src.write_bytes(data)
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        got = copy_in_chunks(fin, tmp_path / "wrong.bin", expect=(len(data), "0" * 64),
-                             direct_read=True, direct_write=False, durable=False)
-    finally:
-        os.close(fin)
+    got = copy_path(src, tmp_path / "wrong.bin", expect=(len(data), "0" * 64),
+                    direct_read=True, direct_write=False, durable=False)
     assert got == (len(data), hashlib.sha256(data).hexdigest())
     assert not (tmp_path / "wrong.bin").exists() and not (tmp_path / "wrong.bin.tmp").exists()
 
@@ -120,11 +117,7 @@ def test_a_direct_copy_on_tmpfs_is_exact(tmp_path):
     shm.mkdir()
     try:
         (shm / "src.bin").write_bytes(data)
-        fin = os.open(shm / "src.bin", os.O_RDONLY)
-        try:
-            size, sha = copy_in_chunks(fin, shm / "dst.bin", direct_read=True)
-        finally:
-            os.close(fin)
+        size, sha = copy_path(shm / "src.bin", shm / "dst.bin", direct_read=True)
         assert (size, sha) == (len(data), hashlib.sha256(data).hexdigest())
         assert (shm / "dst.bin").read_bytes() == data
     finally:
