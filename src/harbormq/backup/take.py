@@ -363,7 +363,11 @@ def _take_backup(config: QMConfig, to: Path, *, incremental: bool, keep: int | N
         fsync_dir(part)
         final = root / name
         rename_durably(part, final)
-        removed = rotate(root, config.name, keep) if keep else []
+        try:
+            removed = rotate(root, config.name, keep) if keep else []
+        except OSError as exc:
+            raise BackupError(f"backup {final} was taken, but removing older backups "
+                              f"(--keep {keep}) failed: {exc}", path=exc.filename) from None
         return BackupResult(final, kind, m["mode"], copier.bytes, time.monotonic() - t0,
                             copy_seconds, trial_seconds,
                             m["extents"][0]["first_lsn"] if m["extents"] else 0,
