@@ -16,6 +16,7 @@ not have:
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import mmap
 import os
@@ -297,7 +298,6 @@ def copy_in_chunks(src_fd: int, dst: Path, *, stream: bool = False,
 
 
 def _is_direct(fd: int) -> bool:
-    import fcntl
     flag = getattr(os, "O_DIRECT", 0)
     return bool(flag and fcntl.fcntl(fd, fcntl.F_GETFL) & flag)
 
@@ -307,7 +307,6 @@ def _set_direct(fd: int, on: bool) -> bool:
     flag = getattr(os, "O_DIRECT", 0)
     if not flag:
         return False
-    import fcntl
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     try:
         fcntl.fcntl(fd, fcntl.F_SETFL, flags | flag if on else flags & ~flag)
