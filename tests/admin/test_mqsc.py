@@ -265,6 +265,20 @@ def test_define_display_with_attribute_selection(qm):
     assert set(obj) >= {"GET", "PUT", "BOTHRESH", "BOQNAME", "INDXTYPE", "MAXMSGL"}
 
 
+def test_hardenbo_bare_switches_and_value(qm):
+    """MQ writes HARDENBO and NOHARDENBO bare; HARDENBO(YES|NO) is the same."""
+    ok(qm, "DEFINE QLOCAL(HB) HARDENBO\nDEFINE QLOCAL(NHB)\nDEFINE QLOCAL(V) HARDENBO(YES)")
+    assert [qm.core.queues[n].attrs["HARDENBO"] for n in ("HB", "NHB", "V")] == \
+        ["YES", "NO", "YES"]
+    ok(qm, "ALTER QLOCAL(HB) NOHARDENBO\nALTER QLOCAL(NHB) HARDENBO")
+    [hb] = objects(ok(qm, "DIS QL(HB) HARDENBO"), "HMQ8409I")
+    [nhb] = objects(ok(qm, "DIS QL(NHB) HARDENBO"), "HMQ8409I")
+    assert (hb["HARDENBO"], nhb["HARDENBO"]) == ("NO", "YES")
+    fails(qm, "ALTER QLOCAL(HB) HARDENBO NOHARDENBO", "exclude each other")
+    fails(qm, "ALTER QLOCAL(HB) HARDENBO(MAYBE)", "HARDENBO")
+    assert qm.core.queues["HB"].attrs["HARDENBO"] == "NO"
+
+
 def test_display_generic_names_and_where(qm):
     ok(qm, "DEF QL(Q1)\nDEF QL(Q2)\nDEF QL(R1)")
     qm.put("Q2", b"x")

@@ -1214,11 +1214,16 @@ def test_tls_listener_refuses_plain_text(tls_server, conns):
 
 # ------------------------------------------------------------------------------ durability
 
-def test_receipted_persistent_messages_survive_sigkill(tmp_path):
+@pytest.mark.parametrize("hardenbo", ["NO", "YES"])
+def test_receipted_persistent_messages_survive_sigkill(tmp_path, hardenbo):
+    """Receipted messages and ACKs survive a kill -9; deliveries never
+    acknowledged come back. Their backout count survives the kill only with
+    HARDENBO(YES), which logs each delivery's get when it is made."""
     srv = QMServer(tmp_path / "hmq", "QD")
     srv.create()
     srv.start()
     try:
+        srv.sc(f"DEFINE QLOCAL(DUR.Q) HARDENBO({hardenbo})")
         n = 300
         c = raw_connected(srv.port)
         # pipelined: every SEND carries a receipt; kill as soon as the last arrives
@@ -1254,7 +1259,9 @@ def test_receipted_persistent_messages_survive_sigkill(tmp_path):
         subscribe(c, "DUR.Q", ack="client-individual", **{"prefetch-count": "1024"})
         rest = c.messages(len(msgs) - half)
         assert sorted(bodies(rest)) == sorted(bodies(msgs[half:]))
-        assert {m["redelivered"] for m in rest} == {"true"}
+        hardened = hardenbo == "YES"
+        assert {m["redelivered"] for m in rest} == {"true" if hardened else "false"}
+        assert {m.get("backout-count") for m in rest} == {"1" if hardened else None}
         quiet(c)
         c.close()
     finally:
@@ -1595,14 +1602,11 @@ def test_delivery_backed_out_to_release_log_space(tmp_path):
 
     A delivery (one get) is always small enough to shunt forward, so with log
     shunting it would stay open for as long as its consumer holds it: this
-    queue manager does not shunt (``tuning.shunt_checkpoints = 0``)."""
-    srv = QMServer(tmp_path / "hmq", "QP")
-    srv.home.mkdir(parents=True)
-    srv.cli("create", "QP", "--port", "0", "--log-file-pages", "32", "--log-primary", "2",
-            "--log-secondary", "1", "--checkpoint-records", "200")
-    srv.configure(tuning={"shunt_checkpoints": 0})
-    srv.start()
+    queue manager does not shunt (``tuning.shunt_checkpoints = 0``). Only a
+    delivery from a queue with HARDENBO(YES) is in the log before its ACK."""
+    srv = _tiny_log_server(tmp_path)
     try:
+        srv.sc("DEFINE QLOCAL(PIN.Q) HARDENBO(YES)")
         h = raw_connected(srv.port)
         send_all(h, "PIN.Q", ["pin"], persistent="true")
         subscribe(h, "PIN.Q", ack="client", **{"prefetch-count": "2"})
@@ -1621,6 +1625,47 @@ def test_delivery_backed_out_to_release_log_space(tmp_path):
         h.send("ACK", {"id": first["ack"], "receipt": "late"})
         expect_error(h, "2003")
         p.call("BEGIN", {"transaction": "still-fine"})
+    finally:
+        srv.stop()
+
+
+def _tiny_log_server(tmp_path) -> QMServer:
+    srv = QMServer(tmp_path / "hmq", "QP")
+    srv.home.mkdir(parents=True)
+    srv.cli("create", "QP", "--port", "0", "--log-file-pages", "32", "--log-primary", "2",
+            "--log-secondary", "1", "--checkpoint-records", "200")
+    srv.configure(tuning={"shunt_checkpoints": 0})
+    srv.start()
+    return srv
+
+
+def test_a_delivery_awaiting_its_ack_does_not_pin_the_log(tmp_path):
+    """With HARDENBO(NO), the default, a delivery's get is logged at its ACK:
+    a consumer holding one while others cycle the tiny circular log many times
+    over pins nothing, is never backed out, and its late ACK is what takes
+    the message, for good (a kill -9 after the ACK's receipt brings back
+    nothing)."""
+    srv = _tiny_log_server(tmp_path)
+    try:
+        h = raw_connected(srv.port)
+        send_all(h, "PIN.Q", ["pin", "second"], persistent="true")
+        subscribe(h, "PIN.Q", ack="client-individual", **{"prefetch-count": "1"})
+        first = h.messages(1)[0]
+        p = raw_connected(srv.port)
+        subscribe(p, "FLOW.Q", ack="auto")
+        for _ in range(1500):     # 1.5 MB through a log of three 128 KiB extents
+            p.call("SEND", {"destination": "/queue/FLOW.Q", "persistent": "true"}, b"y" * 1000)
+        assert h.poll(0.2) == []
+        assert "HMQ7469W" not in (srv.qm_dir / "errors" / "HMQERR01.LOG").read_text()
+        h.send("ACK", {"id": first["ack"], "receipt": "late"})
+        assert h.expect("RECEIPT")["receipt-id"] == "late"
+        assert h.messages(1)[0].body == b"second"     # delivered once the first is gone
+        srv.kill()
+        srv.start()
+        c = raw_connected(srv.port)
+        subscribe(c, "PIN.Q", ack="auto")
+        assert bodies(c.messages(1)) == [b"second"]
+        assert c.poll(0.3) == []
     finally:
         srv.stop()
 

@@ -133,7 +133,7 @@ class Executor:
 
     async def define_qlocal(self, cmd: Command) -> list[str]:
         core = self.core
-        attrs = {k: v for k, v in cmd.attrs.items() if k != "LIKE"}
+        attrs = {k: v for k, v in mqsc.given_attrs(cmd).items() if k != "LIKE"}
         like = cmd.attrs.get("LIKE")
         exists = cmd.name in core.queues
         if exists and "REPLACE" not in cmd.flags:
@@ -158,7 +158,7 @@ class Executor:
         return [mqsc.format_message("HMQ8006I", "harbormq queue created.")]
 
     async def alter_qlocal(self, cmd: Command) -> list[str]:
-        await self.core.alter_queue(cmd.name, dict(cmd.attrs))
+        await self.core.alter_queue(cmd.name, mqsc.given_attrs(cmd))
         return [mqsc.format_message("HMQ8008I", "harbormq queue changed.")]
 
     async def delete_qlocal(self, cmd: Command) -> list[str]:

@@ -119,10 +119,14 @@ class Spec:
 
 
 _DISPLAY_COMMON = ("WHERE",)
+#: MQ's bare switches for a YES/NO attribute: HARDENBO is HARDENBO(YES)
+_SWITCHES = {"HARDENBO": ("HARDENBO", "YES"), "NOHARDENBO": ("HARDENBO", "NO")}
 SPECS: dict[tuple[str, str], Spec] = {
-    ("DEFINE", "QLOCAL"): Spec("required", QLOCAL_ATTRS + ("LIKE",), ("REPLACE", "NOREPLACE"),
-                               exclusive=(("REPLACE", "NOREPLACE"),)),
-    ("ALTER", "QLOCAL"): Spec("required", QLOCAL_ATTRS),
+    ("DEFINE", "QLOCAL"): Spec("required", QLOCAL_ATTRS + ("LIKE",),
+                               ("REPLACE", "NOREPLACE", "HARDENBO", "NOHARDENBO"),
+                               exclusive=(("REPLACE", "NOREPLACE"), ("HARDENBO", "NOHARDENBO"))),
+    ("ALTER", "QLOCAL"): Spec("required", QLOCAL_ATTRS, ("HARDENBO", "NOHARDENBO"),
+                              exclusive=(("HARDENBO", "NOHARDENBO"),)),
     ("DELETE", "QLOCAL"): Spec("required", (), ("PURGE", "NOPURGE"),
                                exclusive=(("PURGE", "NOPURGE"),)),
     ("CLEAR", "QLOCAL"): Spec("required"),
@@ -471,6 +475,17 @@ class _Parser:
             raise self.fail(otok, f"expected an operator ({_or_list(WHERE_OPS)}), "
                             f"found {op}", WHERE_OPS)
         return (attr, op, value)
+
+
+def given_attrs(cmd: Command) -> dict:
+    """A DEFINE's or ALTER's attributes, MQ's bare switches among them
+    (``HARDENBO`` is HARDENBO(YES), ``NOHARDENBO`` HARDENBO(NO))."""
+    attrs = dict(cmd.attrs)
+    for flag in cmd.flags:
+        if flag in _SWITCHES:
+            attr, value = _SWITCHES[flag]
+            attrs[attr] = value
+    return attrs
 
 
 def parse_script(text: str) -> list[Command | MqscSyntaxError]:

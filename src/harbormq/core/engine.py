@@ -97,6 +97,9 @@ class UowOp:
     msg: Message
     lsn: int = 0              # its log record, 0 when not logged (non-persistent)
     prev_lsn: int = 0         # the record before it in the UOW (undo-next on backout)
+    #: a persistent get whose record waits for the commit (a STOMP delivery
+    #: awaiting its ACK, on a queue with HARDENBO(NO)): until then it is only a lock
+    deferred: bool = False
 
 
 @dataclass
@@ -677,10 +680,17 @@ class QueueManagerCore:
                     q.waiters.remove(fut)
 
     def get_nowait(self, queue: str, uow: UnitOfWork | None = None, *,
-                   match: MessageMatch | None = None
+                   match: MessageMatch | None = None, defer: bool = False
                    ) -> tuple[Message | None, asyncio.Future | None]:
         """Take the first available message in one synchronous step: (message or
-        None, the force future of a persistent get outside a unit of work)."""
+        None, the force future of a persistent get outside a unit of work).
+
+        ``defer`` (a get under ``uow`` that will usually be committed on its
+        own, as a STOMP delivery is at its ACK): on a queue with HARDENBO(NO)
+        the get is not logged now but at the commit, where alone it is one
+        record (MSG_GET, AUTO_COMMIT) instead of UOW_BEGIN, MSG_GET and
+        UOW_COMMIT. Until then it is only a lock: a crash, like a backout,
+        gives the message back, and then its backout count is not hardened."""
         q = self._queue_to_get_from(queue)
         if uow is not None:
             self._check_uow(uow)   # it may have been backed out while a caller waited
@@ -703,6 +713,10 @@ class QueueManagerCore:
             else:
                 q.commit_delete(key, 0)
             return msg, forced
+        if defer and msg.persistent and q.attrs.get("HARDENBO", "NO") == "NO":
+            q.locked[key] = uow.id
+            uow.ops.append(UowOp("get", q, msg, deferred=True))
+            return msg, None
         self._get_under(uow, q, key, msg, ref)
         return msg, None
 
@@ -807,6 +821,7 @@ class QueueManagerCore:
         after which it is in doubt on disk (a sender channel gets its next batch
         meanwhile)."""
         self._check_uow(uow)
+        self._log_deferred(uow, uow)
         self._log_uow(uow, RecordType.UOW_PREPARE, None, b"")
         uow.state = "prepared"
         return self.log.force()
@@ -840,6 +855,20 @@ class QueueManagerCore:
                 raise UnitOfWorkError(f"unit of work {j.id} is {j.rolled_back or j.state} "
                                       f"and cannot commit with unit of work {uow.id}",
                                       uow=j.id)
+        if not joined and not uow.first_lsn and len(uow.ops) == 1 and uow.ops[0].deferred:
+            # a delivery acknowledged on its own: one record is its whole unit of work
+            op = uow.ops[0]
+            ref = MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id)
+            op.lsn = self.append_record(RecordType.MSG_GET, obj=op.queue, payload=ref.encode(),
+                                        flags=RecordFlag.AUTO_COMMIT)
+            op.deferred = False
+            self._apply_commit(uow, op.lsn)
+            return self.log.force() if force else None
+        self._log_deferred(uow, uow)
+        for j in joined:
+            # a joined unit that logged nothing yet: its gets become this unit's
+            # records, decided by its COMMIT (no BEGIN or COMMIT of j's own)
+            self._log_deferred(j, j if j.first_lsn else uow)
         logged_joined = [j.id for j in joined if j.first_lsn]
         if logged_joined and not uow.first_lsn:
             # the decision must be a record of its own unit of work
@@ -865,6 +894,21 @@ class QueueManagerCore:
                     j_lsn = effect_lsn
             self._apply_commit(j, j_lsn)
         return self.log.force() if effect_lsn and force else None
+
+    def _log_deferred(self, uow: UnitOfWork, into: UnitOfWork) -> None:
+        """Log the deferred gets of ``uow`` as records of ``into`` (``uow``
+        itself, or the unit of work whose COMMIT decides it), one at a time.
+        Each op moves to the end of ``into``'s ops once its record is in the
+        log: the ops stay in LSN order, which a backout undoes them in, and if
+        the log fills part way (LogFull) each op is where a backout finds it."""
+        for op in [op for op in uow.ops if op.deferred]:
+            ref = MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id)
+            op.lsn, op.prev_lsn = self._log_uow(into, RecordType.MSG_GET, op.queue,
+                                                ref.encode())
+            op.deferred = False
+            uow.ops.remove(op)
+            into.ops.append(op)
+            op.queue.locked[op.msg.key] = into.id
 
     def _apply_commit(self, uow: UnitOfWork, effect_lsn: int) -> None:
         touched = set()

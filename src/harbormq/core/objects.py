@@ -38,6 +38,9 @@ QLOCAL_DEFAULTS = {
     "INDXTYPE": "NONE",
     "BOTHRESH": 0,
     "BOQNAME": "",
+    #: YES: a delivery's get is logged when it is made, so a backout count
+    #: survives a crash (MQ's HARDENBO); NO: at its acknowledgement (NOHARDENBO)
+    "HARDENBO": "NO",
     "GET": "ENABLED",
     "PUT": "ENABLED",
     "USAGE": "NORMAL",         # XMITQ: a transmission queue, read by a sender channel
@@ -101,6 +104,7 @@ PEER_KEYS = {"CN": "commonName", "O": "organizationName", "OU": "organizationalU
 
 _CHOICES = {
     "DEFPSIST": ("YES", "NO"),
+    "HARDENBO": ("YES", "NO"),
     "INDXTYPE": ("NONE", "MSGID", "CORRELID"),
     "GET": ("ENABLED", "DISABLED"),
     "PUT": ("ENABLED", "DISABLED"),

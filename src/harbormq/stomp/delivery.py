@@ -6,7 +6,9 @@ message is gone when it is sent. With ``ack:client`` or
 own, owned by the connection; ACK commits it (inside a transaction, at the
 transaction's COMMIT, in the same COMMIT record), NACK, UNSUBSCRIBE, a lost
 connection or a crash backs it out, which counts the backout and redelivers
-the message or moves it at BOTHRESH. At most ``prefetch-count`` deliveries of a
+the message or moves it at BOTHRESH. Its get is logged at the ACK (one
+record), or when it is delivered from a queue with HARDENBO(YES), whose
+backout counts survive a crash. At most ``prefetch-count`` deliveries of a
 subscription await acknowledgement; with ``ack:auto`` the transport's write
 buffer is the window.
 """
@@ -187,7 +189,8 @@ class DeliveryMixin:
                     msg, _forced = core.get_nowait(sub.queue, None, match=sub.match)
                 else:
                     uow = core.begin(owner=self._owner)
-                    msg, _forced = core.get_nowait(sub.queue, uow, match=sub.match)
+                    msg, _forced = core.get_nowait(sub.queue, uow, match=sub.match,
+                                                   defer=True)
                     if msg is None:
                         core.discard_empty(uow)
             except HarbormqError as exc:
@@ -244,7 +247,8 @@ class DeliveryMixin:
         parts.append(f"content-length:{len(body)}\n\n")
         frame = "".join(parts).encode() + body + b"\0"
         # never show a message that a crash could still take back: a persistent
-        # message leaves once its put, and its get, are on disk
+        # message leaves once its put is on disk, and with ack:auto its get (a
+        # client-ack delivery's get is logged at its ACK unless HARDENBO)
         log = self.core.log
         forced = log.force() if msg.persistent and log.synced_lsn < log.end_lsn else None
         self._send_after(forced, frame)
