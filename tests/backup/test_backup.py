@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 from support.procs import PYTHON, child_env, hmq
-from support.stomp_helpers import QMServer, stomp_client
+from support.stomp_helpers import QMServer, raw_connected, stomp_client
 
 from harbormq import QueueManager
+from harbormq.admin.client import call
 from harbormq.backup import manifest as mf
 from harbormq.backup.take import take_backup
 from harbormq.config import QMConfig
+from harbormq.log.control import ControlFile
 
 
 def put_many(home: Path, name: str, queue: str, start: int, n: int) -> None:
@@ -330,3 +332,44 @@ def test_a_drained_store_is_compacted_a_full_one_copied_plain(make_qm, home, tmp
     restore_cli(home2, "QM1", "--from", str(path))
     assert drain(home2, "QM1", "FULL") == list(range(2000))
     assert drain(home2, "QM1", "DRAINED") == list(range(1990, 2000))
+
+
+def test_hot_backup_copies_the_extent_a_checkpoint_freed_after_its_switch(tmp_path):
+    """On a circular log a checkpoint right after the backup's switch frees the
+    extent just closed (an idle queue manager's restart point moves past it),
+    before the backup has listed it. That extent is still whole and is what the
+    backup needs: it is copied from the free extent, whose LSNs are still its
+    own, not skipped (the backup failed with HMQ8601E, "the extents do not
+    cover the log ... they reach nothing from the recovery point")."""
+    home = tmp_path / "src"
+    srv = QMServer(home, "QF")
+    home.mkdir()
+    srv.cli("create", "QF", "--port", "0", "--log", "circular", "--log-file-pages", "64")
+    srv.start()
+    try:
+        c = raw_connected(srv.port)
+        for i in range(20):
+            c.send("SEND", {"destination": "/queue/F.Q", "persistent": "true",
+                            "receipt": f"r{i}"}, f"m{i}".encode())
+            c.expect("RECEIPT")
+        c.close()
+        config = QMConfig.load("QF", srv.home)
+        freed = []
+
+        def ask(req: dict) -> dict:
+            result = call(config, req, timeout=None).get("result", {})
+            if req.get("switch"):
+                call(config, {"cmd": "backup_point", "checkpoint": True}, timeout=None)
+                closed = result["closed"]["number"]
+                state = ControlFile(config.log_dir).load(repair=False)
+                freed.extend(e.first_lsn for e in state.extents
+                             if e.number == closed and e.state == "free")
+            return result
+        res = take_backup(config, tmp_path / "bk", ask=ask)
+    finally:
+        srv.stop()
+    assert freed, "the checkpoint freed the extent the backup's switch closed"
+    m = mf.read_manifest(res.path)
+    assert m["queues"]["F.Q"]["depth"] == 20
+    assert freed[0] in {e["first_lsn"] for e in m["extents"]}
+    assert hmq(child_env(home), "backup", "verify", str(res.path)).returncode == 0

@@ -164,10 +164,17 @@ class _Backup:
                 between()
 
     def copy_closed_extents(self, upto: int | None = None) -> None:
-        """Every closed extent from ``start_lsn`` on (to ``upto``) not copied yet."""
+        """Every closed extent from ``start_lsn`` on (to ``upto``) not copied yet.
+
+        A circular log's extent freed by a checkpoint since the backup began
+        (the restart point moved past it: a checkpoint right after the
+        backup's switch frees the extent just closed) is still what the
+        backup needs: while it is not reused it keeps its LSNs, and the copy
+        counts only if it reads whole (``_copy_extent``)."""
         st = self.control()
         for e in sorted(st.extents, key=lambda e: e.first_lsn):
-            if e.state != "full" or e.end_lsn is None or e.end_lsn <= self.start_lsn or \
+            if e.state not in ("full", "free") or e.end_lsn is None or \
+                    e.end_lsn <= self.start_lsn or \
                     e.first_lsn in self.extents or (upto is not None and e.first_lsn >= upto):
                 continue
             self._copy_extent(e)
