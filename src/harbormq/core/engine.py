@@ -839,12 +839,15 @@ class QueueManagerCore:
         at the next force (a caller for which a lost commit is still in doubt
         and decided later: a sender channel's batch); returns None then.
 
-        ``joined`` are other units of work that commit atomically with ``uow``:
-        their ids are in its COMMIT record, which decides them all (a STOMP
-        transaction acknowledging deliveries that were each got under a unit of
-        work of their own). Each joined unit still gets its own COMMIT record
-        right after, so every unit of work in the log ends with an outcome of its
-        own; restart commits a joined unit whose own record is missing."""
+        ``joined`` are other units of work that commit atomically with ``uow``
+        (a STOMP transaction acknowledging deliveries that were each got under
+        a unit of work of their own). One that logged nothing (its gets
+        deferred) has them logged as records of ``uow`` before the COMMIT,
+        and leaves no trace of its own. The ids of the others are in the
+        COMMIT record, which decides them all; each still gets its own COMMIT
+        record right after, so every unit of work in the log ends with an
+        outcome of its own, and restart commits a joined unit whose own record
+        is missing."""
         if uow.rolled_back:
             self._check_uow(uow)
         if uow.state not in ("active", "prepared"):

@@ -4,13 +4,13 @@ A subscription with ``ack:auto`` gets messages outside any unit of work: the
 message is gone when it is sent. With ``ack:client`` or
 ``ack:client-individual`` each delivery is a get under a unit of work of its
 own, owned by the connection; ACK commits it (inside a transaction, at the
-transaction's COMMIT, in the same COMMIT record), NACK, UNSUBSCRIBE, a lost
-connection or a crash backs it out, which counts the backout and redelivers
-the message or moves it at BOTHRESH. Its get is logged at the ACK (one
-record), or when it is delivered from a queue with HARDENBO(YES), whose
-backout counts survive a crash. At most ``prefetch-count`` deliveries of a
-subscription await acknowledgement; with ``ack:auto`` the transport's write
-buffer is the window.
+transaction's COMMIT, decided by its COMMIT record); NACK, UNSUBSCRIBE, a
+lost connection or a crash backs it out and redelivers the message, or moves
+it at BOTHRESH. Its get is logged at the ACK (one record; in a transaction,
+as one of the transaction's records), or, from a queue with HARDENBO(YES),
+when it is delivered: only then does a crash count the backout. At most
+``prefetch-count`` deliveries of a subscription await acknowledgement; with
+``ack:auto`` the transport's write buffer is the window.
 """
 
 from __future__ import annotations
@@ -301,8 +301,12 @@ class DeliveryMixin:
         covered = [d for d in covered if d.txn is None]
         forced = None
         for d in covered:
-            self._forget(d)
+            # forgotten only once committed: if the commit fails (LogFull), the
+            # connection ends and backs out what it still holds. A delivery
+            # logged at its ACK holds no log, so nothing else would ever
+            # release it.
             f = self.core.commit_nowait(d.uow)
+            self._forget(d)
             forced = f or forced
         self._receipt(frame, forced)
         self._refill(covered)

@@ -1,0 +1,98 @@
+"""An ACK whose record meets a full log: the real queue manager and STOMP
+connection in this process, with the log's append made to raise LogFull for
+chosen records (a circular log full at that moment, on cue)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import pytest
+from support.stomp_helpers import raw_connected
+
+from harbormq.errors import LogFull
+from harbormq.log.records import RecordType
+from harbormq.stomp.connection import StompConnection
+from harbormq.stomp.listener import StompService
+
+
+class _Anyone:
+    """Security that lets every connection in (what is tested is the log)."""
+    def authenticate(self, login, passcode, **kw):
+        return SimpleNamespace(user="tester", groups=[], owner=True)
+
+
+@pytest.fixture
+def stomp_qm(make_qm, open_qm):
+    """(queue manager, STOMP port, full(pred)): ``full`` makes every record
+    for which ``pred`` is true fail with LogFull (None: none)."""
+    make_qm()
+    qm = open_qm()
+    core = qm.core
+    service = StompService(core, qm.config, _Anyone())
+    failing = {"pred": None}
+    append = core.log.append
+
+    def append_or_full(rec):
+        if failing["pred"] is not None and failing["pred"](rec):
+            raise LogFull("the circular log is full (injected)")
+        return append(rec)
+
+    async def start() -> int:
+        service.loop = asyncio.get_running_loop()
+        server = await service.loop.create_server(lambda: StompConnection(service, "T"),
+                                                  "127.0.0.1", 0)
+        service.servers.append(server)
+        core.log.append = append_or_full
+        return server.sockets[0].getsockname()[1]
+    port = qm._call(start())
+    yield qm, port, lambda pred: failing.update(pred=pred)
+    failing["pred"] = None
+
+
+def _settle(qm, until, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not until() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("ack", ["client-individual", "client"])
+def test_an_ack_the_full_log_refuses_gives_its_messages_back(stomp_qm, ack):
+    """The ACK fails (ERROR, the connection ends), and every delivery it did
+    not commit is backed out with the connection: available again, and a
+    controlled close does not wait for it. (The connection forgot a delivery
+    before committing it: one logged at its ACK held no log, so nothing ever
+    released it, and a controlled stop waited for it forever.)"""
+    qm, port, full = stomp_qm
+    qm.define_queue("Q1", DEFPSIST="YES")
+    for body in (b"a", b"b", b"c"):
+        qm.put("Q1", body)
+    c = raw_connected(port)
+    c.send("SUBSCRIBE", {"id": "s", "destination": "/queue/Q1", "ack": ack})
+    msgs = c.messages(3)
+    gets = []
+
+    def second_get_fails(rec) -> bool:
+        if rec.type == RecordType.MSG_GET:
+            gets.append(rec)
+            return len(gets) == (2 if ack == "client" else 1)
+        return False
+    full(second_get_fails)
+    c.send("ACK", {"id": msgs[-1 if ack == "client" else 0]["ack"], "receipt": "r"})
+    frames = c.wait_closed()
+    assert [f.command for f in frames][-1] == "ERROR" and "full" in frames[-1].body.decode()
+    full(None)
+    c.close()
+    core = qm.core
+    _settle(qm, lambda: not core.queues["Q1"].locked)
+    assert not core.queues["Q1"].locked
+    assert not core.uows, "no unit of work is left behind"
+    left = {m.body: m.backout_count for m in qm.browse("Q1")}
+    if ack == "client":
+        assert left == {b"b": 1, b"c": 1}, "a was acknowledged before the log filled"
+    else:
+        assert left == {b"a": 1, b"b": 1, b"c": 1}
+    t0 = time.monotonic()
+    qm.close("controlled", timeout=10)
+    assert time.monotonic() - t0 < 5
