@@ -96,3 +96,24 @@ def test_an_ack_the_full_log_refuses_gives_its_messages_back(stomp_qm, ack):
     t0 = time.monotonic()
     qm.close("controlled", timeout=10)
     assert time.monotonic() - t0 < 5
+
+
+def test_a_hardenbo_delivery_whose_get_the_full_log_refuses_leaves_no_unit_of_work(stomp_qm):
+    """From a HARDENBO queue a delivery logs UOW_BEGIN, then MSG_GET; the log
+    fills between the two. The subscription fails (ERROR), and the unit of work
+    with only its BEGIN is backed out, not left pinning the log (discarding it
+    raised, as it had a record)."""
+    qm, port, full = stomp_qm
+    qm.define_queue("HB", DEFPSIST="YES", HARDENBO="YES")
+    qm.put("HB", b"h")
+    full(lambda rec: rec.type == RecordType.MSG_GET)
+    c = raw_connected(port)
+    c.send("SUBSCRIBE", {"id": "s", "destination": "/queue/HB", "ack": "client-individual"})
+    frames = c.wait_closed()
+    assert frames[-1].command == "ERROR" and "full" in frames[-1].body.decode()
+    full(None)
+    c.close()
+    core = qm.core
+    _settle(qm, lambda: not core.uows)
+    assert not core.uows and not core.queues["HB"].locked
+    assert [(m.body, m.backout_count) for m in qm.browse("HB")] == [(b"h", 0)]

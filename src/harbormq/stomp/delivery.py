@@ -194,7 +194,10 @@ class DeliveryMixin:
                     if msg is None:
                         core.discard_empty(uow)
             except HarbormqError as exc:
-                if uow is not None and not uow.ops:
+                if uow is not None and uow.first_lsn and not uow.ops:
+                    # (HARDENBO) its BEGIN is logged, its GET was not: LogFull
+                    self._back_out(uow)
+                elif uow is not None and not uow.ops:
                     core.discard_empty(uow)
                 self.fail(f"subscription {sub.id} on {sub.queue}: {exc}")
                 return
