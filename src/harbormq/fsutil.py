@@ -273,14 +273,14 @@ def copy_in_chunks(src_fd: int, dst: Path, *, stream: bool = False,
                 view[n:n + pad] = bytes(pad)
                 chunk, padded = view[:n + pad], True
             try:
-                _pwrite_all(fd, chunk, size)
+                pwrite_all(fd, chunk, size)
             except OSError as exc:
                 if not direct or exc.errno != errno.EINVAL:
                     raise
                 # O_DIRECT accepted at open but not for this write (a file
                 # system's own alignment): the rest through the page cache
                 direct = _set_direct(fd, False)
-                _pwrite_all(fd, view[:n], size)
+                pwrite_all(fd, view[:n], size)
             size += n
             if pace is not None:
                 pace(n)
@@ -334,9 +334,13 @@ def _fill(fd: int, view: memoryview, offset: int | None, direct: bool) -> int:
     return got
 
 
-def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+def pwrite_all(fd: int, data, offset: int) -> None:
+    """pwrite may write less than asked (a signal, a full disk): finish or raise."""
+    view = memoryview(data)
     while view:
         n = os.pwrite(fd, view, offset)
+        if n == 0:
+            raise OSError(f"pwrite wrote nothing at offset {offset}")
         view, offset = view[n:], offset + n
 
 

@@ -37,7 +37,7 @@ from typing import Callable, Iterator
 
 from ..crashpoints import crash_point
 from ..errors import ControlFileMismatch, LogCorrupt, LogError, LogFull, LogMissing
-from ..fsutil import copy_durably, fsync_dir, make_dirs
+from ..fsutil import copy_durably, fsync_dir, make_dirs, pwrite_all
 from .control import DUAL, PRIMARY, ControlFile, ControlState, ExtentInfo
 from .reader import ExtentEnd, ExtentReader, closed_at, keep_torn_tail, same_bytes
 from .records import (
@@ -1060,7 +1060,7 @@ class _Writer(threading.Thread):
                         data = b"".join(op[3])
                         for c, fd in list(self.fds[op[1]].items()):
                             try:
-                                _pwrite_all(fd, data, op[2])
+                                pwrite_all(fd, data, op[2])
                             except OSError as exc:
                                 self._lost(c, exc)
                     elif kind == "switch":
@@ -1119,26 +1119,16 @@ class _Writer(threading.Thread):
         try:
             if zero_fill:
                 for off in range(0, size, len(ZERO_CHUNK)):
-                    _pwrite_all(fd, ZERO_CHUNK[:min(len(ZERO_CHUNK), size - off)], off)
+                    pwrite_all(fd, ZERO_CHUNK[:min(len(ZERO_CHUNK), size - off)], off)
             else:
                 os.posix_fallocate(fd, 0, size)
                 fsync_dir(directory)
-            _pwrite_all(fd, head, 0)
+            pwrite_all(fd, head, 0)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
             raise
         return fd
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    """pwrite may write less than asked (a signal, a full disk): finish or raise."""
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        if n == 0:
-            raise OSError(f"pwrite wrote nothing at offset {offset}")
-        view, offset = view[n:], offset + n
 
 
 def _resolve(fut: asyncio.Future) -> None:
