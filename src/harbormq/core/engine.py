@@ -702,13 +702,10 @@ class QueueManagerCore:
         if msg is None:
             return None, None
         q.last_get_ns = time.time_ns()
-        ref = MessageRef(msg.seq, msg.priority, msg.msg_id)
         if uow is None:
             forced = None
             if msg.persistent:
-                lsn = self.append_record(RecordType.MSG_GET, obj=q, payload=ref.encode(),
-                                         flags=RecordFlag.AUTO_COMMIT)
-                q.commit_delete(key, lsn)
+                q.commit_delete(key, self._log_get_alone(q, msg))
                 forced = self.log.force()
             else:
                 q.commit_delete(key, 0)
@@ -717,7 +714,7 @@ class QueueManagerCore:
             q.locked[key] = uow.id
             uow.ops.append(UowOp("get", q, msg, deferred=True))
             return msg, None
-        self._get_under(uow, q, key, msg, ref)
+        self._get_under(uow, q, key, msg)
         return msg, None
 
     def _queue_to_get_from(self, queue: str) -> LocalQueue:
@@ -727,12 +724,17 @@ class QueueManagerCore:
             raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
         return q
 
-    def _get_under(self, uow: UnitOfWork, q: LocalQueue, key: bytes, msg: Message,
-                   ref: MessageRef) -> None:
+    def _log_get_alone(self, q: LocalQueue, msg: Message) -> int:
+        """A get that is its own unit of work: one MSG_GET with AUTO_COMMIT."""
+        return self.append_record(RecordType.MSG_GET, obj=q,
+                                  payload=MessageRef.of(msg).encode(),
+                                  flags=RecordFlag.AUTO_COMMIT)
+
+    def _get_under(self, uow: UnitOfWork, q: LocalQueue, key: bytes, msg: Message) -> None:
         """A get under a unit of work: logged (persistent), then locked."""
         lsn = prev = 0
         if msg.persistent:
-            lsn, prev = self._log_uow(uow, RecordType.MSG_GET, q, ref.encode())
+            lsn, prev = self._log_uow(uow, RecordType.MSG_GET, q, MessageRef.of(msg).encode())
         q.locked[key] = uow.id      # only once its record is in the log (LogFull)
         uow.ops.append(UowOp("get", q, msg, lsn, prev))
 
@@ -749,7 +751,7 @@ class QueueManagerCore:
         if msgs:
             q.last_get_ns = now
         for msg in msgs:
-            self._get_under(uow, q, msg.key, msg, MessageRef(msg.seq, msg.priority, msg.msg_id))
+            self._get_under(uow, q, msg.key, msg)
         return msgs
 
     def browse(self, queue: str, *, limit: int | None = None, after: bytes | None = None,
@@ -776,7 +778,7 @@ class QueueManagerCore:
         lsn = 0
         if msg.persistent:
             lsn = self.append_record(RecordType.MSG_EXPIRE, obj=q, flags=RecordFlag.AUTO_COMMIT,
-                                     payload=MessageRef(msg.seq, msg.priority, msg.msg_id).encode())
+                                     payload=MessageRef.of(msg).encode())
         q.commit_delete(key, lsn)
 
     # ------------------------------------------------------------------ units of work
@@ -861,9 +863,7 @@ class QueueManagerCore:
         if not joined and not uow.first_lsn and len(uow.ops) == 1 and uow.ops[0].deferred:
             # a delivery acknowledged on its own: one record is its whole unit of work
             op = uow.ops[0]
-            ref = MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id)
-            op.lsn = self.append_record(RecordType.MSG_GET, obj=op.queue, payload=ref.encode(),
-                                        flags=RecordFlag.AUTO_COMMIT)
+            op.lsn = self._log_get_alone(op.queue, op.msg)
             op.deferred = False
             self._apply_commit(uow, op.lsn)
             return self.log.force() if force else None
@@ -905,9 +905,8 @@ class QueueManagerCore:
         log: the ops stay in LSN order, which a backout undoes them in, and if
         the log fills part way (LogFull) each op is where a backout finds it."""
         for op in [op for op in uow.ops if op.deferred]:
-            ref = MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id)
             op.lsn, op.prev_lsn = self._log_uow(into, RecordType.MSG_GET, op.queue,
-                                                ref.encode())
+                                                MessageRef.of(op.msg).encode())
             op.deferred = False
             uow.ops.remove(op)
             into.ops.append(op)
@@ -977,7 +976,7 @@ class QueueManagerCore:
 
     def _compensate(self, uow: UnitOfWork, op: UowOp, backout_count: int) -> int:
         undone = RecordType.MSG_PUT if op.kind == "put" else RecordType.MSG_GET
-        ref = MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id)
+        ref = MessageRef.of(op.msg)
         comp = Compensation(undone, op.lsn, op.prev_lsn, ref, backout_count)
         prev = uow.last_lsn
         payload = comp.encode()
@@ -1287,7 +1286,7 @@ class QueueManagerCore:
                 rtype, payload = RecordType.MSG_PUT, op.msg.encode()
             else:
                 rtype = RecordType.MSG_GET
-                payload = MessageRef(op.msg.seq, op.msg.priority, op.msg.msg_id).encode()
+                payload = MessageRef.of(op.msg).encode()
             recs.append(LogRecord(rtype, uow_id=u.id, prev_lsn=op.prev_lsn,
                                   object_id=q.object_id, object_name=q.name, payload=payload,
                                   lsn=op.lsn))

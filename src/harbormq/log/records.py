@@ -443,6 +443,10 @@ class MessageRef:
         return message_key(self.priority, self.seq)
 
     @classmethod
+    def of(cls, msg: "Message") -> "MessageRef":
+        return cls(msg.seq, msg.priority, msg.msg_id)
+
+    @classmethod
     def decode(cls, buf: bytes) -> "MessageRef":
         seq, prio, n = MSG_REF.unpack_from(buf, 0)
         return cls(seq, prio, bytes(buf[MSG_REF.size:MSG_REF.size + n]))
