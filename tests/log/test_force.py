@@ -29,3 +29,33 @@ def test_a_cancelled_waiter_cancels_only_its_own_force(make_qm, open_qm):
     lsn, first_cancelled, synced, synced_lsn = qm._call(one_turn_three_forces())
     assert first_cancelled
     assert synced == [synced_lsn, synced_lsn] and synced_lsn > lsn
+
+
+def test_a_record_too_big_for_any_extent_is_refused_whole_wherever_the_log_stands(make_qm,
+                                                                                  open_qm):
+    """The size check runs only when a record does not fit the active extent
+    (the append's hot path skips it otherwise); it must still refuse such a
+    record before a switch, in a fresh active extent and in a three-quarters-full one."""
+    import pytest
+
+    from harbormq.errors import LogError
+
+    make_qm()             # 64-page extents
+    qm = open_qm()
+    log = qm.core.log
+
+    async def append(payload: bytes):
+        return qm.core.append_record(RecordType.QM_START, payload=payload)
+
+    too_big = b"x" * (log.extent_payload + 1)
+    for fill in (0, log.extent_payload - 200):
+        if fill:                                   # fill the extent to three quarters
+            while log._active_limit - log.end_lsn > fill // 4:
+                qm._call(append(b"y" * 1000))
+        before = (log.end_lsn, log.state.active.number, log.records_since_checkpoint)
+        with pytest.raises(LogError, match="cannot fit in an extent") as err:
+            qm._call(append(too_big))
+        assert err.value.facts.get("reason") == 2030
+        assert (log.end_lsn, log.state.active.number, log.records_since_checkpoint) == before
+    # the largest record that fits is still taken
+    qm._call(append(b"z" * (log.extent_payload - 200)))

@@ -18,6 +18,7 @@ import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from ..config import QMConfig
 from ..crashpoints import crash_point
@@ -88,6 +89,15 @@ def _begin_payload(owner: str) -> bytes:
 def new_msg_id() -> bytes:
     """24 bytes, like MQ's MsgId: 'HMQ' + a per-process random part + a counter."""
     return b"HMQ\0" + _id_prefix + next(_id_counter).to_bytes(8, "big") + b"\0\0\0\0"
+
+
+class PutTarget(NamedTuple):
+    """Where a put to a name goes (``output_queue``)."""
+    queue: LocalQueue
+    #: for a remote queue definition: what the message is wrapped in
+    header: TransmissionHeader | None
+    #: the attributes that give the put's defaults (a QREMOTE's own)
+    attrs: dict
 
 
 @dataclass
@@ -569,14 +579,16 @@ class QueueManagerCore:
         return msg
 
     def defaults_for(self, q: LocalQueue, priority: int | None, persistent: bool | None):
-        return self._defaults(q.attrs, priority, persistent)
+        return self.put_defaults(q.attrs, priority, persistent)
 
     @staticmethod
-    def _defaults(attrs: dict, priority: int | None, persistent: bool | None):
+    def put_defaults(attrs: dict, priority: int | None, persistent: bool | None):
+        """A put's priority and persistence where the caller left them to
+        ``attrs`` (a ``PutTarget``'s)."""
         return (attrs["DEFPRTY"] if priority is None else priority,
                 attrs["DEFPSIST"] == "YES" if persistent is None else persistent)
 
-    def output_queue(self, name: str) -> tuple[LocalQueue, TransmissionHeader | None, dict]:
+    def output_queue(self, name: str) -> PutTarget:
         """Where a put to ``name`` goes: the local queue, or for a remote queue
         definition (QREMOTE) its transmission queue and the header to wrap the
         message in; and the attributes that give the put's defaults (the
@@ -584,13 +596,14 @@ class QueueManagerCore:
         found = remote.resolve(self.objects, name)
         if found is None:
             q = self.queue(name)
-            return q, None, q.attrs
+            return PutTarget(q, None, q.attrs)
         xmitq, header, attrs = found
         if attrs["PUT"] != "ENABLED":
             raise PutInhibited(f"puts are inhibited on remote queue {name} (MQRC 2051)",
                                queue=name)
         # (not dataclasses.replace: this runs for every put to a remote queue)
-        return self.queue(xmitq), TransmissionHeader(header.rq, header.rqm, self.name), attrs
+        return PutTarget(self.queue(xmitq), TransmissionHeader(header.rq, header.rqm, self.name),
+                         attrs)
 
     def is_remote_queue(self, name: str) -> bool:
         d = self.objects.get(name)
@@ -599,7 +612,7 @@ class QueueManagerCore:
     def defaults_for_name(self, name: str, priority: int | None, persistent: bool | None):
         """A put's priority and persistence where the caller left them to the
         queue (for a remote queue, its QREMOTE definition)."""
-        return self._defaults(self.output_queue(name)[2], priority, persistent)
+        return self.put_defaults(self.output_queue(name).attrs, priority, persistent)
 
     async def put(self, queue: str, msg: Message, uow: UnitOfWork | None = None) -> Message:
         """Put ``msg`` (priority and persistence already resolved by the caller);
@@ -609,17 +622,22 @@ class QueueManagerCore:
             await forced
         return msg
 
-    def put_nowait(self, queue: str, msg: Message, uow: UnitOfWork | None = None
+    def put_nowait(self, queue: str, msg: Message, uow: UnitOfWork | None = None, *,
+                   target: PutTarget | None = None, checked: bool = False
                    ) -> tuple[Message, asyncio.Future | None]:
         """The put itself, in one synchronous step; returns the message and, for a
         persistent put outside a unit of work, the future of the force that makes
         it durable (the caller must not acknowledge it before that completes).
         Protocol servers use this so that frames are applied in arrival order
-        while their forces are shared."""
+        while their forces are shared.
+
+        ``target``: ``output_queue(queue)``, when the caller resolved it in the
+        same step; ``checked``: the caller ran ``check_put`` on it for ``msg``."""
         self.check_running()
-        q, header, _attrs = self.output_queue(queue)
+        q, header, _attrs = target or self.output_queue(queue)
         if header is not None:
-            self.check_put(q, msg)       # (MAXMSGL of the original, not of the wrapping)
+            if not checked:
+                self.check_put(q, msg)   # (MAXMSGL of the original, not of the wrapping)
             msg.raw = msg._key = None
             msg.msg_id = msg.msg_id or new_msg_id()    # the id it keeps end to end
             msg.put_time_ns = time.time_ns()
@@ -628,7 +646,7 @@ class QueueManagerCore:
             raise InvalidAttribute(f"queue {q.name} is a transmission queue: put to a remote "
                                    "queue definition (QREMOTE) that names it instead "
                                    "(MQRC 2091 XMIT_Q_USAGE_ERROR)", queue=q.name)
-        msg = self._prepare_message(q, msg, checked=header is not None)
+        msg = self._prepare_message(q, msg, checked=checked or header is not None)
         q.last_put_ns = msg.put_time_ns
         if uow is None:
             forced = None

@@ -629,10 +629,11 @@ class RecoveryLog:
             raise LogError(f"the log can no longer be written: {self.failed}")
         name = rec.object_name.encode()
         length = encoded_length(len(name), len(rec.payload))
-        if length > self.extent_payload:
-            raise LogError(f"a log record of {length} bytes cannot fit in an extent of "
-                           f"{self.state.pages} pages", reason=2030)
         if self.end_lsn + length > self._active_limit:
+            # (only a record that does not fit here can be too big for any extent)
+            if length > self.extent_payload:
+                raise LogError(f"a log record of {length} bytes cannot fit in an extent of "
+                               f"{self.state.pages} pages", reason=2030)
             self._switch()
         rec.lsn = self.end_lsn
         rec.timestamp_ns = time.time_ns()

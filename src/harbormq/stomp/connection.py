@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.connections import Connection, new_conn_id
-from ..core.engine import UnitOfWork
+from ..core.engine import PutTarget, UnitOfWork
 from ..core.objects import DEFAULT_LOCAL_QUEUE, check_name
 from ..core.queue import LocalQueue
 from ..errors import HarbormqError, InvalidAttribute, QueueFull, UnknownObject
 from ..log.records import Message
 from .delivery import Delivery, DeliveryMixin
-from .frames import Frame, Limits, receipt_frame
+from .frames import CLIENT_COMMANDS, Frame, Limits, receipt_frame
 from .transport import FrameTransport, ProtocolError
 
 if TYPE_CHECKING:
@@ -156,10 +156,10 @@ class StompConnection(DeliveryMixin, FrameTransport):
                 raise ProtocolError(f"{cmd} before CONNECT: the first frame must be CONNECT "
                                     "or STOMP")
             return self.on_connect(frame)
-        handler = getattr(self, "on_" + cmd.lower(), None)
-        if handler is None or cmd in ("CONNECT", "STOMP"):
+        handler = _HANDLERS.get(cmd)
+        if handler is None:
             raise ProtocolError(f"{cmd}: already connected")
-        return handler(frame)
+        return getattr(self, handler)(frame)
 
     def on_connect(self, frame: Frame):
         accepted = frame.headers.get("accept-version", "1.0")
@@ -281,18 +281,20 @@ class StompConnection(DeliveryMixin, FrameTransport):
         txn = None
         if "transaction" in h:
             txn = self._transaction(frame)
-        msg = self._message(frame, name)
+        msg, target = self._message(frame, name)
         if name not in self._output_queues:
             # open (OPPROCS) before any wait for room, as MQOPEN comes before MQPUT
             self._output_queues.add(name)
             self.info.open(name, "output")
-        if self.settings.full_queue_wait_ms:
-            q = self.core.output_queue(name)[0]
+        checked = bool(self.settings.full_queue_wait_ms)
+        if checked:
+            q = target.queue
             self.core.check_put(q, msg)     # what depth cannot cure fails at once
             if self._must_wait(q):
                 return self._wait_for_room(q)
         self._leave_line()           # this SEND was held: it puts now, the next may go
-        _msg, forced = self.core.put_nowait(name, msg, txn.uow if txn else None)
+        _msg, forced = self.core.put_nowait(name, msg, txn.uow if txn else None,
+                                            target=target, checked=checked)
         self._receipt(frame, forced)
         return None
 
@@ -347,7 +349,9 @@ class StompConnection(DeliveryMixin, FrameTransport):
             held.waker.set_result(None)      # a waiting _await_room ends (closing)
         held.queue.room_check()
 
-    def _message(self, frame: Frame, queue: str) -> Message:
+    def _message(self, frame: Frame, queue: str) -> tuple[Message, PutTarget]:
+        """The message a SEND puts, and where it goes (resolved once per SEND:
+        the put itself and the flow control use the same answer)."""
         h = frame.headers
         priority = None
         if "priority" in h:
@@ -363,7 +367,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
             if value not in ("true", "false"):
                 raise ProtocolError(f"persistent {h['persistent']!r} must be true or false")
             persistent = value == "true"
-        priority, persistent = self.core.defaults_for_name(queue, priority, persistent)
+        target = self.core.output_queue(queue)
+        priority, persistent = self.core.put_defaults(target.attrs, priority, persistent)
         expiry_ns = 0
         if h.get("expires", "0") not in ("", "0"):
             try:
@@ -371,11 +376,12 @@ class StompConnection(DeliveryMixin, FrameTransport):
             except ValueError:
                 raise ProtocolError(f"expires {h['expires']!r} is not a time in milliseconds "
                                     "since the epoch") from None
-        props = {k: v for k, v in h.items() if k not in _RESERVED}
+        # most SENDs carry no user property: a set difference (in C) says so
+        props = {k: h[k] for k in h if k not in _RESERVED} if h.keys() - _RESERVED else {}
         return Message(body=frame.body, correl_id=h.get("correlation-id", "").encode(),
                        priority=priority, persistent=persistent, expiry_ns=expiry_ns,
                        reply_to=h.get("reply-to", ""), format=h.get("content-type", ""),
-                       properties=props)
+                       properties=props), target
 
     def _transaction(self, frame: Frame) -> Transaction:
         name = self._required(frame, "transaction")
@@ -455,3 +461,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
         uows = [t.uow for t in self.transactions.values()]
         uows += [d.uow for d in self.deliveries.values()]
         return uows
+
+
+#: the method that applies each frame once connected (not one built per frame)
+_HANDLERS = {cmd: "on_" + cmd.lower() for cmd in CLIENT_COMMANDS
+             if cmd not in ("CONNECT", "STOMP")}
