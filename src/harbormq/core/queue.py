@@ -366,10 +366,18 @@ class LocalQueue:
         return self.flushing
 
     def end_flush(self) -> None:
-        for key, _msg in self.flushing.items():
-            if key in self.dirty:
-                continue
-            self._mem_keys.discard(key)
+        """The store has the snapshot: its keys leave the memory layer, but for
+        those changed again since (in ``dirty``)."""
+        flushed, dirty, mem = self.flushing, self.dirty, self._mem_keys
+        if len(flushed) * 4 > len(mem):
+            # most of the layer was flushed: keeping the rest costs a scan, where
+            # a discard per key (about 0.7 µs each) held the loop for 7 ms per
+            # 10,000 keys flushed
+            self._mem_keys = SortedSet(k for k in mem if k not in flushed or k in dirty)
+        else:
+            for key in flushed:
+                if key not in dirty:
+                    mem.discard(key)
         self.flushing = {}
         self.flushing_lsn = None
         self._scan_from = None
