@@ -35,7 +35,9 @@ def test_a_record_too_big_for_any_extent_is_refused_whole_wherever_the_log_stand
                                                                                   open_qm):
     """The size check runs only when a record does not fit the active extent
     (the append's hot path skips it otherwise); it must still refuse such a
-    record before a switch, in a fresh active extent and in a three-quarters-full one."""
+    record before a switch, in the active extent as the queue manager's start
+    left it and in a three-quarters-full one. (The records are QM_START with
+    filler payloads: nothing reads them, this queue manager is not restarted.)"""
     import pytest
 
     from harbormq.errors import LogError
@@ -57,5 +59,7 @@ def test_a_record_too_big_for_any_extent_is_refused_whole_wherever_the_log_stand
             qm._call(append(too_big))
         assert err.value.facts.get("reason") == 2030
         assert (log.end_lsn, log.state.active.number, log.records_since_checkpoint) == before
-    # the largest record that fits is still taken
-    qm._call(append(b"z" * (log.extent_payload - 200)))
+    # a record that fits an extent is still taken (after a switch)
+    end = log.end_lsn
+    assert qm._call(append(b"z" * (log.extent_payload - 200))) >= end
+    assert log.end_lsn > end

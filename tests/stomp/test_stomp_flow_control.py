@@ -360,3 +360,26 @@ def test_what_room_cannot_cure_fails_at_once(long):
     c.close()
     long.sc("ALTER QLOCAL(INHIB.Q) PUT(ENABLED)")
     assert drain(long, "INHIB.Q", 1) == [b"0"]
+
+
+def test_remote_and_transmission_queue_refusals_fail_at_once(long):
+    """A SEND to a remote queue (QREMOTE) is checked on its transmission queue,
+    with the message as sent, before the producer is held for room there; a
+    SEND straight to a transmission queue fails with 2091 whatever its depth
+    (not 2051 or 2053, as it did when the flow control checked first). The
+    wait here is 10 minutes: nothing below may be waited on."""
+    long.sc("DEFINE QLOCAL(FC.XQ) USAGE(XMITQ) MAXDEPTH(1) MAXMSGL(10)\n"
+            "DEFINE QREMOTE(FC.R) RNAME(IN) RQMNAME(QMB) XMITQ(FC.XQ)\n"
+            "DEFINE QREMOTE(FC.R.INH) RNAME(IN) RQMNAME(QMB) XMITQ(FC.XQ) PUT(DISABLED)")
+    c = raw_connected(long.port)
+    fill(c, "FC.R", ["0"])                  # the transmission queue is full now
+    c.close()
+    for queue, body, code in (("FC.R", b"x" * 11, "2030"), ("FC.R.INH", b"y", "2051"),
+                              ("FC.XQ", b"z", "2091")):
+        c = raw_connected(long.port)
+        c.send("SEND", {"destination": f"/queue/{queue}", "receipt": "r"}, body)
+        err, before = expect_error(c, timeout=30)
+        assert before == [] and code in err["message"] and err["receipt-id"] == "r", \
+            (queue, err.headers)
+        c.close()
+    assert depth(long, "FC.XQ") == 1

@@ -565,10 +565,22 @@ class QueueManagerCore:
         if not 0 <= msg.priority <= 9:
             raise InvalidAttribute(f"priority {msg.priority} is out of range 0..9")
 
-    def _prepare_message(self, q: LocalQueue, msg: Message, *, checked: bool = False
-                         ) -> Message:
-        if not checked:
-            self.check_put(q, msg)
+    def check_put_to(self, target: PutTarget, msg: Message) -> None:
+        """Everything that refuses a put to ``target`` whatever its depth: a
+        message put straight on a transmission queue, then ``check_put`` (for a
+        remote queue, on its transmission queue with the message as it is,
+        before it is wrapped). A protocol server checks this before it holds a
+        producer for room (flow control), and passes ``checked`` to the put."""
+        q = target.queue
+        if target.header is None and q.attrs.get("USAGE") == "XMITQ" and \
+                not remote.is_wrapped(msg.body):
+            raise InvalidAttribute(f"queue {q.name} is a transmission queue: put to a remote "
+                                   "queue definition (QREMOTE) that names it instead "
+                                   "(MQRC 2091 XMIT_Q_USAGE_ERROR)", queue=q.name)
+        self.check_put(q, msg)
+
+    def _prepare_message(self, q: LocalQueue, msg: Message) -> Message:
+        """(after ``check_put_to``) Give the message its id, time and sequence."""
         if q.full:
             raise QueueFull(f"queue {q.name} is full: MAXDEPTH is {q.attrs['MAXDEPTH']} "
                             "(MQRC 2053 Q_FULL)", queue=q.name)
@@ -632,21 +644,19 @@ class QueueManagerCore:
         while their forces are shared.
 
         ``target``: ``output_queue(queue)``, when the caller resolved it in the
-        same step; ``checked``: the caller ran ``check_put`` on it for ``msg``."""
+        same step; ``checked``: the caller ran ``check_put_to(target, msg)``
+        in that step too (ignored without a ``target``)."""
         self.check_running()
-        q, header, _attrs = target or self.output_queue(queue)
+        if target is None or not checked:
+            target = target or self.output_queue(queue)
+            self.check_put_to(target, msg)
+        q, header, _attrs = target
         if header is not None:
-            if not checked:
-                self.check_put(q, msg)   # (MAXMSGL of the original, not of the wrapping)
             msg.raw = msg._key = None
             msg.msg_id = msg.msg_id or new_msg_id()    # the id it keeps end to end
             msg.put_time_ns = time.time_ns()
             msg = remote.wrap(msg, header)
-        elif q.attrs.get("USAGE") == "XMITQ" and not remote.is_wrapped(msg.body):
-            raise InvalidAttribute(f"queue {q.name} is a transmission queue: put to a remote "
-                                   "queue definition (QREMOTE) that names it instead "
-                                   "(MQRC 2091 XMIT_Q_USAGE_ERROR)", queue=q.name)
-        msg = self._prepare_message(q, msg, checked=checked or header is not None)
+        msg = self._prepare_message(q, msg)
         q.last_put_ns = msg.put_time_ns
         if uow is None:
             forced = None

@@ -288,10 +288,9 @@ class StompConnection(DeliveryMixin, FrameTransport):
             self.info.open(name, "output")
         checked = bool(self.settings.full_queue_wait_ms)
         if checked:
-            q = target.queue
-            self.core.check_put(q, msg)     # what depth cannot cure fails at once
-            if self._must_wait(q):
-                return self._wait_for_room(q)
+            self.core.check_put_to(target, msg)    # what room cannot cure fails at once
+            if self._must_wait(target.queue):
+                return self._wait_for_room(target.queue)
         self._leave_line()           # this SEND was held: it puts now, the next may go
         _msg, forced = self.core.put_nowait(name, msg, txn.uow if txn else None,
                                             target=target, checked=checked)
