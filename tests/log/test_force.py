@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from harbormq.errors import LogError
 from harbormq.log.records import RecordType
 
 
@@ -38,10 +41,6 @@ def test_a_record_too_big_for_any_extent_is_refused_whole_wherever_the_log_stand
     record before a switch, in the active extent as the queue manager's start
     left it and in a three-quarters-full one. (The records are QM_START with
     filler payloads: nothing reads them, this queue manager is not restarted.)"""
-    import pytest
-
-    from harbormq.errors import LogError
-
     make_qm()             # 64-page extents
     qm = open_qm()
     log = qm.core.log
