@@ -1046,11 +1046,13 @@ class QueueManagerCore:
                                 f"{target}")
                 return
             except (QueueFull, PutInhibited, GetInhibited, UnknownObject, MessageTooLong,
-                    ObjectDamaged) as exc:
+                    ObjectDamaged, LogFull) as exc:
                 if uow.state in ("active", "backing_out"):
                     self._undo_quietly(uow)
                 self.oplog.emit("HMQ7509W", f"could not move message {msg.msg_id.hex()} to "
                                 f"{target}: {exc}")
+                if isinstance(exc, LogFull):
+                    break       # any other target needs the log as much
         self.oplog.emit("HMQ7510W", f"message {msg.msg_id.hex()} stays on {q.name} although "
                         "it reached its backout threshold: no backout or dead-letter queue "
                         "could take it")
@@ -1064,7 +1066,12 @@ class QueueManagerCore:
                 op.queue.put_backed_out()
         uow.ops.clear()
         if uow.first_lsn:
-            self.append_record(RecordType.UOW_BACKOUT, uow_id=uow.id, prev_lsn=uow.last_lsn)
+            try:
+                self.append_record(RecordType.UOW_BACKOUT, uow_id=uow.id, prev_lsn=uow.last_lsn)
+            except LogFull:
+                # its records end in the log as an unfinished unit of work,
+                # which restart backs out: the message stays where it was
+                pass
         uow.state = "backed_out"
         self.uows.pop(uow.id, None)
 
