@@ -1,15 +1,19 @@
 """A message that reaches BOTHRESH is moved to its backout queue in a unit of
 work of the queue manager's own. When the log is full for that move, the
-message stays where it is (HMQ7509W, HMQ7510W), the backout that triggered
-the move still succeeds, and nothing is left locked or in flight. Before,
-LogFull escaped from the backout: the caller saw its backout fail, the
-move's unit of work stayed active holding the message, and a restart's
-requeue would have stopped the restart.
+message stays where it is (HMQ7509W, HMQ7510W) and the backout that triggered
+the move still succeeds. The move is backed out at once; if even its BACKOUT
+record is refused, it stays in flight, holding the message, until the log
+takes that record or restart backs it out. Before, LogFull escaped from the
+backout: the caller saw its backout fail, the move's unit of work stayed
+active holding the message, and a restart's requeue would have stopped the
+restart.
 
 The log's append is made to raise LogFull for chosen records (a circular log
 full at that moment, on cue), with the real queue manager."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -43,7 +47,7 @@ def _requeue_uows(qm) -> list:
     return [u for u in qm.core.uows.values() if u.owner == "backout-requeue"]
 
 
-@pytest.mark.parametrize("refused", ["put", "put and backout", "commit"])
+@pytest.mark.parametrize("refused", ["get", "put", "commit"])
 def test_a_backout_requeue_the_full_log_refuses_leaves_the_message_where_it_was(
         poison, refused):
     qm, full = poison
@@ -54,10 +58,8 @@ def test_a_backout_requeue_the_full_log_refuses_leaves_the_message_where_it_was(
             requeue_uow.add(rec.uow_id)
         if rec.uow_id not in requeue_uow:
             return False
-        if refused == "commit":
-            return rec.type == RecordType.UOW_COMMIT
-        return rec.type == RecordType.MSG_PUT or (
-            refused == "put and backout" and rec.type == RecordType.UOW_BACKOUT)
+        return rec.type == {"get": RecordType.MSG_GET, "put": RecordType.MSG_PUT,
+                            "commit": RecordType.UOW_COMMIT}[refused]
     full(pred)
     uow = qm.begin()
     assert uow.get("Q1").body == b"poison"
@@ -67,6 +69,7 @@ def test_a_backout_requeue_the_full_log_refuses_leaves_the_message_where_it_was(
     assert "HMQ7509W" in ids and "HMQ7510W" in ids and "HMQ7508I" not in ids
     assert _requeue_uows(qm) == []
     assert qm.queue_status("BOQ")["CURDEPTH"] == 0
+    assert qm.core.queues["BOQ"].uncommitted_puts == 0
     # the message is on Q1, unlocked: the next get takes it
     full(None)
     again = qm.begin()
@@ -76,19 +79,57 @@ def test_a_backout_requeue_the_full_log_refuses_leaves_the_message_where_it_was(
     assert qm.queue_status("Q1")["CURDEPTH"] == 0
 
 
-def test_after_a_refused_requeue_a_restart_finds_the_message_once(poison, open_qm):
-    """The move's records written before the log filled (its BEGIN and GET,
-    with no BACKOUT when that was refused too) end as an unfinished unit of
-    work: restart backs it out. The message is then on Q1 or, moved by
-    restart's own requeue, on BOQ: once, not twice and not lost."""
+def _refuse_the_move_and_its_end(full, app_uow_id: int) -> None:
+    """The move's PUT and its BACKOUT are refused (not the application's own)."""
+    full(lambda rec: (rec.type == RecordType.MSG_PUT and rec.object_name == "BOQ")
+         or (rec.type == RecordType.UOW_BACKOUT and rec.uow_id != app_uow_id))
+
+
+def _wait(until, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not until():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_requeue_the_log_cannot_end_holds_its_message_until_it_can(poison):
+    """Its GET is in the log, and so it stays in flight, holding the message,
+    until its BACKOUT can be logged; then it is backed out and the message is
+    free again. (Dropped from memory at once, the message could be consumed
+    while the log still says the move has it: restart would later give it
+    back.)"""
     qm, full = poison
     uow = qm.begin()
     uow.get("Q1")
-    full(lambda rec: (rec.type == RecordType.MSG_PUT and rec.object_name == "BOQ")
-         or (rec.type == RecordType.UOW_BACKOUT and rec.uow_id != uow.id))
+    _refuse_the_move_and_its_end(full, uow.id)
     uow.backout()
-    assert "HMQ7509W" in qm.core.oplog.ids()
+    assert "HMQ7513W" in qm.core.oplog.ids()
+    [held] = _requeue_uows(qm)
+    assert held.state == "backing_out"
+    assert qm.get("Q1") is None                      # locked by the move
     full(None)
-    qm.close("immediate")
+    assert _wait(lambda: _requeue_uows(qm) == []), "the move was never backed out"
+    assert "HMQ7514I" in qm.core.oplog.ids()
+    got = qm.get("Q1")
+    assert got is not None and got.body == b"poison"
+    assert qm.browse("BOQ") == []
+
+
+@pytest.mark.parametrize("stop", ["immediate", "preemptive", "controlled"])
+def test_a_requeue_still_in_flight_at_a_stop_is_backed_out_by_restart(poison, open_qm, stop):
+    """The queue manager stops (a controlled stop does not wait for the move)
+    while the log still refuses the move's BACKOUT: restart backs the move out.
+    The message is then on Q1 or, moved by restart's own requeue, on BOQ:
+    once, not twice and not lost."""
+    qm, full = poison
+    uow = qm.begin()
+    uow.get("Q1")
+    _refuse_the_move_and_its_end(full, uow.id)
+    uow.backout()
+    assert [u.state for u in _requeue_uows(qm)] == ["backing_out"]
+    qm.close(stop)
+    full(None)
     qm = open_qm()
     assert [m.body for m in qm.browse("Q1") + qm.browse("BOQ")] == [b"poison"]

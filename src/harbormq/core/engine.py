@@ -91,6 +91,10 @@ def new_msg_id() -> bytes:
     return b"HMQ\0" + _id_prefix + next(_id_counter).to_bytes(8, "big") + b"\0\0\0\0"
 
 
+#: how often a requeue that the full log could not end tries again (seconds)
+REQUEUE_RETRY_S = 1.0
+
+
 class PutTarget(NamedTuple):
     """Where a put to a name goes (``output_queue``)."""
     queue: LocalQueue
@@ -1047,10 +1051,13 @@ class QueueManagerCore:
                 return
             except (QueueFull, PutInhibited, GetInhibited, UnknownObject, MessageTooLong,
                     ObjectDamaged, LogFull) as exc:
-                if uow.state in ("active", "backing_out"):
-                    self._undo_quietly(uow)
                 self.oplog.emit("HMQ7509W", f"could not move message {msg.msg_id.hex()} to "
                                 f"{target}: {exc}")
+                if uow.state in ("active", "backing_out"):
+                    try:
+                        self._undo_quietly(uow)
+                    except LogFull:
+                        self._end_requeue_later(uow)
                 if isinstance(exc, LogFull):
                     break       # any other target needs the log as much
         self.oplog.emit("HMQ7510W", f"message {msg.msg_id.hex()} stays on {q.name} although "
@@ -1058,22 +1065,45 @@ class QueueManagerCore:
                         "could take it")
 
     def _undo_quietly(self, uow: UnitOfWork) -> None:
-        # the requeue's own get is backed out without counting against the message
+        """Back out a requeue's unit of work without counting its get against
+        the message. Its BACKOUT record comes first: when the log refuses it
+        (LogFull), nothing has changed, in memory or in the log."""
+        if uow.first_lsn:
+            self.append_record(RecordType.UOW_BACKOUT, uow_id=uow.id, prev_lsn=uow.last_lsn)
         for op in uow.ops:
             if op.kind == "get":
                 op.queue.unlocked(op.msg.key)
             else:
                 op.queue.put_backed_out()
         uow.ops.clear()
-        if uow.first_lsn:
-            try:
-                self.append_record(RecordType.UOW_BACKOUT, uow_id=uow.id, prev_lsn=uow.last_lsn)
-            except LogFull:
-                # its records end in the log as an unfinished unit of work,
-                # which restart backs out: the message stays where it was
-                pass
         uow.state = "backed_out"
         self.uows.pop(uow.id, None)
+
+    def _end_requeue_later(self, uow: UnitOfWork) -> None:
+        """A requeue whose records are in the log but whose BACKOUT the full log
+        refused stays in flight, holding the message, as the log says it is
+        (dropped from memory alone, restart would later undo its get against a
+        queue that has moved on). It is backed out as soon as the log takes
+        the record; if the queue manager stops first, restart backs it out.
+        Marked backing out: a controlled stop waits for applications' units
+        of work, not for this one."""
+        uow.state = "backing_out"
+        self.oplog.emit("HMQ7513W", f"unit of work {uow.id} of a move to a backout queue "
+                        "could not be ended (the log is full): it holds its message until "
+                        "its backout can be logged")
+
+        async def retry() -> None:
+            while uow.state == "backing_out" and uow.id in self.uows and not self.stopping:
+                await asyncio.sleep(REQUEUE_RETRY_S)
+                if uow.state != "backing_out" or uow.id not in self.uows:
+                    return          # backed out meanwhile (the log-space relief)
+                try:
+                    self._undo_quietly(uow)
+                except LogFull:
+                    continue
+                self.oplog.emit("HMQ7514I", f"unit of work {uow.id} of a move to a backout "
+                                "queue is backed out")
+        self.spawn(retry())
 
     async def resolve(self, uow_id: int, commit: bool) -> None:
         """Resolve an in-doubt unit of work by id (MQ's RESOLVE/rsvmqtrn)."""
