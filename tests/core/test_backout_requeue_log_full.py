@@ -133,3 +133,23 @@ def test_a_requeue_still_in_flight_at_a_stop_is_backed_out_by_restart(poison, op
     full(None)
     qm = open_qm()
     assert [m.body for m in qm.browse("Q1") + qm.browse("BOQ")] == [b"poison"]
+
+
+def test_a_move_held_after_another_refusal_is_not_tried_elsewhere(poison):
+    """BOQ refuses the move (full), then the log refuses the move's BACKOUT: the
+    move holds the message, so the dead-letter queue is not tried (it would
+    find the message locked), and HMQ7510W still says where the message is."""
+    qm, full = poison
+    qm.alter_queue("BOQ", MAXDEPTH=1)
+    qm.put("BOQ", b"filler")
+    uow = qm.begin()
+    uow.get("Q1")
+    full(lambda rec: rec.type == RecordType.UOW_BACKOUT and rec.uow_id != uow.id)
+    uow.backout()
+    ids = qm.core.oplog.ids()
+    assert "HMQ7513W" in ids and "HMQ7510W" in ids and "HMQ7508I" not in ids
+    assert [u.state for u in _requeue_uows(qm)] == ["backing_out"]
+    assert qm.browse("SYSTEM.DEAD.LETTER.QUEUE") == []
+    full(None)
+    assert _wait(lambda: _requeue_uows(qm) == [])
+    assert [m.body for m in qm.browse("Q1")] == [b"poison"]

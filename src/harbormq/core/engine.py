@@ -1058,6 +1058,7 @@ class QueueManagerCore:
                         self._undo_quietly(uow)
                     except LogFull:
                         self._end_requeue_later(uow)
+                        break   # the message is held by this move until it ends
                 if isinstance(exc, LogFull):
                     break       # any other target needs the log as much
         self.oplog.emit("HMQ7510W", f"message {msg.msg_id.hex()} stays on {q.name} although "
@@ -1088,15 +1089,17 @@ class QueueManagerCore:
         Marked backing out: a controlled stop waits for applications' units
         of work, not for this one."""
         uow.state = "backing_out"
+        holds = ("it holds its message" if any(op.kind == "get" for op in uow.ops) else
+                 "its get was not logged, so it holds no message")
         self.oplog.emit("HMQ7513W", f"unit of work {uow.id} of a move to a backout queue "
-                        "could not be ended (the log is full): it holds its message until "
-                        "its backout can be logged")
+                        f"could not be ended (the log is full): {holds}; it stays in flight "
+                        "until its backout can be logged")
 
         async def retry() -> None:
-            while uow.state == "backing_out" and uow.id in self.uows and not self.stopping:
+            while True:
                 await asyncio.sleep(REQUEUE_RETRY_S)
-                if uow.state != "backing_out" or uow.id not in self.uows:
-                    return          # backed out meanwhile (the log-space relief)
+                if self.stopping or uow.state != "backing_out" or uow.id not in self.uows:
+                    return          # restart ends it, or it was backed out meanwhile
                 try:
                     self._undo_quietly(uow)
                 except LogFull:
