@@ -645,8 +645,14 @@ def admin_socket(qm):
 
     server = qm._call(asyncio.start_unix_server(serve, path=str(qm.config.admin_socket)))
     yield requests
-    server.close()
-    qm._call(server.wait_closed())
+
+    async def close() -> None:
+        # on the loop's own thread: asyncio's Server is not thread-safe, and a
+        # close from this thread raced the loop ending the last connection
+        # (TypeError in Server._wakeup, seen once in CI)
+        server.close()
+        await server.wait_closed()
+    qm._call(close())
 
 
 def test_sc_runs_stdin_and_dash_c(qm, admin_socket):
