@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from harbormq.core.engine import REQUEUE_OWNER
 from harbormq.errors import LogFull
 from harbormq.log.records import RecordType
 
@@ -44,7 +45,7 @@ def poison(make_qm, open_qm):
 
 
 def _requeue_uows(qm) -> list:
-    return [u for u in qm.core.uows.values() if u.owner == "backout-requeue"]
+    return [u for u in qm.core.uows.values() if u.owner == REQUEUE_OWNER]
 
 
 @pytest.mark.parametrize("refused", ["get", "put", "commit"])
@@ -96,8 +97,8 @@ def _wait(until, timeout: float = 10.0) -> bool:
 
 def test_a_requeue_the_log_cannot_end_holds_its_message_until_it_can(poison):
     """Its GET is in the log, and so it stays in flight, holding the message,
-    until its BACKOUT can be logged; then it is backed out and the message is
-    free again. (Dropped from memory at once, the message could be consumed
+    until its BACKOUT can be logged: the next checkpoint (what frees log
+    space) backs it out, and the message is free again. (Dropped from memory at once, the message could be consumed
     while the log still says the move has it: restart would later give it
     back.)"""
     qm, full = poison
@@ -110,6 +111,7 @@ def test_a_requeue_the_log_cannot_end_holds_its_message_until_it_can(poison):
     assert held.state == "backing_out"
     assert qm.get("Q1") is None                      # locked by the move
     full(None)
+    qm.checkpoint()             # what frees log space: it ends the held move
     assert _wait(lambda: _requeue_uows(qm) == []), "the move was never backed out"
     assert "HMQ7514I" in qm.core.oplog.ids()
     got = qm.get("Q1")
@@ -151,5 +153,6 @@ def test_a_move_held_after_another_refusal_is_not_tried_elsewhere(poison):
     assert [u.state for u in _requeue_uows(qm)] == ["backing_out"]
     assert qm.browse("SYSTEM.DEAD.LETTER.QUEUE") == []
     full(None)
+    qm.checkpoint()
     assert _wait(lambda: _requeue_uows(qm) == [])
     assert [m.body for m in qm.browse("Q1")] == [b"poison"]

@@ -91,8 +91,8 @@ def new_msg_id() -> bytes:
     return b"HMQ\0" + _id_prefix + next(_id_counter).to_bytes(8, "big") + b"\0\0\0\0"
 
 
-#: how often a requeue that the full log could not end tries again (seconds)
-REQUEUE_RETRY_S = 1.0
+#: the owner of the units of work that move messages at BOTHRESH
+REQUEUE_OWNER = "backout-requeue"
 
 
 class PutTarget(NamedTuple):
@@ -1035,7 +1035,7 @@ class QueueManagerCore:
         for target in targets:
             if target not in self.queues or target == q.name:
                 continue
-            uow = self.begin(owner="backout-requeue")
+            uow = self.begin(owner=REQUEUE_OWNER)
             try:
                 got, _ = self.get_nowait(q.name, uow, match=MessageMatch(msg_id=msg.msg_id))
                 if got is None:  # somebody else took it meanwhile
@@ -1084,10 +1084,10 @@ class QueueManagerCore:
         """A requeue whose records are in the log but whose BACKOUT the full log
         refused stays in flight, holding the message, as the log says it is
         (dropped from memory alone, restart would later undo its get against a
-        queue that has moved on). It is backed out as soon as the log takes
-        the record; if the queue manager stops first, restart backs it out.
-        Marked backing out: a controlled stop waits for applications' units
-        of work, not for this one."""
+        queue that has moved on). A checkpoint is what frees log space: each
+        one ends such requeues (``_end_held_requeues``); if the queue manager
+        stops first, restart backs them out. Marked backing out: a controlled
+        stop waits for applications' units of work, not for this one."""
         uow.state = "backing_out"
         holds = ("it holds its message" if any(op.kind == "get" for op in uow.ops) else
                  "its get was not logged, so it holds no message")
@@ -1095,18 +1095,17 @@ class QueueManagerCore:
                         f"could not be ended (the log is full): {holds}; it stays in flight "
                         "until its backout can be logged")
 
-        async def retry() -> None:
-            while True:
-                await asyncio.sleep(REQUEUE_RETRY_S)
-                if self.stopping or uow.state != "backing_out" or uow.id not in self.uows:
-                    return          # restart ends it, or it was backed out meanwhile
-                try:
-                    self._undo_quietly(uow)
-                except LogFull:
-                    continue
-                self.oplog.emit("HMQ7514I", f"unit of work {uow.id} of a move to a backout "
-                                "queue is backed out")
-        self.spawn(retry())
+    def _end_held_requeues(self) -> None:
+        """(after a checkpoint) Back out the requeues ``_end_requeue_later`` left
+        in flight, now that the log may take their BACKOUT records."""
+        for u in [u for u in self.uows.values()
+                  if u.owner == REQUEUE_OWNER and u.state == "backing_out"]:
+            try:
+                self._undo_quietly(u)
+            except LogFull:
+                return
+            self.oplog.emit("HMQ7514I", f"unit of work {u.id} of a move to a backout queue "
+                            "is backed out")
 
     async def resolve(self, uow_id: int, commit: bool) -> None:
         """Resolve an in-doubt unit of work by id (MQ's RESOLVE/rsvmqtrn)."""
@@ -1285,6 +1284,7 @@ class QueueManagerCore:
             self.last_checkpoint = table | {"end_lsn": end}
             self.report_log_need()
             self._warn_long_units_of_work()
+            self._end_held_requeues()
             self.log_management.after_checkpoint()
             return self.last_checkpoint
 
