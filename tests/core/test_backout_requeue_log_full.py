@@ -98,9 +98,9 @@ def _wait(until, timeout: float = 10.0) -> bool:
 def test_a_requeue_the_log_cannot_end_holds_its_message_until_it_can(poison):
     """Its GET is in the log, and so it stays in flight, holding the message,
     until its BACKOUT can be logged: the next checkpoint (what frees log
-    space) backs it out, and the message is free again. (Dropped from memory at once, the message could be consumed
-    while the log still says the move has it: restart would later give it
-    back.)"""
+    space) backs it out, and the message is free again. (Dropped from memory
+    at once, the message could be consumed while the log still says the move
+    has it: restart would later give it back.)"""
     qm, full = poison
     uow = qm.begin()
     uow.get("Q1")
