@@ -5,11 +5,13 @@ chosen records (a circular log full at that moment, on cue)."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import time
 from types import SimpleNamespace
 
 import pytest
-from support.stomp_helpers import raw_connected
+from support.stomp_helpers import build_frame, raw_connected
 
 from harbormq.errors import LogFull
 from harbormq.log.records import RecordType
@@ -117,3 +119,40 @@ def test_a_hardenbo_delivery_whose_get_the_full_log_refuses_leaves_no_unit_of_wo
     _settle(qm, lambda: not core.uows)
     assert not core.uows and not core.queues["HB"].locked
     assert [(m.body, m.backout_count) for m in qm.browse("HB")] == [(b"h", 0)]
+
+
+def test_an_error_while_receipts_wait_for_a_force_sends_them_first(stomp_qm, monkeypatch, caplog):
+    """Receipts waiting for a force when a later SEND fails (the log full): the
+    frames before the failing one were applied, so their RECEIPTs go out, then
+    the ERROR, then the close. (The ERROR went first and half-closed the
+    socket; the receipts released by the force then wrote after write_eof:
+    'RuntimeError: Cannot call write() after write_eof()', and were lost.)"""
+    qm, port, full = stomp_qm
+    qm.define_queue("Q1", DEFPSIST="YES")
+    real_fdatasync = os.fdatasync
+
+    def slow_fdatasync(fd):             # the force is still running when r2 fails
+        time.sleep(0.3)
+        real_fdatasync(fd)
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    puts = []
+
+    def second_put_fails(rec) -> bool:
+        if rec.type == RecordType.MSG_PUT:
+            puts.append(rec)
+            return len(puts) == 2
+        return False
+    full(second_put_fails)
+    c = raw_connected(port)
+    c.send_bytes(build_frame("SEND", {"destination": "/queue/Q1", "receipt": "r1"}, b"one")
+                 + build_frame("SEND", {"destination": "/queue/Q1", "receipt": "r2"}, b"two"))
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        frames = c.wait_closed()
+        time.sleep(0.6)             # the force ends meanwhile, and what it releases runs
+    full(None)
+    c.close()
+    assert [(f.command, f.get("receipt-id")) for f in frames] == \
+        [("RECEIPT", "r1"), ("ERROR", "r2")], frames
+    assert "full" in frames[-1].body.decode()
+    assert not [r for r in caplog.records if "write_eof" in r.getMessage()]
+    assert [m.body for m in qm.browse("Q1")] == [b"one"]

@@ -53,6 +53,10 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         self.closed = False
         self._closing = False
         self._disconnecting = False
+        #: an ERROR waits behind held frames: close once they are out
+        self._close_after_held = False
+        #: our side is half-closed (write_eof): nothing more may be written
+        self._eof_sent = False
         self.last_recv = time.monotonic()
         self.last_send = time.monotonic()
         #: the one pending timer of each kind (connect deadline, beat, alive check):
@@ -101,7 +105,7 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
             self.transport.resume_reading()
 
     def _send(self, data: bytes) -> None:
-        if self.closed:
+        if self.closed or self._eof_sent:
             return
         self._out.append(data)
         if not self._flush_scheduled:
@@ -110,7 +114,7 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        if self._out and not self.closed:
+        if self._out and not self.closed and not self._eof_sent:
             self.transport.write(b"".join(self._out))
             self.last_send = time.monotonic()
         self._out.clear()
@@ -165,10 +169,17 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
                         dropped.add_done_callback(_retrieve)
                 self._held.clear()
                 self._closing = False   # this failure must still be reported
+                self._close_after_held = False
                 self.fail(f"the log could not be forced: {fut.exception()}")
                 return
             if out is not None:
                 self._send(out)
+        if self._close_after_held:      # the ERROR was the last held frame
+            self._close_after_held = False
+            self._flush()
+            if self.transport is not None:
+                self._close_politely()
+            return
         if self._held_full and not self._closing:
             self._held_full = False
             self._writable()
@@ -187,9 +198,17 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
             headers["receipt-id"] = frame.headers["receipt"]
         body = ((detail or message) + "\n").encode()
         headers["content-type"] = "text/plain"
-        self._send(self._frame("ERROR", headers, body))
-        self._flush()
+        error = self._frame("ERROR", headers, body)
         self._pending_frames.clear()
+        if self._held:
+            # the frames before this one were applied and their RECEIPTs wait for
+            # a force: they go first, in order, then the ERROR, then the close
+            self._pause_reading()
+            self._held.append((None, error))
+            self._close_after_held = True
+            return
+        self._send(error)
+        self._flush()
         if self.transport is not None:
             self._close_politely()
 
@@ -203,6 +222,7 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
             t.close()
             return
         t.write_eof()
+        self._eof_sent = True
         self._resume_reading()
         self._timers["linger"] = self.loop.call_later(LINGER_S, t.close)
 
