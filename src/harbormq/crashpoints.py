@@ -1,15 +1,20 @@
-"""Named crash points for the crash harness.
+"""Named crash points for the crash harness, and delay points for slow disks.
 
 Set ``HARBORMQ_CRASH_AT=name`` (or ``name:N`` to crash at the N-th time the
 point is reached) and the process SIGKILLs itself there. Unset, every call is
 a dictionary-free no-op. The names are the durability boundaries of the
 system, so the tests can aim at exactly the windows that matter.
+
+Set ``HARBORMQ_DELAY_AT=name:MS`` and every pass through the delay point
+``name`` sleeps MS milliseconds first: a slow disk under that write, on cue
+(``store.flush``: each store write of a flush, on its I/O thread).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 POINTS = (
     "log.after_write_before_fsync",     # bytes written to the extent, not yet forced
@@ -34,6 +39,10 @@ POINTS = (
                                         # control file not yet listing it
 )
 
+DELAY_POINTS = (
+    "store.flush",                      # a store's write transaction of a flush, before it
+)
+
 _target, _, _count = (os.environ.get("HARBORMQ_CRASH_AT") or "").partition(":")
 _remaining = int(_count) if _count else 1
 if _target and _target not in POINTS:
@@ -48,3 +57,16 @@ def crash_point(name: str) -> None:
     _remaining -= 1
     if _remaining <= 0:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+_delay_target, _, _delay_ms = (os.environ.get("HARBORMQ_DELAY_AT") or "").partition(":")
+if _delay_target and _delay_target not in DELAY_POINTS:
+    raise SystemExit(f"HARBORMQ_DELAY_AT names an unknown delay point {_delay_target!r}; "
+                     f"known: {', '.join(DELAY_POINTS)}")
+_delay_s = float(_delay_ms or 0) / 1000
+
+
+def delay_point(name: str) -> None:
+    """Sleep here when HARBORMQ_DELAY_AT names this point (never on the loop thread)."""
+    if name == _delay_target:
+        time.sleep(_delay_s)

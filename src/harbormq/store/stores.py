@@ -40,7 +40,7 @@ from pathlib import Path
 import lmdb
 from crc32c import crc32c
 
-from ..crashpoints import crash_point
+from ..crashpoints import crash_point, delay_point
 from ..errors import StoreDamaged
 from ..fsutil import FILE_MODE, fsync_dir, make_dirs, remove_tree
 from ..log.records import Message
@@ -439,6 +439,7 @@ class QueueStore(Store):
         New messages mostly have keys past the end of their priority's range, so
         puts go in key order with LMDB's append mode where the key is past the
         last one: pages fill up instead of splitting half-empty."""
+        delay_point("store.flush")
         indexed = index_type != "NONE"
         with self._changing_messages() as txn:
             for key, msg in changes.items():
