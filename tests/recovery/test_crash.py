@@ -715,7 +715,7 @@ OTHER_HARNESSES = {
     "channel.receiver_committed": "channels/test_channel_crash.py",
     "backup.mid_copy": "backup/test_backup.py",
     "restore.mid_swap": "backup/test_backup_verify.py",
-    "standby.after_fetch": "backup/test_standby.py",
+    "standby.after_fetch": "qmgr/test_standby.py",
 }
 
 

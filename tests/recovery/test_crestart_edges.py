@@ -15,8 +15,8 @@ import tomllib
 
 import pytest
 import tomli_w
+from support.lost_log import lose_the_log
 from test_crestart import bodies, crestart, log_end
-from test_reset_log import lose_the_log
 
 from harbormq import QueueManager
 from harbormq.cli.main import main

@@ -1,17 +1,20 @@
 """Helpers for the STOMP tests: a queue manager server process on a free
-loopback port, a raw-socket STOMP client (exact bytes in, parsed frames out)
-and a collecting listener for stomp.py.
+loopback port, a raw-socket STOMP client (exact bytes in, parsed frames out),
+the short steps the end-to-end tests repeat (a queue's depth, SENDs with
+receipts, a SUBSCRIBE, the ERROR a connection ends with) and a collecting
+listener for stomp.py.
 
-Used by tests/stomp/ (test_stomp.py, test_stomp_frames.py, test_stomp_crash.py),
-tests/recovery/test_power_cut.py, tests/pipeline/test_pipeline_loadfile.py and by
-the crash workload child (tests/support/stomp_crash_workload.py), so it imports
-nothing from pytest.
+Used by tests/stomp/, by tests of other folders that run STOMP clients
+(backup, channels, recovery's power cuts, pipeline, unload, ...) and by the
+crash workload child (tests/support/stomp_crash_workload.py), so it imports
+nothing from pytest; the fixtures of tests/stomp/ are in its conftest.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -463,6 +466,47 @@ def raw_connected(port: int, **kw) -> RawStomp:
     f = c.connect(**kw)
     assert f.command == "CONNECTED", f"{f.headers} {f.body!r}"
     return c
+
+
+# ------------------------------------------------------------------------- end-to-end helpers
+
+def depth(srv: QMServer, queue: str) -> int:
+    out = srv.sc(f"DISPLAY QSTATUS({queue}) CURDEPTH")
+    m = re.search(r"CURDEPTH\((\d+)\)", out)
+    assert m, out
+    return int(m.group(1))
+
+
+def send_all(c: RawStomp, queue: str, bodies, **headers) -> None:
+    for b in bodies:
+        c.call("SEND", {"destination": f"/queue/{queue}", **headers},
+               b if isinstance(b, bytes) else b.encode())
+
+
+def subscribe(c: RawStomp, queue: str, sub_id: str = "s1", ack: str = "client-individual",
+              **headers) -> list:
+    return c.call("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": sub_id, "ack": ack,
+                                **headers})
+
+
+def bodies(frames) -> list[bytes]:
+    return [f.body for f in frames]
+
+
+def quiet(c: RawStomp, t: float = 0.3) -> None:
+    """Nothing more arrives on ``c`` for ``t`` seconds."""
+    extra = c.poll(t)
+    assert extra == [], f"unexpected frames: {[(f.command, f.headers) for f in extra]}"
+
+
+def expect_error(c: RawStomp, *fragments: str):
+    frames = c.wait_closed(timeout=20)
+    errors = [f for f in frames if f.command == "ERROR"]
+    assert errors, f"no ERROR before the close: {frames}"
+    msg = errors[-1].get("message", "")
+    for frag in fragments:
+        assert frag in msg, f"{frag!r} not in ERROR message {msg!r}"
+    return errors[-1]
 
 
 # ------------------------------------------------------------------------- stomp.py

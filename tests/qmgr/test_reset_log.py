@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from support.lost_log import lose_the_log
 from support.oplog import operator_log
 
 from harbormq.cli.main import main
@@ -20,16 +21,6 @@ BOTH_LOGS = pytest.mark.parametrize("log_type", ["circular", "linear"])
 
 def bodies(qm, queue):
     return [m.body.decode() for m in qm.browse(queue, limit=100_000)]
-
-
-def lose_the_log(name="QM1"):
-    """Every extent gone, one control-file copy gone, the other unreadable."""
-    log_dir = QMConfig.load(name).log_dir
-    for p in log_dir.iterdir():
-        if p.is_file() and p.name != "control.1":
-            p.unlink()
-    (log_dir / "control.1").write_bytes(b"\0" * 100)
-    return log_dir
 
 
 def reset(capsys, *args, name="QM1"):

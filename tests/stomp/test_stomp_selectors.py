@@ -1,0 +1,62 @@
+"""Selectors on SUBSCRIBE: JMSCorrelationID (on a queue with and without a
+CORRELID index) and JMSMessageID, and the selectors the server does not
+support, refused with an ERROR.
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.stomp_helpers import (
+    bodies,
+    expect_error,
+    quiet,
+    send_all,
+    subscribe,
+)
+
+
+def test_selector_correlation_id(server, conns):
+    c = conns.raw(server.port)
+    for body, corr in [("a", "c1"), ("b", "c2"), ("c", "c1"), ("d", "it's")]:
+        c.call("SEND", {"destination": "/queue/SELC.Q", "correlation-id": corr}, body.encode())
+    subscribe(c, "SELC.Q", "x", selector="JMSCorrelationID = 'c1'")
+    assert bodies(c.messages(2)) == [b"a", b"c"]
+    quiet(c, 0.2)
+    subscribe(c, "SELC.Q", "y", selector="JMSCorrelationID='it''s'")
+    assert bodies(c.messages(1)) == [b"d"]
+    quiet(c, 0.2)
+
+
+@pytest.mark.parametrize("prefix", ["", "ID:"])
+def test_selector_message_id(server, conns, prefix):
+    q = f"SELM{len(prefix)}.Q"
+    c = conns.raw(server.port)
+    send_all(c, q, ["a", "b", "c"])
+    subscribe(c, q, **{"prefetch-count": "3"})
+    got = c.messages(3)
+    wanted = got[1]["message-id"]
+    c.call("UNSUBSCRIBE", {"id": "s1"})          # all three back on the queue
+    subscribe(c, q, "sel", selector=f"JMSMessageID = '{prefix}{wanted}'")
+    m = c.messages(1)[0]
+    assert m.body == b"b" and m["message-id"] == wanted
+    quiet(c, 0.2)
+
+
+def test_selector_with_correlid_index(server, conns):
+    server.sc("DEFINE QLOCAL(SELIX.Q) INDXTYPE(CORRELID)")
+    c = conns.raw(server.port)
+    for i in range(30):
+        c.send("SEND", {"destination": "/queue/SELIX.Q", "correlation-id": f"k{i % 3}"},
+               f"m{i}".encode())
+    c.call("BEGIN", {"transaction": "sync"})
+    subscribe(c, "SELIX.Q", selector="JMSCorrelationID = 'k2'", ack="auto")
+    assert bodies(c.messages(10)) == [f"m{i}".encode() for i in range(2, 30, 3)]
+    quiet(c, 0.2)
+
+
+@pytest.mark.parametrize("selector", ["color = 'red'", "JMSCorrelationID = c1",
+                                      "JMSMessageID = 'zz'"])
+def test_unsupported_selector_is_an_error(server, conns, selector):
+    c = conns.raw(server.port)
+    c.send("SUBSCRIBE", {"destination": "/queue/SELX.Q", "id": "1", "selector": selector})
+    expect_error(c, "selector" if "zz" not in selector else "JMSMessageID")
