@@ -31,9 +31,8 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..crashpoints import crash_point
 from ..errors import ControlFileMismatch, LogCorrupt, LogError, LogFull, LogMissing
@@ -51,35 +50,13 @@ from .records import (
     extent_file_name,
 )
 
-MIN_PAGES, MAX_PAGES = 32, 65535
+if TYPE_CHECKING:
+    from ..config import LogSettings
+
 EXTENT_END_LENGTH = encoded_length(0, 0)
 #: wake the writer once this many bytes wait, even if nobody forces yet
 WAKE_BYTES = 256 * 1024
 ZERO_CHUNK = bytes(1 << 20)
-
-
-@dataclass
-class LogSettings:
-    log_type: str = "circular"
-    pages: int = 4096
-    primary: int = 3
-    secondary: int = 2
-    checkpoint_records: int = 10_000
-
-    def validate(self) -> None:
-        from ..errors import ConfigError
-        if self.log_type not in ("circular", "linear"):
-            raise ConfigError(f"log type must be 'circular' or 'linear', not {self.log_type!r}")
-        if not MIN_PAGES <= self.pages <= MAX_PAGES:
-            raise ConfigError(f"--log-file-pages {self.pages} is out of range: it must be "
-                              f"between {MIN_PAGES} and {MAX_PAGES} (4 KiB pages)")
-        if self.primary < 2 or self.primary > 254:
-            raise ConfigError(f"--log-primary {self.primary} is out of range (2..254)")
-        if self.secondary < 1 or self.primary + self.secondary > 255:
-            raise ConfigError(f"--log-secondary {self.secondary} is out of range "
-                              "(1.., primary + secondary <= 255)")
-        if self.checkpoint_records < 100:
-            raise ConfigError("log.checkpoint_records must be at least 100")
 
 
 class RecoveryScan:
