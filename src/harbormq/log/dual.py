@@ -3,7 +3,7 @@ re-creating a lost active log copy).
 
 A dual log writes every extent to the log directory (the *primary* copy) and
 to ``log.dual_path`` (the *dual* copy), and both control-file copies to each
-(``manager.py``, ``control.py``). Reading goes
+(``writer.py``, ``control.py``). Reading goes
 around a bad copy, and a copy that fails while the queue manager runs is given
 up (the log goes on with one copy). Either way the bad copy stays bad until
 this re-creates it, with the queue manager stopped:
