@@ -47,7 +47,8 @@ from _common import SyncCounter, make_progress  # noqa: I001
 from bench_log_append import QUEUE, log_run, qm_run
 
 from harbormq import QueueManager
-from harbormq.log.manager import LogSettings, RecoveryLog
+from harbormq.config import LogSettings
+from harbormq.log.manager import RecoveryLog
 from harbormq.qmgr import lifecycle as qmgr
 
 QM_NAME = "BENCHQM"

@@ -42,7 +42,8 @@ from pathlib import Path
 from _common import SyncCounter, make_progress  # noqa: I001
 
 from harbormq import QueueManager
-from harbormq.log.manager import LogSettings, RecoveryLog
+from harbormq.config import LogSettings
+from harbormq.log.manager import RecoveryLog
 from harbormq.log.records import LogRecord, RecordFlag, RecordType, encoded_length
 from harbormq.qmgr import lifecycle as qmgr
 

@@ -76,7 +76,6 @@ import tomli_w
 
 from .errors import ConfigError, QueueManagerNotFound
 from .fsutil import atomic_write, file_name, make_dirs
-from .log.manager import LogSettings
 
 
 def harbormq_home() -> Path:
@@ -97,6 +96,34 @@ def qm_dir(home: Path, name: str) -> Path:
 def _opt(default, *, lo=None, hi=None, choices=None):
     """A setting's default and what values it allows (checked by ``_section``)."""
     return field(default=default, metadata={"lo": lo, "hi": hi, "choices": choices})
+
+
+#: an extent's size in 4 KiB pages, the least and the most
+MIN_PAGES, MAX_PAGES = 32, 65535
+
+
+@dataclass
+class LogSettings:
+    """The log's shape, fixed when the queue manager is created (``[log]``)."""
+    log_type: str = "circular"
+    pages: int = 4096
+    primary: int = 3
+    secondary: int = 2
+    checkpoint_records: int = 10_000
+
+    def validate(self) -> None:
+        if self.log_type not in ("circular", "linear"):
+            raise ConfigError(f"log type must be 'circular' or 'linear', not {self.log_type!r}")
+        if not MIN_PAGES <= self.pages <= MAX_PAGES:
+            raise ConfigError(f"--log-file-pages {self.pages} is out of range: it must be "
+                              f"between {MIN_PAGES} and {MAX_PAGES} (4 KiB pages)")
+        if self.primary < 2 or self.primary > 254:
+            raise ConfigError(f"--log-primary {self.primary} is out of range (2..254)")
+        if self.secondary < 1 or self.primary + self.secondary > 255:
+            raise ConfigError(f"--log-secondary {self.secondary} is out of range "
+                              "(1.., primary + secondary <= 255)")
+        if self.checkpoint_records < 100:
+            raise ConfigError("log.checkpoint_records must be at least 100")
 
 
 @dataclass

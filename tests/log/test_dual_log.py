@@ -37,7 +37,7 @@ from harbormq import QueueManager
 from harbormq.config import QMConfig
 from harbormq.errors import ConfigError, ControlFileDamaged, ControlFileMismatch, HarbormqError
 from harbormq.fsutil import fsync_dir
-from harbormq.log import manager as log_manager
+from harbormq.log import writer as log_writer
 from harbormq.log.control import COPY_NAMES, ControlFile, decode_copy
 from harbormq.log.reader import ExtentReader, same_bytes
 from harbormq.log.records import EXTENT_HEADER_SIZE, RecordType, extent_file_name
@@ -481,8 +481,8 @@ def test_a_copy_failing_while_running_is_given_up_and_nothing_is_lost(
             sent.append(body_for(len(sent), rnd))
             qm.put(QUEUE, sent[-1])
         if op == "write":
-            monkeypatch.setattr(log_manager, "pwrite_all",
-                                _fail_in(bad, log_manager.pwrite_all))
+            monkeypatch.setattr(log_writer, "pwrite_all",
+                                _fail_in(bad, log_writer.pwrite_all))
         else:
             monkeypatch.setattr(os, "fdatasync", _fail_in(bad, os.fdatasync))
         while qm.core.log.state.active.number < 3:     # through extent switches
@@ -529,10 +529,10 @@ def test_both_copies_failing_is_a_log_that_cannot_be_written(home, tmp_path, mon
     try:
         qm.define_queue(QUEUE, DEFPSIST="YES")
         qm.put(QUEUE, b"before")
-        real = log_manager.pwrite_all
-        monkeypatch.setattr(log_manager, "pwrite_all", _fail_in(home / "log" / QM, real))
+        real = log_writer.pwrite_all
+        monkeypatch.setattr(log_writer, "pwrite_all", _fail_in(home / "log" / QM, real))
         qm.put(QUEUE, b"on the dual copy only")
-        monkeypatch.setattr(log_manager, "pwrite_all",
+        monkeypatch.setattr(log_writer, "pwrite_all",
                             _fail_in(dual, _fail_in(home / "log" / QM, real)))
         with pytest.raises(HarbormqError):
             qm.put(QUEUE, b"never acknowledged")

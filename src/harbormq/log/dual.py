@@ -3,8 +3,8 @@ re-creating a lost active log copy).
 
 A dual log writes every extent to the log directory (the *primary* copy) and
 to ``log.dual_path`` (the *dual* copy), and both control-file copies to each
-(``manager.py``, ``control.py``). Reading goes
-around a bad copy, and a copy that fails while the queue manager runs is given
+(``writer.py``, ``control.py``). Reading goes around a bad copy
+(``copies.py``), and a copy that fails while the queue manager runs is given
 up (the log goes on with one copy). Either way the bad copy stays bad until
 this re-creates it, with the queue manager stopped:
 
@@ -34,7 +34,8 @@ from pathlib import Path
 from ..errors import ControlFileMismatch, HarbormqError, LogCorrupt, LogMissing
 from ..fsutil import copy_durably, make_dirs
 from .control import COPY_NAMES, DUAL, PRIMARY, ControlFile, ControlState, ExtentInfo
-from .reader import ExtentEnd, ExtentReader, closed_at, keep_torn_tail, same_bytes
+from .copies import read_copy, trusted
+from .reader import ExtentEnd, keep_torn_tail, same_bytes
 from .records import extent_file_name
 
 
@@ -53,23 +54,13 @@ class CopyCheck:
 def check_copy(copy: str, path: Path, e: ExtentInfo, state: ControlState) -> CopyCheck:
     """Whether one copy of extent ``e`` reads cleanly and holds what the
     control file says (a closed extent: exactly its LSN range)."""
-    if copy == state.degraded and not (e.end_lsn is not None and
-                                       e.end_lsn <= state.degraded_lsn):
+    if not trusted(copy, e, state):
         return CopyCheck(copy, path, why="this copy was given up after a write failed "
                                          f"(whole only below LSN {state.degraded_lsn})")
     if not path.exists():
         return CopyCheck(copy, path, why="it is missing")
-    newest = e.state == "active"
     try:
-        reader = ExtentReader(path, newest=newest)
-        if reader.header.first_lsn != e.first_lsn:
-            raise LogCorrupt(f"it starts at LSN {reader.header.first_lsn}, the control file "
-                             f"says {e.first_lsn}")
-        for _ in reader.records(to_lsn=e.end_lsn if e.cut and not newest else None):
-            pass
-        end = reader.end
-        if not newest and not closed_at(end, e.end_lsn, e.cut):
-            raise LogCorrupt(f"it ends at LSN {end.lsn}, the control file says {e.end_lsn}")
+        end = read_copy(path, e, newest=e.state == "active")
     except (LogCorrupt, LogMissing) as exc:
         return CopyCheck(copy, path, why=exc.message)
     return CopyCheck(copy, path, end=end)

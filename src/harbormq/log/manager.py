@@ -1,11 +1,12 @@
-"""The recovery log of one queue manager: extents, LSN assignment, group commit.
+"""The recovery log of one queue manager: extents, LSN assignment, forces,
+switches and control-file updates.
 
 Threads: ``append`` and ``force`` run on the queue manager's event loop (the one
-owner of state); a single log-writer thread performs every write, fsync,
-extent initialisation and control-file update, in the order the loop queued
-them. An operation's ``force`` future completes after the fsync that covers its
-records; all records queued while one fsync runs share the next one (group
-commit).
+owner of state); a single log-writer thread (``writer.py``) performs every
+write, fsync, extent initialisation and control-file update, in the order the
+loop queued them. An operation's ``force`` future completes after the fsync
+that covers its records; the forces asked for in one turn of the loop share
+one request to the writer.
 
 Extent allocation:
 * linear: a new extent ``S{next}.LOG`` at every switch; old ones are kept
@@ -19,6 +20,10 @@ Extent allocation:
 The control file written by the writer always describes what is already on
 disk; an extent is only reused after a control file that no longer needs it
 is durable, because both travel through the same ordered command stream.
+
+Not here: the writer thread (``writer.py``), the recovery scan (``scan.py``),
+which copy of a dual log to read and the check that a copy holds what the
+control file says (``copies.py``), the log's settings (``config.LogSettings``).
 """
 
 from __future__ import annotations
@@ -28,18 +33,14 @@ import copy
 import heapq
 import itertools
 import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from ..crashpoints import crash_point
 from ..errors import ControlFileMismatch, LogCorrupt, LogError, LogFull, LogMissing
-from ..fsutil import copy_durably, fsync_dir, make_dirs, pwrite_all
-from .control import DUAL, PRIMARY, ControlFile, ControlState, ExtentInfo
-from .reader import ExtentEnd, ExtentReader, closed_at, keep_torn_tail, same_bytes
+from ..fsutil import fsync_dir, make_dirs
+from .control import ControlFile, ControlState, ExtentInfo
+from .copies import LogCopies
 from .records import (
     EXTENT_HEADER_SIZE,
     PAGE_SIZE,
@@ -50,157 +51,22 @@ from .records import (
     encoded_length,
     extent_file_name,
 )
+from .scan import RecoveryScan
+from .writer import LogWriter
 
-MIN_PAGES, MAX_PAGES = 32, 65535
+if TYPE_CHECKING:
+    from ..config import LogSettings
+
 EXTENT_END_LENGTH = encoded_length(0, 0)
-#: wake the writer once this many bytes wait, even if nobody forces yet
-WAKE_BYTES = 256 * 1024
-ZERO_CHUNK = bytes(1 << 20)
 
 
-@dataclass
-class LogSettings:
-    log_type: str = "circular"
-    pages: int = 4096
-    primary: int = 3
-    secondary: int = 2
-    checkpoint_records: int = 10_000
-
-    def validate(self) -> None:
-        from ..errors import ConfigError
-        if self.log_type not in ("circular", "linear"):
-            raise ConfigError(f"log type must be 'circular' or 'linear', not {self.log_type!r}")
-        if not MIN_PAGES <= self.pages <= MAX_PAGES:
-            raise ConfigError(f"--log-file-pages {self.pages} is out of range: it must be "
-                              f"between {MIN_PAGES} and {MAX_PAGES} (4 KiB pages)")
-        if self.primary < 2 or self.primary > 254:
-            raise ConfigError(f"--log-primary {self.primary} is out of range (2..254)")
-        if self.secondary < 1 or self.primary + self.secondary > 255:
-            raise ConfigError(f"--log-secondary {self.secondary} is out of range "
-                              "(1.., primary + secondary <= 255)")
-        if self.checkpoint_records < 100:
-            raise ConfigError("log.checkpoint_records must be at least 100")
-
-
-class RecoveryScan:
-    """Iterates the log from an LSN to its end, across extents, and records how
-    the log ended (``end_lsn``, ``end`` of the newest extent, torn copy).
-
-    A dual log's extent is read from its first copy; a copy that fails (gone,
-    short, a bad header, a record failing its checks, an end that is not the
-    one the control file records) is left for the other at the LSN where it
-    failed, with a warning (HMQ7491W). Both copies hold the same bytes at the
-    same offsets, so the read goes on where it was. Only when every copy fails
-    at a point is the extent missing or corrupt."""
-
-    def __init__(self, log: "RecoveryLog", from_lsn: int, *, repair_tail: bool):
-        self.log = log
-        self.from_lsn = from_lsn
-        self.repair_tail = repair_tail
-        self.end_lsn = from_lsn
-        self.end: ExtentEnd | None = None
-        self.torn_copy: Path | None = None
-        self.records_read = 0
-        self.bytes_read = 0
-
-    def __iter__(self) -> Iterator[LogRecord]:
-        for batch in self.batches():
-            yield from batch
-
-    def batches(self) -> Iterator[list[LogRecord]]:
-        """The records a list at a time (restart's redo loop reads these)."""
-        chain = self.log.chain()
-        start_index = 0
-        for i, e in enumerate(chain):
-            if e.end_lsn is not None and e.end_lsn <= self.from_lsn:
-                start_index = i + 1
-        if start_index >= len(chain):
-            raise LogMissing(f"LSN {self.from_lsn} is not in any extent of the log",
-                             lsn=self.from_lsn)
-        for i in range(start_index, len(chain)):
-            e = chain[i]
-            newest = e.state == "active"
-            if newest and self.repair_tail:
-                self.log.reconcile_active()
-            first = i == start_index
-            yield from self._extent(e, newest, first)
-
-    def _extent(self, e: ExtentInfo, newest: bool, first: bool
-                ) -> Iterator[list[LogRecord]]:
-        end: ExtentEnd
-        copies = self.log.extent_copies(e)
-        if first and self.from_lsn < e.first_lsn:
-            name = copies[0][1].name
-            raise LogMissing(f"LSN {self.from_lsn} is older than the oldest extent kept "
-                             f"({name} starts at {e.first_lsn})", lsn=self.from_lsn,
-                             path=str(copies[0][1]))
-        pos = max(self.from_lsn, e.first_lsn)
-        failed: dict[int, int] = {}          # copy index -> LSN where it failed
-        errors: list[tuple[int, LogError]] = []
-        k = 0
-        while True:
-            path = copies[k][1]
-            try:
-                reader = ExtentReader(path, newest=newest)
-                if reader.header.first_lsn != e.first_lsn:
-                    raise LogCorrupt(f"log extent {path.name} starts at LSN "
-                                     f"{reader.header.first_lsn}, the control file says "
-                                     f"{e.first_lsn}", path=str(path), offset=0)
-                if reader.header.qm_name != self.log.qm_name[:48]:
-                    raise LogCorrupt(f"log extent {path.name} belongs to queue manager "
-                                     f"{reader.header.qm_name}, not {self.log.qm_name}",
-                                     path=str(path), offset=0)
-                for batch in reader.batches(pos, to_lsn=e.end_lsn if e.cut else None):
-                    last = batch[-1]
-                    self.records_read += len(batch)
-                    self.bytes_read += last.lsn + last.length - batch[0].lsn   # contiguous
-                    yield batch
-                    pos = last.lsn + last.length
-                end = reader.end
-                if not newest and not closed_at(end, e.end_lsn, e.cut):
-                    raise LogCorrupt(f"log extent {path.name} ends at LSN {end.lsn}, the "
-                                     f"control file says {e.end_lsn}", path=str(path),
-                                     lsn=end.lsn, offset=end.offset)
-                break
-            except (LogCorrupt, LogMissing) as exc:
-                failed[k] = pos
-                errors.append((pos, exc))
-                # another copy that has not failed at or after this point
-                nxt = next((j for j in list(range(k + 1, len(copies))) + list(range(k))
-                            if failed.get(j, -1) < pos), None)
-                if nxt is None:
-                    raise _every_copy_failed(errors) from None
-                self.log.fell_back(e, copies[k], copies[nxt], exc, pos)
-                k = nxt
-        self.end = end
-        self.end_lsn = end.lsn
-        if newest and end.how == "torn" and self.repair_tail:
-            self.torn_copy = self.log.keep_torn_tail(e, path, end)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _every_copy_failed(errors: list[tuple[int, LogError]]) -> LogError:
-    """The error of the copy that read furthest, naming what the others said."""
-    pos, exc = max(errors, key=lambda pe: pe[0])
-    others = [o for _, o in errors if o is not exc]
-    if others:
-        exc.message += "; the other copy fails too: " + "; ".join(o.message for o in others)
-        exc.args = (exc.message,)
-    return exc
-
-
-class RecoveryLog:
+class RecoveryLog(LogCopies):
     """The log of one queue manager, opened for restart and then for writing.
 
     ``dual_dir``: a dual log (log.dual_path, z/OS's dual active log): every
     extent and copy 2 of the control file are written there too, and a force
-    completes once both copies are durable (docs/design-notes.md, "The log")."""
+    completes once both copies are durable (docs/design-notes.md, "The log").
+    Which copy a read uses, and their repair at restart: ``LogCopies``."""
 
     def __init__(self, log_dir: Path, qm_name: str, dual_dir: Path | None = None):
         self.dir = Path(log_dir)
@@ -208,26 +74,13 @@ class RecoveryLog:
         self.qm_name = qm_name
         self.control = ControlFile(self.dir, self.dual_dir)
         self.state: ControlState | None = None
-        #: operator messages of the log itself (a copy read around, a copy lost);
-        #: each is also kept in ``warnings``
-        self.say: Callable[[str, str], None] | None = None
-        self.warnings: list[tuple[str, str]] = []
-        self._warned: set = set()
-        #: the log is being written (a running queue manager, or a view of it):
-        #: the newest extent is read from its first healthy copy
-        self.live = False
-        #: the newest extent's copies, best first, as a full read of each chose them
-        self._newest_order: dict[int, list[tuple[str, Path]]] = {}
-        self._newest_reads: dict[int, list] = {}
-        self._reconciled = False
-        #: reconcile_active made the healthy copies of the newest extent equal
-        self._copies_equal = False
+        super().__init__()      # the copies' state: warnings, the newest extent's order
         self.end_lsn = 0
         self.synced_lsn = 0
         self.records_since_checkpoint = 0
         #: called on the loop after every extent switch, with the new extent number
         self.on_switch: Callable[[int], None] | None = None
-        self._writer: _Writer | None = None
+        self._writer: LogWriter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: [target LSN, future] of the force asked for in this loop turn
         self._turn_force: list | None = None
@@ -279,201 +132,6 @@ class RecoveryLog:
         """Bytes of records an extent holds: the largest record there can be."""
         return self.extent_size - EXTENT_HEADER_SIZE - EXTENT_END_LENGTH
 
-    def extent_path(self, number: int) -> Path:
-        """The extent's file in the log directory (its primary copy)."""
-        return self.dir / extent_file_name(number)
-
-    # -- the copies of a dual log ---------------------------------------------------------
-
-    @property
-    def copies(self) -> list[tuple[str, Path]]:
-        """(copy, directory) of every copy of the log: the primary, then the dual."""
-        if self.dual_dir is None:
-            return [(PRIMARY, self.dir)]
-        return [(PRIMARY, self.dir), (DUAL, self.dual_dir)]
-
-    def healthy_copies(self) -> list[tuple[str, Path]]:
-        """The copies still written (a dual log that lost one runs on the other)."""
-        degraded = self.state.degraded if self.state is not None else ""
-        return [(c, d) for c, d in self.copies if c != degraded]
-
-    def _trusted(self, copy: str, e: ExtentInfo) -> bool:
-        """A degraded copy holds an extent whole only if it was closed and
-        forced before the copy failed."""
-        st = self.state
-        return copy != st.degraded or (e.end_lsn is not None and e.end_lsn <= st.degraded_lsn)
-
-    def _trusted_paths(self, e: ExtentInfo) -> list[tuple[str, Path]]:
-        return [(c, d / extent_file_name(e.number)) for c, d in self.copies
-                if self._trusted(c, e)]
-
-    def extent_copies(self, e: ExtentInfo) -> list[tuple[str, Path]]:
-        """(copy, path) of the copies of ``e`` that may be read, in the order to
-        try them. The newest extent of a log not being written is read from
-        the copy that reads furthest (``_choose_newest``)."""
-        out = self._trusted_paths(e)
-        if len(out) > 1 and e.state == "active" and not self.live:
-            return [x for x in self._choose_newest(e, out) if x in out]
-        return out
-
-    def extent_present(self, e: ExtentInfo) -> bool:
-        """Whether a copy of ``e`` that may be read is on disk."""
-        if self.dual_dir is None:
-            return self.extent_path(e.number).exists()
-        return any(p.exists() for _, p in self._trusted_paths(e))
-
-    def readable_extent(self, e: ExtentInfo) -> Path:
-        """A copy of the closed extent ``e`` that reads whole (the archiver
-        copies it). A single log: its path, unread."""
-        copies = self._trusted_paths(e)
-        if len(copies) == 1:
-            return copies[0][1]
-        failed = []
-        for which, path in copies:
-            try:
-                reader = ExtentReader(path, newest=False)
-                for _ in reader.records(to_lsn=e.end_lsn if e.cut else None):
-                    pass
-                if reader.header.first_lsn != e.first_lsn or \
-                        not closed_at(reader.end, e.end_lsn, e.cut):
-                    raise LogCorrupt(f"log extent {path.name} holds LSN "
-                                     f"{reader.header.first_lsn}..{reader.end.lsn}, the "
-                                     f"control file says {e.first_lsn}..{e.end_lsn}",
-                                     path=str(path))
-            except (LogCorrupt, LogMissing) as exc:
-                failed.append((which, path, exc))
-                continue
-            for bad_copy, bad_path, exc in failed:
-                self.fell_back(e, (bad_copy, bad_path), (which, path), exc, e.first_lsn)
-            return path
-        raise _every_copy_failed([(0, exc) for _, _, exc in failed])
-
-    def _choose_newest(self, e: ExtentInfo, copies: list[tuple[str, Path]]
-                       ) -> list[tuple[str, Path]]:
-        """The newest extent's copies, best first: each is read whole (the
-        records after a crash may reach further in one copy than in the other,
-        whose unforced tail was lost); the copy reading furthest without an
-        error is first. Chosen once per opening of the log."""
-        order = self._newest_order.get(e.number)
-        if order is not None:
-            return order
-        reads = []
-        for which, path in copies:
-            try:
-                reader = ExtentReader(path, newest=True)
-                if reader.header.first_lsn != e.first_lsn:
-                    raise LogCorrupt(f"log extent {path.name} starts at LSN "
-                                     f"{reader.header.first_lsn}, the control file says "
-                                     f"{e.first_lsn}", path=str(path), offset=0)
-                for _ in reader.records():
-                    pass
-                reads.append((which, path, reader.end, None))
-            except (LogCorrupt, LogMissing) as exc:
-                reads.append((which, path, None, exc))
-        good = [r for r in reads if r[3] is None]
-        if good:
-            best = max(good, key=lambda r: r[2].lsn)     # the first of equals
-            reads.remove(best)
-            reads.insert(0, best)
-            for which, path, _, exc in reads:
-                if exc is not None:
-                    self.fell_back(e, (which, path), best[:2], exc, e.first_lsn)
-        self._newest_reads[e.number] = reads
-        order = [(c, p) for c, p, _, _ in reads]
-        self._newest_order[e.number] = order
-        return order
-
-    def fell_back(self, e: ExtentInfo, bad: tuple[str, Path], good: tuple[str, Path],
-                  exc: LogError, lsn: int) -> None:
-        """A copy of ``e`` could not be read: say so, once per extent and copy."""
-        self._warn(("read", e.number, bad[0]), "HMQ7491W",
-                   f"the {bad[0]} copy of log extent {bad[1].name} of queue manager "
-                   f"{self.qm_name} cannot be read from LSN {lsn} ({exc.message}); it is read "
-                   f"from the {good[0]} copy ({good[1]}) instead. Re-create the bad copy with "
-                   f"'harbormq log recover-copy {self.qm_name}' (queue manager stopped)")
-
-    def _warn(self, key, msgid: str, text: str) -> None:
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        self.warnings.append((msgid, text))
-        say = self.say
-        if say is None:
-            return
-        loop = self._loop
-        if loop is not None and not loop.is_closed() and _running_loop() is not loop:
-            loop.call_soon_threadsafe(say, msgid, text)     # a reader on a worker thread
-        else:
-            say(msgid, text)
-
-    def keep_torn_tail(self, e: ExtentInfo, path: Path, end: ExtentEnd) -> Path | None:
-        """Keep the torn tail aside and zero it, in every healthy copy holding
-        the same bytes (after ``reconcile_active``, all of them); returns the
-        copy beside ``path``."""
-        kept = keep_torn_tail(path, end)
-        for _, directory in self.healthy_copies():
-            other = directory / path.name
-            if other != path and other.exists() and self._copies_equal:
-                keep_torn_tail(other, end)
-        return kept
-
-    def reconcile_active(self) -> None:
-        """Restart, before writing resumes: make every healthy copy of the
-        newest extent equal to the one that reads furthest, so that the
-        copies never differ silently. A copy missing, damaged or shorter (its
-        unforced tail lost in a crash) is rewritten from the best one (its own
-        torn bytes kept aside first); one that cannot be written is given up
-        (HMQ7490W, the log goes on with one copy). Nothing to do for a single
-        log, or when no copy of the extent reads alone (the read then goes
-        around the damage, and restart reports it if it cannot)."""
-        if self._reconciled or self.dual_dir is None:
-            return
-        self._reconciled = True
-        st = self.state
-        e = st.active
-        healthy = [(c, d / extent_file_name(e.number)) for c, d in self.healthy_copies()]
-        if len(healthy) < 2:
-            return
-        self._choose_newest(e, healthy)
-        reads = self._newest_reads[e.number]
-        best = reads[0]
-        if best[3] is not None:
-            return
-        for which, path, end, exc in reads[1:]:
-            if exc is None and same_bytes(best[1], path):
-                continue
-            why = (f"it read to LSN {end.lsn}, the {best[0]} copy to LSN {best[2].lsn}"
-                   if exc is None else f"it cannot be read: {exc.message}")
-            if exc is None and end.lsn == best[2].lsn:
-                why = "its bytes after the end of the log differ"
-            try:
-                if exc is None and end.how == "torn":
-                    keep_torn_tail(path, end)       # its own unforced tail, kept aside
-                copy_durably(best[1], path)
-            except OSError as err:
-                self.degrade_now(which, err, e.first_lsn)
-                continue
-            self._warn(("rewrite", e.number, which), "HMQ7492I",
-                       f"the {which} copy of log extent {path.name} of queue manager "
-                       f"{self.qm_name} was rewritten from the {best[0]} copy before writing "
-                       f"resumes ({why})")
-        self._copies_equal = True
-
-    def degrade_now(self, which: str, exc: OSError, whole_below: int) -> None:
-        """Give up copy ``which`` while the log is not being written (restart):
-        the control file says so, in the copy that is left."""
-        self.control.degrade(self.state, which, whole_below)
-        self._say_degraded(which, exc)
-
-    def _say_degraded(self, which: str, exc: BaseException) -> None:
-        where = dict(self.copies)[which]
-        self._warn(("degraded", which), "HMQ7490W",
-                   f"the {which} copy of the log of queue manager {self.qm_name} in {where} "
-                   f"cannot be written ({exc}): the log goes on with one copy, in "
-                   f"{dict(self.copies)[PRIMARY if which == DUAL else DUAL]}. Once the "
-                   f"directory works again, stop the queue manager and run 'harbormq log "
-                   f"recover-copy {self.qm_name}'")
-
     def _preallocate(self, number: int) -> None:
         for _, directory in self.copies:
             path = directory / extent_file_name(number)
@@ -511,16 +169,6 @@ class RecoveryLog:
         if st.degraded and not just_now:       # given up in an earlier run: remind
             self._say_degraded_at_start()
         return self.state
-
-    def _say_degraded_at_start(self) -> None:
-        st = self.state
-        which = st.degraded
-        self._warn(("degraded", which), "HMQ7490W",
-                   f"the {which} copy of the log of queue manager {self.qm_name} "
-                   f"({dict(self.copies)[which]}) was given up after a failure (it is whole "
-                   f"only below LSN {st.degraded_lsn}): the log runs on one copy. Stop the "
-                   f"queue manager and run 'harbormq log recover-copy {self.qm_name}' to "
-                   "re-create it")
 
     def view(self) -> "RecoveryLog":
         """A read-only view of this log as it is now (the writer goes on)."""
@@ -616,7 +264,7 @@ class RecoveryLog:
         self._active = self.state.active
         self._active_limit = (self._active.first_lsn + self.extent_size - EXTENT_HEADER_SIZE
                               - EXTENT_END_LENGTH)
-        self._writer = _Writer(self)
+        self._writer = LogWriter(self)
         self._writer.open_extent(self._active.number, self._active.first_lsn)
         self._writer.start()
         if active_closed:
@@ -868,273 +516,6 @@ class RecoveryLog:
             self._writer.stop()
             self._writer = None
 
-
-class _Writer(threading.Thread):
-    """The log-writer thread. Consumes an ordered list of operations:
-    ("data", extent, offset, [chunks]), ("switch", ...), ("control", state)."""
-
-    def __init__(self, log: RecoveryLog):
-        super().__init__(name=f"harbormq-log-{log.qm_name}", daemon=True)
-        self.log = log
-        self.cond = threading.Condition()
-        self.ops: list[list] = []
-        self.pending_bytes = 0
-        self.queued_lsn = log.end_lsn   # LSN past everything queued
-        self.force_target = 0
-        self.stopping = False
-        #: extent number -> {copy: descriptor}, one per healthy copy
-        self.fds: dict[int, dict[str, int]] = {}
-        self.current: int | None = None
-        #: (copy, directory) still written: both of a dual log until one fails
-        self.live: list[tuple[str, Path]] = log.healthy_copies()
-        #: the control file as last handed to the writer (a lost copy is recorded in it)
-        self.state = copy.deepcopy(log.state)
-        self.synced = log.synced_lsn
-        # a dual log forces its two copies at once: the second on this helper
-        self._mirror = ThreadPoolExecutor(1, thread_name_prefix=f"harbormq-log2-{log.qm_name}") \
-            if len(self.live) > 1 else None
-        # loop-thread side: record bytes not yet handed to the thread
-        self._staged: list[bytes] = []
-        self._staged_extent = self._staged_offset = self._staged_len = self._staged_end = 0
-        self._hand_over_scheduled = False
-
-    # loop-thread side -------------------------------------------------------------
-
-    def add_data(self, extent: int, offset: int, data: bytes, end_lsn: int) -> None:
-        """Stage a record's bytes. Records appended in one turn of the event loop
-        reach the writer together, at the end of the turn or before anything that
-        must follow them (a force, a switch, a control-file update): one lock
-        and one op per turn instead of one per record."""
-        staged = self._staged
-        if staged and (extent != self._staged_extent or
-                       offset != self._staged_offset + self._staged_len):
-            self.hand_over()
-        if not staged:
-            self._staged_extent, self._staged_offset, self._staged_len = extent, offset, 0
-            if not self._hand_over_scheduled:
-                self._hand_over_scheduled = True
-                self.log._loop.call_soon(self._hand_over_at_turn_end)
-        staged.append(data)
-        self._staged_len += len(data)
-        self._staged_end = end_lsn
-        if self._staged_len >= WAKE_BYTES:
-            self.hand_over()
-
-    def _hand_over_at_turn_end(self) -> None:
-        self._hand_over_scheduled = False
-        self.hand_over()
-
-    def hand_over(self) -> None:
-        """Queue the staged bytes for the writer thread (loop thread)."""
-        if not self._staged:
-            return
-        chunks, self._staged = self._staged, []
-        nbytes = self._staged_len
-        with self.cond:
-            last = self.ops[-1] if self.ops else None
-            if last is not None and last[0] == "data" and last[1] == self._staged_extent and \
-                    last[2] + last[4] == self._staged_offset:
-                last[3].extend(chunks)
-                last[4] += nbytes
-            else:
-                self.ops.append(["data", self._staged_extent, self._staged_offset, chunks,
-                                 nbytes])
-            self.pending_bytes += nbytes
-            self.queued_lsn = self._staged_end
-            if self.pending_bytes >= WAKE_BYTES:
-                self.cond.notify()
-
-    def add_switch(self, number: int, first_lsn: int, reuse: bool, state: ControlState) -> None:
-        self.hand_over()
-        with self.cond:
-            self.ops.append(["switch", number, first_lsn, reuse])
-            self.ops.append(["control", state, None])
-            self.cond.notify()
-
-    def add_control(self, state: ControlState, done: asyncio.Future | None = None) -> None:
-        self.hand_over()
-        with self.cond:
-            self.ops.append(["control", state, done])
-            self.cond.notify()
-
-    def request_force(self, lsn: int) -> None:
-        self.hand_over()
-        with self.cond:
-            if lsn > self.force_target:
-                self.force_target = lsn
-                self.cond.notify()
-
-    def stop(self) -> None:
-        self.hand_over()
-        with self.cond:
-            self.stopping = True
-            self.cond.notify()
-        self.join()
-        for fds in self.fds.values():
-            for fd in fds.values():
-                os.close(fd)
-        self.fds.clear()
-        if self._mirror is not None:
-            self._mirror.shutdown()
-
-    # writer-thread side -----------------------------------------------------------
-
-    def open_extent(self, number: int, first_lsn: int) -> None:
-        """(before the thread starts) Open the active extent in every healthy
-        copy; a copy that cannot be opened is given up."""
-        fds = self.fds[number] = {}
-        self.current = number
-        for c, directory in list(self.live):
-            try:
-                fds[c] = os.open(directory / extent_file_name(number), os.O_RDWR)
-            except OSError as exc:
-                if len(self.live) < 2:
-                    raise
-                self.live = [x for x in self.live if x[0] != c]
-                self.log.degrade_now(c, exc, first_lsn)
-                self.state = copy.deepcopy(self.log.state)
-
-    def _lost(self, c: str, exc: OSError) -> None:
-        """A write, an fsync or a file operation failed on copy ``c``. The last
-        copy: re-raised (the log cannot be written, HMQ6709E). Otherwise the
-        copy is given up: its descriptors closed, the control file saying so
-        written to the other copy (before anything more is acknowledged),
-        the loop told (HMQ7490W)."""
-        if len(self.live) < 2 or c not in (x[0] for x in self.live):
-            raise exc
-        self.live = [x for x in self.live if x[0] != c]
-        for fds in self.fds.values():
-            fd = fds.pop(c, None)
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.log.control.degrade(self.state, c, self.synced)
-        self.log._loop.call_soon_threadsafe(self.log._on_degraded, c, exc, self.synced)
-
-    def _sync(self, number: int) -> None:
-        """fdatasync extent ``number`` in every healthy copy (both at once)."""
-        fds = list(self.fds[number].items())
-        if len(fds) == 1:
-            try:
-                os.fdatasync(fds[0][1])
-            except OSError as exc:
-                self._lost(fds[0][0], exc)      # the only copy: raises
-            return
-        second = self._mirror.submit(os.fdatasync, fds[1][1])
-        failed = []
-        try:
-            os.fdatasync(fds[0][1])
-        except OSError as exc:
-            failed.append((fds[0][0], exc))
-        try:
-            second.result()
-        except OSError as exc:
-            failed.insert(0, (fds[1][0], exc))
-        for c, exc in failed:
-            self._lost(c, exc)
-
-    def _write_control(self, state: ControlState) -> None:
-        if self.state.degraded:
-            state.degraded, state.degraded_lsn = self.state.degraded, self.state.degraded_lsn
-        self.state = state
-        self.log.control.write(state, on_copy_error=self._lost)
-
-    def run(self) -> None:
-        ops: list[list] = []
-        try:
-            while True:
-                with self.cond:
-                    while not self.ops and not self.stopping and \
-                            self.force_target <= self.synced:
-                        self.cond.wait()
-                    if self.stopping and not self.ops and self.force_target <= self.synced:
-                        return
-                    ops, self.ops = self.ops, []
-                    self.pending_bytes = 0
-                    upto = self.queued_lsn
-                    must_sync = self.force_target > self.synced or self.stopping
-                for op in ops:
-                    kind = op[0]
-                    if kind == "data":
-                        data = b"".join(op[3])
-                        for c, fd in list(self.fds[op[1]].items()):
-                            try:
-                                pwrite_all(fd, data, op[2])
-                            except OSError as exc:
-                                self._lost(c, exc)
-                    elif kind == "switch":
-                        self._switch(op[1], op[2], op[3])
-                    else:
-                        self._write_control(op[1])
-                        if op[2] is not None:
-                            self.log._loop.call_soon_threadsafe(_resolve, op[2])
-                if must_sync or any(op[0] != "data" for op in ops):
-                    crash_point("log.after_write_before_fsync")
-                    self._sync(self.current)
-                    self.synced = upto
-                    crash_point("log.after_fsync_before_ack")
-                    self.log._loop.call_soon_threadsafe(self.log._on_synced, upto)
-        except BaseException as exc:  # disk full, EIO: the log is unusable
-            with self.cond:           # whatever waits for this thread must hear of it
-                ops = ops + self.ops
-                self.ops = []
-            waiting = [op[2] for op in ops if op[0] == "control" and op[2] is not None]
-            try:
-                self.log._loop.call_soon_threadsafe(self.log._on_failed, exc, waiting)
-            except RuntimeError:    # the loop is closed: nobody is left to tell
-                return
-
-    def _switch(self, number: int, first_lsn: int, reuse: bool) -> None:
-        old = self.current
-        for c, fd in list(self.fds[old].items()):
-            try:
-                os.fdatasync(fd)
-            except OSError as exc:
-                self._lost(c, exc)
-        for fd in self.fds.pop(old).values():
-            os.close(fd)
-        fds = self.fds[number] = {}
-        # one header for every copy: the copies are the same, byte for byte
-        head = ExtentHeader(number, first_lsn, time.time_ns(), self.log.qm_name,
-                            self.log.state.pages).encode()
-        for c, directory in list(self.live):
-            try:
-                fds[c] = self._init_extent(directory, number, head, reuse)
-            except OSError as exc:
-                self._lost(c, exc)
-        crash_point("extent.mid_switch")
-        self.current = number
-
-    def _init_extent(self, directory: Path, number: int, head: bytes, reuse: bool) -> int:
-        """A new or reused extent in one copy, zero-filled or preallocated, its
-        header written and forced; returns its descriptor."""
-        path = directory / extent_file_name(number)
-        size = self.log.extent_size
-        zero_fill = reuse and path.exists()
-        if zero_fill:
-            fd = os.open(path, os.O_RDWR)
-        else:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            if zero_fill:
-                for off in range(0, size, len(ZERO_CHUNK)):
-                    pwrite_all(fd, ZERO_CHUNK[:min(len(ZERO_CHUNK), size - off)], off)
-            else:
-                os.posix_fallocate(fd, 0, size)
-                fsync_dir(directory)
-            pwrite_all(fd, head, 0)
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-
-def _resolve(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 def _complete_all(futs: list[asyncio.Future], synced_lsn: int) -> None:

@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from ..config import Listener, QMConfig, harbormq_home
+from ..config import Listener, LogSettings, QMConfig, harbormq_home
 from ..core.engine import QueueManagerCore
 from ..core.objects import (
     DEAD_LETTER_QUEUE,
@@ -33,7 +33,7 @@ from ..core.objects import (
 from ..core.operator_log import OperatorLog
 from ..errors import ConfigError, QueueManagerExists, QueueManagerNotFound, QueueManagerRunning
 from ..fsutil import fsync_dir, make_dirs, make_private, name_of_file, remove_tree
-from ..log.manager import LogSettings, RecoveryLog
+from ..log.manager import RecoveryLog
 from ..log.records import RecordType, encode_json
 from ..recovery import need
 from ..recovery.restart import Progress, Restart, RestartReport
