@@ -52,7 +52,7 @@ MAIN_RULES = [
     ("frame encoding and output buffering",
      lambda leaf, s: "harbormq/stomp/frames.py" in s or "FrameTransport._flush" in s),
     ("log append and force bookkeeping (loop side)",
-     lambda leaf, s: "harbormq/log/manager.py" in s),
+     lambda leaf, s: "harbormq/log/manager.py" in s or "harbormq/log/writer.py" in s),
     ("queue manager core (queues, units of work, message objects)",
      lambda leaf, s: "harbormq/core/" in s),
     ("STOMP command handling (connection, delivery)",
