@@ -174,7 +174,7 @@ def log_archive(qm):
         r = archive_stopped(config)
     if r["closed"]:
         say(f"HMQ7480I Log extent {r['closed']} closed and ready for archive; "
-             f"{r['current']} is now the current extent.")
+            f"{r['current']} is now the current extent.")
     where = ", ".join(r["paths"])
     if r["archived"]:
         say(f"HMQ7481I Log extent(s) {', '.join(r['archived'])} archived to {where}.")
@@ -182,7 +182,7 @@ def log_archive(qm):
         say(f"HMQ7481I Every closed log extent was already archived (to {where}).")
     if r["closed"] is None:
         say(f"Queue manager {qm} is not running: the active extent {r['current']} "
-             "stays open and is archived once it is closed.")
+            "stays open and is archived once it is closed.")
     _print_deleted(r["deleted"])
 
 
@@ -232,13 +232,13 @@ def log_delete(qm, through, everything):
     _print_deleted(r["deleted"])
     if r["never_archived"]:
         say(f"HMQ7483W Log extent(s) {', '.join(r['never_archived'])} were deleted "
-             "without ever being archived.", err=True)
+            "without ever being archived.", err=True)
 
 
 def _print_deleted(names: list[str]) -> None:
     if names:
         say(f"HMQ7482I Log extent(s) {', '.join(names)} deleted: neither restart "
-             "nor media recovery needs them.")
+            "nor media recovery needs them.")
 
 
 @log.command("scrub")
@@ -265,7 +265,7 @@ def log_scrub(qm, as_json):
                 say(f"HMQ7485I Archive {r['path']}: {checked}, all good.")
             else:
                 say(f"HMQ7486E Archive {r['path']}: {checked} before the first bad "
-                     f"entry: {r['bad']}")
+                    f"entry: {r['bad']}")
     bad = [r for r in reports if r["bad"] is not None]
     if bad:
         raise HarbormqError(f"{len(bad)} of {len(reports)} archive path(s) of queue manager "
@@ -296,7 +296,7 @@ def log_rebuild_control(qm, yes):
     for line in notes:
         say(line)
     say(f"HMQ7123W The log control file of {qm} was rebuilt." if yes else
-         "Nothing written: run again with --yes to write it.")
+        "Nothing written: run again with --yes to write it.")
 
 
 @log.command("crestart")
@@ -320,8 +320,8 @@ def log_crestart(qm, end_lsn, end_time, end_extent, yes, cancel, as_json):
     if cancel:
         pending = crestart_cancel(config)
         say("HMQ7130W The conditional restart at LSN "
-             f"{pending['cut_lsn']} was cancelled." if pending else
-             f"No conditional restart is recorded for {qm}.")
+            f"{pending['cut_lsn']} was cancelled." if pending else
+            f"No conditional restart is recorded for {qm}.")
         return
     given = [x for x in (end_lsn, end_time, end_extent) if x is not None]
     if len(given) != 1:
@@ -340,7 +340,7 @@ def log_crestart(qm, end_lsn, end_time, end_extent, yes, cancel, as_json):
     else:
         _print_crestart_plan(p)
     say("HMQ7130W Recorded: the next start of " + qm + " carries it out." if yes else
-         "Nothing recorded: run again with --yes to record it.")
+        "Nothing recorded: run again with --yes to record it.")
 
 
 def _print_crestart_plan(p: dict) -> None:
@@ -397,7 +397,7 @@ def reset_log(qm, yes, force):
     for line in reset_log_stopped(QMConfig.load(qm), write=yes, force=force):
         say(line)
     say(f"HMQ7135W The log of {qm} was reset." if yes else
-         "Nothing changed: run again with --yes to reset the log.")
+        "Nothing changed: run again with --yes to reset the log.")
 
 
 def register(cli: click.Group) -> None:

@@ -40,7 +40,7 @@ def unload(qm, queue, to_file, move, msgid, correlid, older_than):
                                      "older_than_s": older_than},
                  timeout=None, needs="unloading a queue needs a running queue manager")["result"]
     say(f"HMQ8622I {reply['unloaded']} message(s) of {queue} "
-         f"{'moved' if move else 'copied'} to {to_file}.")
+        f"{'moved' if move else 'copied'} to {to_file}.")
 
 
 @click.command()
@@ -55,8 +55,8 @@ def load(qm, queue, from_file):
                                      "path": str(from_file.absolute())},
                  timeout=None, needs="loading a queue needs a running queue manager")["result"]
     say(f"HMQ8623I {reply['loaded']} message(s) loaded onto {queue}"
-         + (f" ({reply['expired_skipped']} expired, skipped)." if reply["expired_skipped"]
-            else "."))
+        + (f" ({reply['expired_skipped']} expired, skipped)." if reply["expired_skipped"]
+           else "."))
 
 
 @click.command("dump-config")
