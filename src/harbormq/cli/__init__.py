@@ -18,6 +18,22 @@ and a ``register(cli)`` that adds its commands to the root group in
 
 Beside them: ``consoles.py`` (where output goes), ``options.py`` (what
 several groups parse alike), ``progress.py`` and ``starting.py``.
+
+Plan-first commands print a plan, then carry it out: ``recreate``,
+``restore``, ``log recover-copy``, ``log rebuild-control``, ``log crestart``,
+``reset-log``, ``log delete``. One convention for all (docs/administration.md,
+"Plan-first commands"): a command acts when run, as an MQ operator expects,
+and ``--dry-run`` only shows what it would do, as litestream's does:
+
+* ``--dry-run`` prints the plan and changes nothing;
+* without it the command carries the plan out;
+* those that destroy or give up data (``log crestart``, ``reset-log``,
+  ``log rebuild-control``, ``log delete``) first ask, on a terminal, unless
+  ``--yes``; ``--dry-run`` with ``--yes`` is refused;
+* off a terminal nobody can answer: scripts give ``--yes``. Without it
+  ``log crestart``, ``log rebuild-control`` and ``reset-log`` only print the
+  plan and ``log delete`` deletes, each as it did before it asked
+  (``options.plan_first``).
 """
 
 from .main import main

@@ -7,13 +7,17 @@ extents, repair it) and ``harbormq reset-log`` (docs/administration.md).
     harbormq log need QM [--json]
     harbormq log archive QM
     harbormq log archived QM EXTENT
-    harbormq log delete QM (--through EXTENT | --all)
+    harbormq log delete QM (--through EXTENT | --all) [--dry-run | --yes]
     harbormq log scrub QM [--json]
     harbormq log recover-copy QM [--dry-run]
-    harbormq log rebuild-control QM [--yes]
-    harbormq log crestart QM (--end-lsn N | --end-time T | --end-extent EXTENT) [--yes] [--json]
+    harbormq log rebuild-control QM [--dry-run | --yes]
+    harbormq log crestart QM (--end-lsn N | --end-time T | --end-extent EXTENT)
+                             [--dry-run | --yes] [--json]
     harbormq log crestart QM --cancel
-    harbormq reset-log QM [--yes] [--force]
+    harbormq reset-log QM [--dry-run | --yes] [--force]
+
+The plan-first ones (delete, recover-copy, rebuild-control, crestart,
+reset-log) follow the convention of ``cli/__init__.py``.
 
 ``register(cli)`` adds them to the main command group (``cli/main.py``).
 """
@@ -29,7 +33,16 @@ from ..admin.client import call
 from ..config import QMConfig
 from ..errors import HarbormqError, QueueManagerNotRunning
 from .consoles import LazyConsole, console, err_console, say
-from .options import parse_time
+from .options import (
+    ACT,
+    PLAN,
+    confirmed,
+    dry_run_option,
+    parse_time,
+    plan_first,
+    plan_then_act,
+    yes_option,
+)
 
 
 @click.group()
@@ -207,32 +220,61 @@ def log_archived(qm, extent):
               help="delete this extent and every older one (all must be unneeded)")
 @click.option("--all", "everything", is_flag=True,
               help="delete every extent that neither restart nor media recovery needs")
-def log_delete(qm, through, everything):
+@dry_run_option("say which extents would be deleted, delete none")
+@yes_option("delete without asking (on a terminal it asks first)")
+def log_delete(qm, through, everything, dry_run, yes):
     """Delete closed extents nothing needs any more, oldest first. In archive
     mode only archived ones; an extent never archived is deleted with a
     warning (HMQ7483W)."""
     if bool(through) == everything:
         raise click.UsageError("give --through EXTENT (that extent and every older one) or "
                                "--all (every extent nothing needs)")
+    # off a terminal it deletes without --yes, as it did before it could ask
+    how = plan_first(dry_run, yes, unattended=ACT)
     config = QMConfig.load(qm)
-    try:
-        r = call(config, {"cmd": "log_delete", "through": through})["result"]
-    except QueueManagerNotRunning:
-        from ..qmgr.log_offline import delete_stopped
-        r = delete_stopped(config, through)
+    if how != ACT:
+        plan = _delete(config, through, plan_only=True)
+        if not plan["would_delete"]:
+            _say_nothing_deleted(config, qm, through)
+            return
+        say(f"Log extent(s) {', '.join(plan['would_delete'])} would be deleted: neither "
+            "restart nor media recovery needs them" +
+            (f"; never archived: {', '.join(plan['never_archived'])}"
+             if plan["never_archived"] else "") + ".")
+        if how == PLAN or not confirmed(f"Delete {len(plan['would_delete'])} log "
+                                        f"extent(s) of {qm}?"):
+            say("Nothing deleted: run again with --yes to delete them.")
+            return
+        through = plan["would_delete"][-1]      # what was shown, not what went since
+    r = _delete(config, through)
     if not r["deleted"]:
-        if through:
-            why = f"{through.upper()} and every extent before it are deleted already."
-        else:
-            why = ("every closed extent left is still needed" +
-                   (" or not archived yet" if config.log_management == "archive" else "") +
-                   f" (harbormq log need {qm}).")
-        say(f"HMQ7482I No log extent deleted: {why}")
+        _say_nothing_deleted(config, qm, through)
         return
     _print_deleted(r["deleted"])
     if r["never_archived"]:
         say(f"HMQ7483W Log extent(s) {', '.join(r['never_archived'])} were deleted "
             "without ever being archived.", err=True)
+
+
+def _delete(config: QMConfig, through: str | None, *, plan_only: bool = False) -> dict:
+    """The deletion (or only its plan) by the running queue manager, or with it
+    stopped on its control file, under its instance lock."""
+    try:
+        return call(config, {"cmd": "log_delete_plan" if plan_only else "log_delete",
+                             "through": through})["result"]
+    except QueueManagerNotRunning:
+        from ..qmgr.log_offline import delete_stopped, plan_delete_stopped
+        return (plan_delete_stopped if plan_only else delete_stopped)(config, through)
+
+
+def _say_nothing_deleted(config: QMConfig, qm: str, through: str | None) -> None:
+    if through:
+        why = f"{through.upper()} and every extent before it are deleted already."
+    else:
+        why = ("every closed extent left is still needed" +
+               (" or not archived yet" if config.log_management == "archive" else "") +
+               f" (harbormq log need {qm}).")
+    say(f"HMQ7482I No log extent deleted: {why}")
 
 
 def _print_deleted(names: list[str]) -> None:
@@ -288,15 +330,23 @@ def log_recover_copy(qm, dry_run):
 
 @log.command("rebuild-control")
 @click.argument("qm")
-@click.option("--yes", is_flag=True, help="write it (without: only say what would be written)")
-def log_rebuild_control(qm, yes):
+@dry_run_option("say what would be written, write nothing")
+@yes_option("write it without asking (off a terminal, without it: only say what would "
+            "be written)")
+def log_rebuild_control(qm, dry_run, yes):
     """Rebuild a lost log control file from the extents (queue manager stopped)."""
     from ..qmgr.log_offline import rebuild_control_stopped
-    notes = rebuild_control_stopped(QMConfig.load(qm), write=yes)
-    for line in notes:
-        say(line)
-    say(f"HMQ7123W The log control file of {qm} was rebuilt." if yes else
+    how = plan_first(dry_run, yes)
+    config = QMConfig.load(qm)
+    written = plan_then_act(lambda write: rebuild_control_stopped(config, write=write),
+                            _say_lines, how, f"Write this control file for {qm}?")
+    say(f"HMQ7123W The log control file of {qm} was rebuilt." if written else
         "Nothing written: run again with --yes to write it.")
+
+
+def _say_lines(lines: list[str]) -> None:
+    for line in lines:
+        say(line)
 
 
 @log.command("crestart")
@@ -308,14 +358,21 @@ def log_rebuild_control(qm, yes):
                    "zone, local time)")
 @click.option("--end-extent", default=None,
               help="give up everything after this closed extent (e.g. the last one archived)")
-@click.option("--yes", is_flag=True, help="record it (without: only say what it would lose)")
+@dry_run_option("say what it would lose, record nothing")
+@yes_option("record it without asking (off a terminal, without it: only say what it "
+            "would lose)")
 @click.option("--cancel", is_flag=True, help="remove a recorded conditional restart")
 @click.option("--json", "as_json", is_flag=True, help="the whole plan as JSON")
-def log_crestart(qm, end_lsn, end_time, end_extent, yes, cancel, as_json):
+def log_crestart(qm, end_lsn, end_time, end_extent, dry_run, yes, cancel, as_json):
     """Conditional restart: give up the log after a point (queue manager stopped).
 
-    Says exactly what is lost; with --yes the next start carries it out."""
+    Says exactly what is lost; once recorded (--yes, or confirmed) the next
+    start carries it out."""
     from ..qmgr.log_offline import crestart_cancel, crestart_stopped
+    if cancel and dry_run:
+        raise click.UsageError("--cancel removes a recorded conditional restart at once: "
+                               "there is no plan to print")
+    how = plan_first(dry_run, yes)
     config = QMConfig.load(qm)
     if cancel:
         pending = crestart_cancel(config)
@@ -333,13 +390,13 @@ def log_crestart(qm, end_lsn, end_time, end_extent, yes, cancel, as_json):
         requested = f"after {end_extent.upper()}"
     else:
         end_ns, requested = parse_time(end_time), f"--end-time {end_time}"
-    p = crestart_stopped(config, end_lsn=end_lsn, end_time_ns=end_ns,
-                         end_extent=end_extent, requested=requested, write=yes)
-    if as_json:
-        console.print_json(json.dumps(p))
-    else:
-        _print_crestart_plan(p)
-    say("HMQ7130W Recorded: the next start of " + qm + " carries it out." if yes else
+    recorded = plan_then_act(
+        lambda write: crestart_stopped(config, end_lsn=end_lsn, end_time_ns=end_ns,
+                                       end_extent=end_extent, requested=requested,
+                                       write=write),
+        (lambda p: console.print_json(json.dumps(p))) if as_json else _print_crestart_plan,
+        how, f"Record this conditional restart of {qm}?")
+    say("HMQ7130W Recorded: the next start of " + qm + " carries it out." if recorded else
         "Nothing recorded: run again with --yes to record it.")
 
 
@@ -386,17 +443,20 @@ def _print_crestart_plan(p: dict) -> None:
 
 @click.command("reset-log")
 @click.argument("qm")
-@click.option("--yes", is_flag=True, help="do it (without: only say what it would do)")
+@dry_run_option("say what it would do, change nothing")
+@yes_option("do it without asking (off a terminal, without it: only say what it would do)")
 @click.option("--force", is_flag=True,
               help="even if the stores were not stopped cleanly (units of work may be "
                    "half applied)")
-def reset_log(qm, yes, force):
+def reset_log(qm, dry_run, yes, force):
     """Start a new, empty log when every copy of the old one is lost (queue
     manager stopped cleanly before; stores kept as they are)."""
     from ..qmgr.log_offline import reset_log_stopped
-    for line in reset_log_stopped(QMConfig.load(qm), write=yes, force=force):
-        say(line)
-    say(f"HMQ7135W The log of {qm} was reset." if yes else
+    how = plan_first(dry_run, yes)
+    config = QMConfig.load(qm)
+    reset = plan_then_act(lambda write: reset_log_stopped(config, write=write, force=force),
+                          _say_lines, how, f"Start a new log for {qm}?")
+    say(f"HMQ7135W The log of {qm} was reset." if reset else
         "Nothing changed: run again with --yes to reset the log.")
 
 
