@@ -40,7 +40,7 @@ from harbormq.admin.mqsc import (
     parse_script,
 )
 from harbormq.fsutil import file_name
-from harbormq.security import ORDER
+from harbormq.security.authority import ORDER
 
 #: what ``str.splitlines`` (and so the MQSC reader) ends a line at
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"

@@ -20,21 +20,22 @@ from harbormq.security import (
     InvalidAuthority,
     NotAuthorized,
     PeerUnknown,
-    ProcTcpEntry,
     Security,
     SecurityError,
     UnknownUser,
     UserExists,
     UserStore,
     check_listener,
-    endpoint,
-    is_loopback,
     loopback_peer_uid,
     os_owner,
+)
+from harbormq.security.authority import profile_matches, specificity
+from harbormq.security.peers import (
+    ProcTcpEntry,
+    endpoint,
+    is_loopback,
     parse_proc_net_tcp,
-    profile_matches,
     socket_owner_uid,
-    specificity,
 )
 
 
@@ -490,7 +491,7 @@ def test_profile_matching_agrees_with_its_definition(profile, name):
     (fine on names this short)."""
     import re
 
-    from harbormq.security import _profile_tokens, is_generic, profile_matches
+    from harbormq.security.authority import _profile_tokens, is_generic, profile_matches
     if not is_generic(profile):
         assert profile_matches(profile, name) == (profile == name)
         return
@@ -504,7 +505,7 @@ def test_profile_matching_does_not_backtrack():
     with a regex (found by fuzzing DISPLAY AUTHREC); now it is a few steps."""
     import time
 
-    from harbormq.security import profile_matches
+    from harbormq.security.authority import profile_matches
     t = time.perf_counter()
     assert not profile_matches("**.**.**.**.**.**.**.**.**.**.X", "." * 47 + "A")
     assert not profile_matches("*" * 47 + "X", "A" * 47 + ".")

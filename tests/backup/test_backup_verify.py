@@ -194,3 +194,51 @@ def test_a_restore_killed_while_swapping_in_is_run_again(backed_up, home):
     hmq(env, "restore", "QM1", "--from", str(backed_up), "--replace")
     with QueueManager.open("QM1", home=home) as qm:
         assert qm.queue_status("Q1")["CURDEPTH"] == 200
+
+
+def test_verify_of_a_backup_folder_verifies_its_newest_or_every_backup(backed_up, home,
+                                                                      tmp_path):
+    """A queue manager's backup folder (DIR/QM): its newest backup, or every one
+    with --all, which goes on past a damaged one and then fails naming it."""
+    env = child_env(home)
+    folder = backed_up.parent
+    with QueueManager.open("QM1", home=home) as qm:
+        qm.put("Q1", b"after the first backup", persistent=True)
+    newest = take_backup(QMConfig.load("QM1", home), folder.parent).path
+    assert mf.list_backups(folder) == [backed_up, newest]
+    out = " ".join(hmq(env, "backup", "verify", str(folder)).stdout.split())
+    assert f"HMQ8607I Backup {newest} verified" in out and backed_up.name not in out, out
+
+    r = hmq(env, "backup", "verify", str(folder), "--all", "--json")
+    assert [v["backup"] for v in json.loads(r.stdout)] == [str(backed_up), str(newest)]
+
+    store = next(f["path"] for f in mf.read_manifest(backed_up)["files"]
+                 if f["kind"] == "store")
+    (backed_up / store).write_bytes(b"damaged")
+    assert hmq(env, "backup", "verify", str(folder)).returncode == 0, "the newest is good"
+    r = hmq(env, "backup", "verify", str(folder), "--all", check=False)
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 1 and f"HMQ8607I Backup {newest} verified" in said, said
+    assert f"HMQ8602E: 1 of 2 backup(s) in {folder} failed verification: {backed_up.name}" \
+        in said and store in said, said
+
+
+def test_verify_of_a_directory_of_backup_folders_names_them(backed_up, home):
+    """The directory given to 'backup --to' holds one folder per queue manager:
+    verify says so, and which to give it."""
+    top = backed_up.parent.parent
+    r = hmq(child_env(home), "backup", "verify", str(top), check=False)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 1 and f"{top} is not a backup (it has no manifest.json) and holds " \
+        "no backup; the backup folders in it: QM1 (1 backup(s))" in said, said
+    assert f"harbormq backup verify {top / 'QM1'}" in said, said
+
+
+def test_verify_of_a_folder_without_backups_says_it_holds_none(home, tmp_path):
+    empty = tmp_path / "nothing-here"
+    (empty / "not-a-backup").mkdir(parents=True)
+    r = hmq(child_env(home), "backup", "verify", str(empty), check=False)
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 1 and "HMQ8602E" in said, said
+    assert f"{empty} is not a backup (it has no manifest.json) and holds no backup" in said
+    assert "backup folders in it" not in said

@@ -21,6 +21,7 @@ from ..core.engine import QueueManagerCore
 from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS
 from ..errors import AdminRequestError, HarbormqError, ObjectExists, UnknownObject
 from ..log.records import PAGE_SIZE, extent_file_name, key_parts
+from ..qmgr.log_offline import deletion_plan
 from ..recovery.need import log_need_facts
 from . import mqsc
 from .mqsc import Command, MqscSyntaxError
@@ -733,9 +734,21 @@ async def mark_log_archived(core: QueueManagerCore, name: str) -> dict:
 async def delete_log(core: QueueManagerCore, through: str | None) -> dict:
     """Delete the closed extents nothing needs, oldest first, through ``through``
     (every one when None); ``{"deleted": [...], "never_archived": [...]}``."""
+    _check_through(through)
+    return await core.log_management.delete(through or None)
+
+
+def plan_log_delete(core: QueueManagerCore, through: str | None) -> dict:
+    """What ``delete_log`` would delete now, deleting nothing (``harbormq log
+    delete --dry-run``); ``{"would_delete": [...], "never_archived": [...]}``."""
+    _check_through(through)
+    core.log_management.need_linear("deleting log extents")
+    return deletion_plan(core.log_management.plan_delete(through or None))
+
+
+def _check_through(through) -> None:
     if through is not None and not isinstance(through, str):
         raise ValueError("'through' must name a log extent, e.g. S0000007.LOG")
-    return await core.log_management.delete(through or None)
 
 
 async def backup_point(core: QueueManagerCore, *, checkpoint: bool, switch: bool) -> dict:

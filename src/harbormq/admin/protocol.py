@@ -25,6 +25,12 @@ One JSON object per line each way:
     {"cmd": "log_delete", "through": "S0000007.LOG" | null}
                                              -> {"ok": true, "result": {"deleted": [...],
                                                 "never_archived": [...]}}
+    {"cmd": "log_delete_plan", "through": ...}
+                                             -> {"ok": true, "result": {"would_delete":
+                                                [...], "never_archived": [...]}}
+                                                (a request of its own, not a flag of
+                                                log_delete: a server that does not know
+                                                it refuses it instead of deleting)
     {"cmd": "backup_point", "checkpoint": true, "switch": false}
                                              -> {"ok": true, "result": {"checkpoint_lsn",
                                                 "restart_lsn", "media_lsn", "closed":
@@ -61,6 +67,7 @@ from .commands import (
     delete_log,
     handle_admin_mqsc,
     mark_log_archived,
+    plan_log_delete,
 )
 
 if TYPE_CHECKING:
@@ -73,7 +80,7 @@ if TYPE_CHECKING:
 MAX_REQUEST_BYTES = 64 << 20
 #: the requests ``AdminProtocol.handle`` answers
 COMMANDS = ("ping", "status", "mqsc", "load", "unload", "log_need", "image", "recreate", "stop",
-            "log_archive", "log_archived", "log_delete", "backup_point")
+            "log_archive", "log_archived", "log_delete", "log_delete_plan", "backup_point")
 
 
 def read_request(line: bytes) -> dict:
@@ -185,6 +192,8 @@ class AdminProtocol:
                                                                   req.get("extent"))}
         if cmd == "log_delete":
             return {"ok": True, "result": await delete_log(self.core, req.get("through"))}
+        if cmd == "log_delete_plan":
+            return {"ok": True, "result": plan_log_delete(self.core, req.get("through"))}
         if cmd == "backup_point":
             return {"ok": True, "result": await backup_point(
                 self.core, checkpoint=req.get("checkpoint") is True,

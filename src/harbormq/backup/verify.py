@@ -12,6 +12,10 @@
    consistency point (the end of its log), and every queue's depth and
    content hash, and the definitions' hash, compared with the manifest
    (HMQ8608E names the queues that differ).
+
+BACKUP may also be a queue manager's backup folder (``DIR/QM`` of ``harbormq
+backup QM --to DIR``): ``backups_to_verify`` picks its newest backup, or every
+one.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..errors import VerifyMismatch
+from ..errors import BackupDamaged, VerifyMismatch
 from ..fsutil import make_dirs
 from . import manifest as mf
 from .copying import Copier, Progress
@@ -72,3 +76,41 @@ def verify_backup(backup: Path, *, scratch: Path | None = None,
     return {"backup": str(backup), "chain": [p.name for p, _ in chain],
             "files_bytes": checked, "extents": len(extents), "queues": got,
             "consistency_lsn": m["consistency_lsn"], "restart": states["restart"]}
+
+
+def backups_to_verify(path: Path, *, every: bool = False) -> list[Path]:
+    """What ``backup verify PATH`` verifies, oldest first: PATH when it is a
+    backup (it has a manifest, or is named as one: a missing manifest is then
+    damage, named by the verification), else the newest backup of the queue
+    manager's backup folder PATH, or every one with ``every``. BackupDamaged
+    when PATH is neither, saying which backups it holds."""
+    path = Path(path)
+    if (path / mf.MANIFEST).exists() or mf.NAME_RE.match(path.name):
+        return [path]
+    held = mf.list_backups(path)
+    if held:
+        return held if every else held[-1:]
+    raise _not_a_backup(path)
+
+
+def _not_a_backup(path: Path) -> BackupDamaged:
+    """Why ``path`` holds nothing to verify, with the backup folders under it (a
+    directory given to ``backup --to`` holds one per queue manager)."""
+    if not path.is_dir():
+        return BackupDamaged(f"{path} is not a backup: it "
+                             f"{'is a file' if path.exists() else 'does not exist'}",
+                             path=str(path))
+    if path.name.endswith(mf.PART):
+        return BackupDamaged(f"{path} is a backup that was never completed (a .part directory "
+                             "is one being written, or one cut short)", path=str(path),
+                             hint="verify a complete backup beside it")
+    folders = [(d, len(mf.list_backups(d))) for d in sorted(path.iterdir()) if d.is_dir()]
+    folders = [(d, n) for d, n in folders if n]
+    text = f"{path} is not a backup (it has no {mf.MANIFEST}) and holds no backup"
+    if not folders:
+        return BackupDamaged(text, path=str(path))
+    return BackupDamaged(text + "; the backup folders in it: " +
+                         ", ".join(f"{d.name} ({n} backup(s))" for d, n in folders),
+                         path=str(path),
+                         hint=f"verify a queue manager's backups: harbormq backup verify "
+                              f"{folders[0][0]}")

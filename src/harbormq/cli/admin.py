@@ -1,8 +1,13 @@
 """``harbormq sc`` (runmqsc) and ``harbormq user`` (users for STOMP logins).
 
-Attach to the main command group with ``cli.add_command(sc)`` and
-``cli.add_command(user)``. Errors are HarbormqError, turned into an operator
-message and exit status 1 by ``harbormq.cli.main.main``.
+    harbormq sc QM [-c MQSC] [--continue]
+    harbormq user add QM NAME [--group G ...]
+    harbormq user delete QM NAME
+    harbormq user list QM
+
+``register(cli)`` adds them to the main command group (``cli/main.py``).
+Errors are HarbormqError, turned into an operator message and exit status 1
+by ``harbormq.cli.main.main``.
 """
 
 from __future__ import annotations
@@ -80,3 +85,8 @@ def user_list(qm):
     users = Security.for_config(QMConfig.load(qm)).users
     for name in users.names():
         click.echo(f"{name}\t{','.join(users.groups_of(name))}")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(sc)
+    cli.add_command(user)

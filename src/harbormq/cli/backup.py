@@ -1,7 +1,7 @@
 """``harbormq backup`` and ``harbormq restore`` (docs/backup.md).
 
     harbormq backup QM --to DIR [--incremental] [--keep N] [--idle] [--max-rate MB/S]
-    harbormq backup verify BACKUP [--scratch DIR]
+    harbormq backup verify BACKUP|FOLDER [--all] [--scratch DIR] [--json]
     harbormq restore QM --from BACKUP [--archive DIR ...] [--as NEWNAME] [--port P]
                         [--replace] [--dry-run] [--log-path DIR] [--log-dual-path DIR]
 
@@ -18,6 +18,7 @@ import click
 
 from ..admin.client import call
 from ..config import QMConfig
+from ..errors import HarbormqError
 from .consoles import LazyConsole
 
 console = LazyConsole(soft_wrap=True)
@@ -48,7 +49,7 @@ def backup():
     """Back up queue manager QM (hot while it runs, cold when stopped), or verify a backup.
 
     harbormq backup QM --to DIR [--incremental] [--keep N];
-    harbormq backup verify BACKUP"""
+    harbormq backup verify BACKUP (or a queue manager's backup folder)"""
 
 
 @backup.command("take")
@@ -105,21 +106,46 @@ def take(qm, to, incremental, keep, nice, idle, max_rate, as_json):
 @backup.command("verify")
 @click.argument("backup_dir", metavar="BACKUP",
                 type=click.Path(file_okay=False, path_type=Path))
+@click.option("--all", "every", is_flag=True,
+              help="BACKUP being a queue manager's backup folder: verify every backup in it, "
+                   "not only the newest")
 @click.option("--scratch", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="where the trial restore goes (default: beside the backup)")
 @click.option("--json", "as_json", is_flag=True)
-def verify(backup_dir, scratch, as_json):
-    """Verify BACKUP: every file's SHA-256, then a trial restore compared with its manifest."""
-    from ..backup.verify import verify_backup
-    r = verify_backup(backup_dir, scratch=scratch,
-                      progress=None if as_json else _progress("checked"))
+def verify(backup_dir, every, scratch, as_json):
+    """Verify BACKUP: every file's SHA-256, then a trial restore compared with its manifest.
+
+    BACKUP may be a queue manager's backup folder (DIR/QM of 'backup QM --to
+    DIR'): its newest backup is verified, or every one with --all."""
+    from ..backup.verify import backups_to_verify, verify_backup
+    results, failed = [], []
+    backups = backups_to_verify(backup_dir, every=every)
+    for path in backups:
+        try:
+            r = verify_backup(path, scratch=scratch,
+                              progress=None if as_json else _progress("checked"))
+        except HarbormqError as exc:
+            if not every:
+                raise
+            # --all goes on: a damaged old backup says nothing of the newer ones
+            failed.append((path, exc))
+            results.append({"backup": str(path), "error": f"{exc.msgid}: {exc.message}"})
+            if not as_json:
+                err_console.print(f"{exc.msgid}: {exc.message}")
+            continue
+        results.append(r)
+        if not as_json:
+            console.print(f"HMQ8607I Backup {path} verified: {len(r['chain'])} backup(s) in "
+                          f"its chain, {r['files_bytes'] / 1e6:.1f} MB of files good, "
+                          f"{r['extents']} extent(s); the trial restore to LSN "
+                          f"{r['consistency_lsn']} gives the {len(r['queues'])} queue(s) of "
+                          "the manifest")
     if as_json:
-        print(json.dumps(r, default=str))
-        return
-    console.print(f"HMQ8607I Backup {backup_dir} verified: {len(r['chain'])} backup(s) in its "
-                  f"chain, {r['files_bytes'] / 1e6:.1f} MB of files good, {r['extents']} "
-                  f"extent(s); the trial restore to LSN {r['consistency_lsn']} gives the "
-                  f"{len(r['queues'])} queue(s) of the manifest")
+        print(json.dumps(results if every else results[0], default=str))
+    if failed:
+        raise HarbormqError(f"{len(failed)} of {len(backups)} backup(s) in {backup_dir} failed "
+                            "verification: " + ", ".join(path.name for path, _ in failed),
+                            msgid=failed[0][1].msgid)
 
 
 @click.command("restore")

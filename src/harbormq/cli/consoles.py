@@ -64,3 +64,9 @@ def server_console() -> LazyConsole | PlainConsole:
     """The console of a server in the foreground: rich on a terminal (restart
     progress bars, coloured messages), plain lines otherwise."""
     return console if sys.stdout.isatty() else PlainConsole(sys.stdout)
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """One message, never broken into lines by rich: paths stay whole for
+    scripts (a terminal still wraps it)."""
+    (err_console if err else console).print(text, soft_wrap=True)

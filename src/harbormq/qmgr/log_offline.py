@@ -144,10 +144,24 @@ def delete_stopped(config: QMConfig, through: str | None) -> dict:
         log.forget_deleted(config.max_archives)
         _write_control(log)             # durable before any file goes
         remove_files(log, [e.number for e in victims])
-        names = [extent_file_name(e.number) for e in victims]
-        never = [extent_file_name(e.number) for e in victims if not e.archived]
-        say_deleted(lm.core.oplog, config.name, names, never)
-        return {"deleted": names, "never_archived": never}
+        plan = deletion_plan(victims)
+        say_deleted(lm.core.oplog, config.name, plan["would_delete"], plan["never_archived"])
+        return {"deleted": plan["would_delete"], "never_archived": plan["never_archived"]}
+
+
+def plan_delete_stopped(config: QMConfig, through: str | None) -> dict:
+    """What ``delete_stopped`` would delete now, deleting nothing (``harbormq log
+    delete --dry-run``), as a running queue manager's ``log_delete_plan``."""
+    with _stopped(config) as lm:
+        lm.need_linear("deleting log extents")
+        return deletion_plan(lm.plan_delete(through))
+
+
+def deletion_plan(victims: list) -> dict:
+    """The extents a deletion takes, by name, and those of them never archived
+    (HMQ7483W warns of those when they go)."""
+    return {"would_delete": [extent_file_name(e.number) for e in victims],
+            "never_archived": [extent_file_name(e.number) for e in victims if not e.archived]}
 
 
 def rebuild_control_stopped(config: QMConfig, *, write: bool) -> list[str]:
