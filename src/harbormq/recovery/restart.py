@@ -24,9 +24,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from ..core.engine import QueueManagerCore, UnitOfWork, UowOp
+from ..core.engine import QueueManagerCore
 from ..core.objects import QMGR_OBJECT
 from ..core.queue import LocalQueue
+from ..core.uow import UnitOfWork, UowOp
 from ..crashpoints import crash_point
 from ..errors import HarbormqError, LogMissing, ObjectDamaged, StandbyError, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
