@@ -192,6 +192,31 @@ class FlushAndCheckpoint:
         if self.catalog_dirty_lsn is None:
             self.catalog_dirty_lsn = lsn
 
+    def adopt_catalog(self, store: CatalogStore, objects: dict[str, dict] | None = None
+                      ) -> None:
+        """(restart) The catalog store, opened, and the definitions in it (read
+        from it here unless the caller has read them)."""
+        self.catalog_store = store
+        self.objects = store.load() if objects is None else objects
+
+    def flush_catalog_in_redo(self, lsn: int) -> None:
+        """(restart redo) Write the definitions changed so far at once, with
+        recovery LSN ``lsn``: the log below it is on disk (redo is reading it)."""
+        if self.catalog_dirty:
+            self.catalog_store.apply(self.catalog_dirty,
+                                     max(lsn, self.catalog_store.recovery_lsn))
+            self.catalog_dirty, self.catalog_dirty_lsn = {}, None
+
+    def replace_catalog_store(self, store: CatalogStore, rebuilt_to: int) -> None:
+        """(media recovery, under the flush lock) A catalog store rebuilt from the
+        log up to ``rebuilt_to`` replaces the old one: the definitions changed
+        since are still dirty, and the next flush writes them."""
+        self.catalog_store = store
+        self.catalog_dirty = {**self.catalog_flushing, **self.catalog_dirty}
+        self.catalog_flushing, self.catalog_flushing_lsn = {}, None
+        if self.catalog_dirty and self.catalog_dirty_lsn is None:
+            self.catalog_dirty_lsn = rebuilt_to
+
     # -- checkpoint -------------------------------------------------------------------
 
     def restart_point(self, begin_lsn: int, oldest_at_begin: int | None) -> int:

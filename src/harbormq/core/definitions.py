@@ -50,7 +50,6 @@ class DefinitionsHost(Protocol):
     oplog: OperatorLog
     objects: dict[str, dict]
     queues: dict[str, LocalQueue]
-    media_points: dict[str, dict]
     connections: ConnectionRegistry
     next_object_id: int
     flush_lock: asyncio.Lock
@@ -63,6 +62,8 @@ class DefinitionsHost(Protocol):
                       object_id: int = 0, name: str = "", payload: bytes = b"") -> int: ...
 
     def catalog_changed(self, name: str, definition: dict | None, lsn: int) -> None: ...
+
+    def forget_media_point(self, name: str) -> None: ...
 
     async def flush_all(self) -> int: ...
 
@@ -79,12 +80,16 @@ class Definitions:
         #: told (objtype, name) when a channel, listener or remote queue changes
         self.definition_listeners: list[Callable[[str, str], None]] = []
 
-    def set_definition(self, name: str, definition: dict | None, lsn: int) -> None:
+    def set_definition(self, name: str, definition: dict | None, lsn: int | None) -> None:
+        """``name``'s definition (None: deleted) by the record at ``lsn``, for the
+        next flush to write to the catalog. ``lsn`` None: the catalog store has
+        it already (restart redo below its recovery LSN), so it is not written."""
         if definition is None:
             self.objects.pop(name, None)
         else:
             self.objects[name] = definition
-        self.catalog_changed(name, definition, lsn)
+        if lsn is not None:
+            self.catalog_changed(name, definition, lsn)
 
     def open_queue_store(self, definition: dict, *, at_restart: bool = False,
                          report: bool = True) -> LocalQueue:
@@ -256,7 +261,7 @@ class Definitions:
         lsn = self.append_record(RecordType.OBJECT_DELETE, object_id=d["object_id"], name=key,
                                  payload=encode_json({"name": key}))
         self.set_definition(key, None, lsn)
-        self.media_points.pop(key, None)
+        self.forget_media_point(key)
         await self.log.force()
         self.notify_definitions(objtype, name)
 
@@ -302,7 +307,7 @@ class Definitions:
                                  payload=encode_json({"name": name}))
         self.set_definition(name, None, lsn)
         del self.queues[name]
-        self.media_points.pop(name, None)
+        self.forget_media_point(name)
         await self.log.force()
         async with self.flush_lock:    # not under a flush that is writing it
             q.store.close()

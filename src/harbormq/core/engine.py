@@ -15,8 +15,9 @@ it uses of the rest: ``definitions.py`` (objects and definitions),
 ``shunting.py`` (log space). They are mixed into the one object, not held as
 helpers: a put, a get or a commit calls into units of work and flushes for
 every message, and through a helper each call would take one more look-up.
-Besides the message path, this module holds the state the parts share.
-Not here: a queue in memory (``queue.py``), connections (``connections.py``).
+Besides the message path, this module holds the state the parts share and
+the methods through which recovery sets the core up. Not here: a queue in
+memory (``queue.py``), connections (``connections.py``).
 """
 
 from __future__ import annotations
@@ -179,6 +180,30 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
                         "(preemptive) so that a restart recovers what is on disk")
         if self.on_fatal is not None and not self.stopping:
             self.on_fatal(f"the log cannot be written: {exc}")
+
+    # ------------------------------------------------------------------ set up by recovery
+
+    def mark_started(self) -> None:
+        """(restart) Recovery is over: from now on the log's growth and extent
+        switches start checkpoints."""
+        self.started = True
+
+    def raise_id_floors(self, *, uow: int = 0, object: int = 0) -> None:
+        """(restart) Unit of work and object ids below these are never given again."""
+        self.next_uow_id = max(self.next_uow_id, uow)
+        self.next_object_id = max(self.next_object_id, object)
+
+    def adopt_media_points(self, points: dict[str, dict]) -> None:
+        """(restart) The media points the last checkpoint recorded."""
+        self.media_points = points
+
+    def set_media_point(self, name: str, point: dict) -> None:
+        """Media recovery of ``name`` would start at ``point`` (an image, a recreate)."""
+        self.media_points[name] = point
+
+    def forget_media_point(self, name: str) -> None:
+        """``name`` is deleted, or a newer object has the name: back to its create record."""
+        self.media_points.pop(name, None)
 
     # ------------------------------------------------------------------ messages
 

@@ -156,6 +156,12 @@ class UnitsOfWork:
         self.uows[uow.id] = uow
         return uow
 
+    def adopt_unit_of_work(self, uow: UnitOfWork) -> None:
+        """(restart) Keep a unit of work the log leaves open; its id is never
+        given again."""
+        self.uows[uow.id] = uow
+        self.next_uow_id = max(self.next_uow_id, uow.id + 1)
+
     def discard_empty(self, uow: UnitOfWork) -> None:
         """Forget a unit of work that did nothing (a delivery that found no message)."""
         if uow.ops or uow.first_lsn:
