@@ -15,9 +15,10 @@ it uses of the rest: ``definitions.py`` (objects and definitions),
 ``shunting.py`` (log space). They are mixed into the one object, not held as
 helpers: a put, a get or a commit calls into units of work and flushes for
 every message, and through a helper each call would take one more look-up.
-Besides the message path, this module holds the state the parts share and
-the methods through which recovery sets the core up. Not here: a queue in
-memory (``queue.py``), connections (``connections.py``).
+Besides the message path, this module holds the state the parts share, the
+methods through which recovery sets the core up, and what the core knows of
+the channel initiator (``ChannelCommands``). Not here: a queue in memory
+(``queue.py``), connections (``connections.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import os
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..config import QMConfig
 from ..errors import (
@@ -82,6 +83,29 @@ class PutTarget(NamedTuple):
     attrs: dict
 
 
+class ChannelCommands(Protocol):
+    """What the admin commands ask of the channel initiator
+    (``channels/initiator.py``), which is ``core.channels`` while it runs."""
+
+    def check_deletable(self, objtype: str, name: str) -> None: ...
+
+    def listener_status(self, name: str) -> str: ...
+
+    def status(self, pattern: str) -> list[dict]: ...
+
+    async def start_channel(self, name: str) -> str: ...
+
+    async def stop_channel(self, name: str) -> str: ...
+
+    async def reset_channel(self, name: str, seqnum: int) -> str: ...
+
+    async def resolve_channel(self, name: str, commit: bool) -> str: ...
+
+    async def start_listener(self, name: str) -> str: ...
+
+    async def stop_listener(self, name: str) -> str: ...
+
+
 class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting):
     def __init__(self, config: QMConfig, oplog: OperatorLog):
         self.config = config
@@ -109,6 +133,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         self.on_fatal = None
         #: linear log housekeeping: archiving and deleting closed extents
         self.log_management = LogManagement(self)
+        #: the channel initiator, once the server process has started it
+        self.channels: ChannelCommands | None = None
         self._init_definitions()
         self._init_checkpoints()
         self._init_log_space()
