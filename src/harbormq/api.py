@@ -24,7 +24,8 @@ from pathlib import Path
 
 from .config import QMConfig
 from .core.connections import Connection, new_conn_id
-from .core.engine import MessageMatch, UnitOfWork
+from .core.queue import MessageMatch
+from .core.uow import UnitOfWork
 from .errors import HarbormqError, UnitOfWorkError
 from .log.records import Message
 from .qmgr.lifecycle import RunningQueueManager

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from harbormq.core.engine import REQUEUE_OWNER
+from harbormq.core.uow import REQUEUE_OWNER
 from harbormq.errors import LogFull
 from harbormq.log.records import RecordType
 

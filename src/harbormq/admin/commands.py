@@ -17,7 +17,7 @@ import inspect
 import time
 from collections.abc import Callable
 
-from ..core.engine import QueueManagerCore
+from ..core.engine import ChannelCommands, QueueManagerCore
 from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS
 from ..errors import AdminRequestError, HarbormqError, ObjectExists, UnknownObject
 from ..log.records import PAGE_SIZE, extent_file_name, key_parts
@@ -464,7 +464,7 @@ class Executor:
                                     "changed.")]
 
     async def delete_object(self, cmd: Command) -> list[str]:
-        channels = getattr(self.core, "channels", None)
+        channels = self.core.channels
         if cmd.objtype in ("CHANNEL", "LISTENER") and channels is not None:
             channels.check_deletable(cmd.objtype, cmd.name)
         await self.core.delete_object(cmd.objtype, cmd.name)
@@ -478,7 +478,7 @@ class Executor:
                  "LISTENER": mqsc.DISPLAY_LISTENER_ATTRS}[objtype]
         always = (head, "TYPE") if objtype == "QREMOTE" else (head, "CHLTYPE") \
             if objtype == "CHANNEL" else (head,)
-        channels = getattr(self.core, "channels", None)
+        channels = self.core.channels
         out = []
         for d in sorted((d for d in self.core.objects.values() if d["type"] == objtype),
                         key=lambda d: d["name"]):
@@ -500,8 +500,8 @@ class Executor:
             out.append(mqsc.format_message("HMQ8409I", f"No {self._NOUNS[objtype]}s found."))
         return out
 
-    def _channels(self):
-        channels = getattr(self.core, "channels", None)
+    def _channels(self) -> ChannelCommands:
+        channels = self.core.channels
         if channels is None:
             raise MqscError(f"channels do not run in this process of queue manager "
                             f"{self.core.name}: start it with 'harbormq start'",

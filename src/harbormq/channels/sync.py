@@ -19,8 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..core.engine import MessageMatch, QueueManagerCore, UnitOfWork
+from ..core.engine import QueueManagerCore
 from ..core.objects import CHANNEL_SYNCQ
+from ..core.queue import MessageMatch
+from ..core.uow import UnitOfWork
 from ..log.records import Message
 
 SENDER, RECEIVER = "SDR", "RCVR"

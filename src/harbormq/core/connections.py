@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .engine import UnitOfWork
+    from .uow import UnitOfWork
 
 _conn_counter = itertools.count(1)
 _conn_prefix = os.urandom(4).hex().upper()

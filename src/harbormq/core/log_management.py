@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError, LogMissing, ObjectError
 from ..log import archive
@@ -27,11 +28,26 @@ from ..log.control import ExtentInfo, encode_copy
 from ..log.records import extent_file_name
 
 if TYPE_CHECKING:
-    from .engine import QueueManagerCore
+    from ..config import QMConfig
+    from ..log.manager import RecoveryLog
+    from .operator_log import OperatorLog
+
+
+class LogManagementHost(Protocol):
+    """What log management uses of its queue manager: the core while it runs,
+    a stopped queue manager's log under its lock (``qmgr/log_offline.py``),
+    which has no loop and runs nothing in the background."""
+    name: str
+    config: QMConfig
+    log: RecoveryLog
+    oplog: OperatorLog
+    loop: asyncio.AbstractEventLoop | None
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task: ...
 
 
 class LogManagement:
-    def __init__(self, core: QueueManagerCore):
+    def __init__(self, core: LogManagementHost):
         self.core = core
         self.lock = asyncio.Lock()      # one archive or delete at a time
         self._archiving = False

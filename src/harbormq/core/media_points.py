@@ -12,13 +12,18 @@ checkpoint records the table; the control file's media LSN is the oldest
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .engine import QueueManagerCore
+from typing import Protocol
 
 
-def media_point_of(core: QueueManagerCore, name: str) -> dict:
+class MediaPointsHost(Protocol):
+    """What the media points are computed from (the core)."""
+    #: object name -> its definition
+    objects: dict[str, dict]
+    #: object name -> its media point, once it has an image (before: its create)
+    media_points: dict[str, dict]
+
+
+def media_point_of(core: MediaPointsHost, name: str) -> dict:
     """The media point of one object (its create record until it has an image)."""
     mp = core.media_points.get(name)
     if mp is not None:
@@ -28,19 +33,19 @@ def media_point_of(core: QueueManagerCore, name: str) -> dict:
     return {"object_id": d["object_id"], "image_lsn": lsn, "replay_from": lsn, "image_ns": 0}
 
 
-def media_lsn(core: QueueManagerCore) -> int:
+def media_lsn(core: MediaPointsHost) -> int:
     """Oldest LSN media recovery of any object needs (the control file's media LSN)."""
     lsns = [media_point_of(core, n)["replay_from"] for n in core.objects]
     return min(lsns) if lsns else 0
 
 
-def catalog_media_lsn(core: QueueManagerCore) -> int:
+def catalog_media_lsn(core: MediaPointsHost) -> int:
     """Where rebuilding the catalog (the queue manager object) starts: every
     object's definition is in its latest image or create record."""
     lsns = [media_point_of(core, n)["image_lsn"] for n in core.objects]
     return min(lsns) if lsns else 0
 
 
-def media_table(core: QueueManagerCore) -> dict:
+def media_table(core: MediaPointsHost) -> dict:
     """What a checkpoint records: the media point of every object."""
     return {n: media_point_of(core, n) for n in core.objects}

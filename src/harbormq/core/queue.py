@@ -9,6 +9,9 @@ None (delete), all committed:
 Uncommitted effects are not here: puts wait in their unit of work, gets only
 ``lock`` the message. Memory is bounded by what is dirty between flushes, not
 by queue depth: message bodies on the queue live in the store.
+
+A get may select its message by id (``MessageMatch``), which the queue's
+index serves.
 """
 
 from __future__ import annotations
@@ -20,6 +23,24 @@ from sortedcontainers import SortedSet
 
 from ..log.records import Message
 from ..store.stores import QueueStore
+
+
+class MessageMatch:
+    """Get by message id or correlation id (served by the queue's index)."""
+
+    def __init__(self, msg_id: bytes | None = None, correl_id: bytes | None = None):
+        self.msg_id = msg_id
+        self.correl_id = correl_id
+        if msg_id is not None:
+            self.index_type, self.ident = "MSGID", msg_id
+        elif correl_id is not None:
+            self.index_type, self.ident = "CORRELID", correl_id
+        else:
+            self.index_type, self.ident = None, None
+
+    def __call__(self, msg: Message) -> bool:
+        return ((self.msg_id is None or msg.msg_id == self.msg_id) and
+                (self.correl_id is None or msg.correl_id == self.correl_id))
 
 
 class LocalQueue:

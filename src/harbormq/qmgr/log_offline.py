@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from types import SimpleNamespace
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Iterator, NoReturn
 
 from ..config import QMConfig
-from ..core.log_management import LogManagement, remove_files, say_deleted
+from ..core.log_management import LogManagement, LogManagementHost, remove_files, say_deleted
 from ..core.operator_log import OperatorLog
 from ..errors import (
     ControlFileDamaged,
@@ -51,6 +51,23 @@ from ..log.manager import RecoveryLog
 from ..log.records import extent_file_name
 from ..store.stores import CatalogStore, QueueStore
 from .lifecycle import InstanceLock
+
+
+@dataclass
+class StoppedQueueManager:
+    """What ``LogManagement`` needs of its queue manager (``LogManagementHost``),
+    for one that is stopped: its log, with no loop and nothing run in the
+    background (the commands here archive and delete in the foreground)."""
+    name: str
+    config: QMConfig
+    log: RecoveryLog
+    oplog: OperatorLog
+    loop: None = None
+
+    def spawn(self, coro) -> NoReturn:
+        coro.close()
+        raise RuntimeError(f"queue manager {self.name} is stopped: nothing runs in its "
+                           "background")
 
 
 @contextmanager
@@ -73,8 +90,8 @@ def _stopped(config: QMConfig) -> Iterator[LogManagement]:
         for msgid, text in log.control.warnings:
             oplog.emit(msgid, text)
         config.log.log_type = log.state.log_type      # the control file's type holds
-        yield LogManagement(SimpleNamespace(name=config.name, config=config, log=log,
-                                            oplog=oplog))
+        host: LogManagementHost = StoppedQueueManager(config.name, config, log, oplog)
+        yield LogManagement(host)
     finally:
         lock.release()
 

@@ -408,12 +408,9 @@ async def _recreate_catalog(core: QueueManagerCore, progress: Progress) -> dict:
         await core.quiesce_store_io()
         core.catalog_store.close()
         replace_dir(tmp, core.config.catalog_dir, keep_old=False)
-        core.catalog_store = CatalogStore(core.config.catalog_dir, owner=core.name)
         # definitions changed since to_lsn are still dirty: the next flush writes them
-        core.catalog_dirty = {**core.catalog_flushing, **core.catalog_dirty}
-        core.catalog_flushing, core.catalog_flushing_lsn = {}, None
-        if core.catalog_dirty and core.catalog_dirty_lsn is None:
-            core.catalog_dirty_lsn = to_lsn
+        core.replace_catalog_store(CatalogStore(core.config.catalog_dir, owner=core.name),
+                                   to_lsn)
     progress(QMGR_OBJECT, 1, 1)
     core.oplog.emit("HMQ7474I", f"object {QMGR_OBJECT} (the catalog of {len(objects)} "
                     f"definitions) recreated from the log (LSN {start} to {to_lsn})")
@@ -472,7 +469,7 @@ async def recreate_queue(core: QueueManagerCore, name: str,
             fresh.next_seq = max(fresh.next_seq, q.next_seq)
     finally:
         q.recreating = False     # (the old queue object: on success a new one serves)
-    core.media_points[name] = dict(point)
+    core.set_media_point(name, dict(point))
     core.oplog.emit("HMQ7474I", f"queue {name} recreated from the log: image at LSN "
                     f"{point['image_lsn']} ({result['image_messages']} messages), "
                     f"{result['effects']} later effects replayed from LSN "

@@ -24,9 +24,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from ..core.engine import QueueManagerCore, UnitOfWork, UowOp
+from ..core.engine import QueueManagerCore
 from ..core.objects import QMGR_OBJECT
 from ..core.queue import LocalQueue
+from ..core.uow import UnitOfWork, UowOp
 from ..crashpoints import crash_point
 from ..errors import HarbormqError, LogMissing, ObjectDamaged, StandbyError, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
@@ -153,7 +154,7 @@ class Restart:
         t4 = time.monotonic()
         await self.phase5_indexes()
         t5 = time.monotonic()
-        core.started = True
+        core.mark_started()
         await core.checkpoint("restart")
         t6 = time.monotonic()
         r = self.report
@@ -233,7 +234,7 @@ class Restart:
                 if store.owner != core.name:
                     raise StoreDamaged(f"it belongs to queue manager {store.owner}",
                                        path=str(path))
-                core.objects = store.load()
+                objects = store.load()
                 lsn = store.recovery_lsn
                 why = dirs.lsn_problem(lsn, self._log_end_walk.reach(lsn),
                                        lambda lsn: core.log.state.discarded_at(lsn, None))
@@ -242,7 +243,7 @@ class Restart:
             except StoreDamaged:
                 store.close()
                 raise
-            core.catalog_store = store
+            core.adopt_catalog(store, objects)
             return
         except StoreDamaged as exc:
             why = exc.message
@@ -262,9 +263,7 @@ class Restart:
         tmp = path.with_name(path.name + dirs.REBUILDING)
         recreate.write_catalog(tmp, objects, self.log_end, core.name)
         dirs.replace_dir(tmp, path, keep_old=False)
-        core.catalog_store = CatalogStore(path, owner=core.name,
-                                          sync=not core.config.scratch)
-        core.objects = core.catalog_store.load()
+        core.adopt_catalog(CatalogStore(path, owner=core.name, sync=not core.config.scratch))
         self.emit("HMQ7474I", f"object {QMGR_OBJECT} (the catalog of {len(objects)} "
                   f"definitions) recreated from the log, LSN {start} to {self.log_end}")
 
@@ -377,15 +376,14 @@ class Restart:
             candidates = [table["begin_lsn"], table["restart_lsn"]]
             candidates += [u["first_lsn"] for u in table["uows"]]
             redo_start = min(c for c in candidates if c is not None)
-            core.next_uow_id = max(core.next_uow_id, table["next_uow_id"])
-            core.next_object_id = max(core.next_object_id, table["next_object_id"])
+            core.raise_id_floors(uow=table["next_uow_id"], object=table["next_object_id"])
             for name, info in table["stores"].items():
                 q = core.queues.get(name)
                 if q is not None and q.object_id == info["object_id"]:
                     q.next_seq = max(q.next_seq, info["next_seq"])
-            core.media_points = {
+            core.adopt_media_points({
                 n: mp for n, mp in table.get("media", {}).items()
-                if n in core.objects and core.objects[n]["object_id"] == mp["object_id"]}
+                if n in core.objects and core.objects[n]["object_id"] == mp["object_id"]})
             redo_start = self._bring_forward_restored_stores(
                 unpack_store_lsns(table.get("store_lsns", [])), redo_start)
         else:
@@ -393,12 +391,11 @@ class Restart:
         # ids a given-up or an older log used are never given again
         for floor in [{"uow": d["next_uow_id"], "object": d["next_object_id"]}
                       for d in st.discarded] + [st.id_floor]:
-            core.next_uow_id = max(core.next_uow_id, floor.get("uow", 0))
-            core.next_object_id = max(core.next_object_id, floor.get("object", 0))
+            core.raise_id_floors(uow=floor.get("uow", 0), object=floor.get("object", 0))
         r.checkpoint_lsn = st.checkpoint_lsn
         r.redo_start_lsn = redo_start
         for definition in core.objects.values():
-            core.next_object_id = max(core.next_object_id, definition["object_id"] + 1)
+            core.raise_id_floors(object=definition["object_id"] + 1)
         ext = core.log.extent_of(redo_start)
         self.emit("HMQ7232I", f"Status rebuild for queue manager {core.name} complete: last "
                   f"checkpoint at LSN {st.checkpoint_lsn or '-'}, "
@@ -565,9 +562,7 @@ class Restart:
                          if core.config.log.log_type == "linear" else
                          "deleted (a circular log cannot recreate them)"))
         for open_uow in self.rule.open.values():
-            uow = _unit_of_work(open_uow)
-            core.uows[uow.id] = uow
-            core.next_uow_id = max(core.next_uow_id, uow.id + 1)
+            core.adopt_unit_of_work(_unit_of_work(open_uow))
         if r.nonpersistent_discarded:
             self.emit("HMQ7237I", f"{r.nonpersistent_discarded} non-persistent message(s) "
                       "discarded at restart")
@@ -583,9 +578,7 @@ class Restart:
         """Redo a stretch of the log (batches of records in LSN order)."""
         core, r = self.core, self.report
         records = [rec for batch in stretch for rec in batch]
-        top_uow = max([rec.uow_id for rec in records])
-        if top_uow >= core.next_uow_id:
-            core.next_uow_id = top_uow + 1
+        core.raise_id_floors(uow=max([rec.uow_id for rec in records]) + 1)
         skip = without_effect(records, self.rule.open, self.redo_from) \
             if SKIP_WITHOUT_EFFECT else ()
         r.records_skipped += len(skip)
@@ -636,9 +629,8 @@ class Restart:
         # (not while redo is still below the catalog's own LSN: going back for a
         # store put back from a copy replays definitions the catalog has long
         # passed; written there, a crash would bring back a queue deleted since)
-        if core.catalog_dirty and lsn >= self.redo_from.get(0, 0):
-            core.catalog_store.apply(core.catalog_dirty, max(lsn, core.catalog_store.recovery_lsn))
-            core.catalog_dirty, core.catalog_dirty_lsn = {}, None
+        if lsn >= self.redo_from.get(0, 0):
+            core.flush_catalog_in_redo(lsn)
 
     def _redo_other(self, rec: LogRecord) -> None:
         """A record the commit rule leaves to restart (phase3_redo gives the rest to
@@ -656,9 +648,9 @@ class Restart:
         end = decode_json(rec.payload)
         d = self.core.objects.get(rec.object_name)
         if d is not None and d["object_id"] == rec.object_id:
-            self.core.media_points[rec.object_name] = {
+            self.core.set_media_point(rec.object_name, {
                 "object_id": rec.object_id, "image_lsn": end["begin_lsn"],
-                "replay_from": end["replay_from"], "image_ns": rec.timestamp_ns}
+                "replay_from": end["replay_from"], "image_ns": rec.timestamp_ns})
 
     def _redo_object(self, rec: LogRecord) -> None:
         core, r = self.core, self.report
@@ -666,8 +658,8 @@ class Restart:
         mp = core.media_points.get(rec.object_name)
         if mp is not None and (mp["object_id"] < rec.object_id or (
                 mp["object_id"] == rec.object_id and rec.type == RecordType.OBJECT_DELETE)):
-            del core.media_points[rec.object_name]    # a newer incarnation, or deleted
-        core.next_object_id = max(core.next_object_id, rec.object_id + 1)
+            core.forget_media_point(rec.object_name)    # a newer incarnation, or deleted
+        core.raise_id_floors(object=rec.object_id + 1)
         catalog_due = rec.lsn >= self.redo_from[0]
         if rec.type == RecordType.OBJECT_CREATE:
             data["create_lsn"] = rec.lsn
@@ -692,10 +684,8 @@ class Restart:
             existing = core.objects.get(rec.object_name)
             if existing is not None and existing["object_id"] == rec.object_id:
                 data["create_lsn"] = existing.get("create_lsn", 0)
-                if catalog_due:
-                    core.set_definition(rec.object_name, data, rec.lsn)
-                else:
-                    core.objects[rec.object_name] = data
+                # (below the catalog's recovery LSN: the catalog has it already)
+                core.set_definition(rec.object_name, data, rec.lsn if catalog_due else None)
                 q = self._queue_for(rec)
                 if q is not None:
                     q.definition = data

@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.connections import Connection, new_conn_id
-from ..core.engine import PutTarget, UnitOfWork
+from ..core.engine import PutTarget
 from ..core.objects import DEFAULT_LOCAL_QUEUE, check_name
 from ..core.queue import LocalQueue
+from ..core.uow import UnitOfWork
 from ..errors import HarbormqError, InvalidAttribute, QueueFull, UnknownObject
 from ..log.records import Message
 from .delivery import Delivery, DeliveryMixin

@@ -20,7 +20,8 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from ..core.engine import MessageMatch, UnitOfWork
+from ..core.queue import MessageMatch
+from ..core.uow import UnitOfWork
 from ..errors import HarbormqError
 from ..log.records import Message
 from .frames import Frame, escape
