@@ -10,8 +10,8 @@ Uncommitted effects are not here: puts wait in their unit of work, gets only
 ``lock`` the message. Memory is bounded by what is dirty between flushes, not
 by queue depth: message bodies on the queue live in the store.
 
-A get may select its message by id (``MessageMatch``), which the queue's
-index serves.
+A get may select its message by message or correlation id
+(``MessageMatch``), which the queue's index serves.
 """
 
 from __future__ import annotations
