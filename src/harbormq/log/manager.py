@@ -91,6 +91,11 @@ class RecoveryLog(LogCopies):
         self.failed: BaseException | None = None
         #: told (on the loop) when writing the log fails for good
         self.on_failed: Callable[[BaseException], None] | None = None
+        #: says what holds the restart point where it is (the core's units of
+        #: work, stores and checkpoints), for a log-full refusal to name it
+        self.describe_pin: Callable[[], str] | None = None
+        #: told (on the loop) of every log-full refusal, to reach the operator log
+        self.on_full: Callable[[LogFull], None] | None = None
 
     # -- creation -----------------------------------------------------------------
 
@@ -402,14 +407,25 @@ class RecoveryLog(LogCopies):
             if free:
                 return free[0], True
             if len(st.extents) >= st.primary + st.secondary:
-                raise LogFull(
-                    f"the circular log is full: all {len(st.extents)} extents are needed "
-                    "for restart", hint="long-running units of work pin the log; commit or "
-                    "back them out, or create the queue manager with more log space")
+                raise self._full()
         info = ExtentInfo(number=st.next_extent_number, first_lsn=0, state="free")
         st.next_extent_number += 1
         st.extents.append(info)
         return info, False
+
+    def _full(self) -> LogFull:
+        """The refusal of a circular log with no extent left, naming what pins it."""
+        pin = self.describe_pin() if self.describe_pin is not None else ""
+        exc = LogFull(f"the circular log is full: all {len(self.state.extents)} extents are "
+                      f"needed for restart from LSN {self.state.restart_lsn}"
+                      + (f": {pin}" if pin else ""),
+                      hint="what pins the restart point must end (a unit of work committed "
+                      "or backed out) or be written (a store flush), or the queue manager "
+                      "needs more log space (--log-primary, --log-secondary, "
+                      "--log-file-pages)")
+        if self.on_full is not None:
+            self.on_full(exc)
+        return exc
 
     def available_extents(self) -> int:
         """Extents a switch could still move to without freeing anything."""
