@@ -62,6 +62,8 @@ class CheckpointHost(MediaPointsHost, Protocol):
 
     def _end_held_requeues(self) -> None: ...
 
+    def release_held_producers(self) -> None: ...
+
 
 class FlushAndCheckpoint:
     """Flushes and checkpoints of the core (a part of ``QueueManagerCore``,
@@ -84,6 +86,11 @@ class FlushAndCheckpoint:
         #: them, and a store must not be closed under its own write transaction
         self._store_io: set[asyncio.Future] = set()
         self.last_checkpoint: dict = {}
+        #: when the flush of the checkpoint now running began (None: none runs)
+        self.checkpoint_flushing_since: float | None = None
+        #: bytes of log from a checkpoint's BEGIN to its END: the last, the largest
+        self.checkpoint_span_last = 0
+        self.checkpoint_span_max = 0
 
     # -- what starts them -------------------------------------------------------------
 
@@ -237,20 +244,38 @@ class FlushAndCheckpoint:
         return media_lsn(self)
 
     async def checkpoint(self, reason: str = "requested") -> dict:
+        """A fuzzy checkpoint, as MQ's: the stores are flushed first, outside the
+        checkpoint's records, so BEGIN..END holds only the table (and any
+        shunts) however long the flush takes and whatever the load. What the
+        flush did not cover is in the restart point: everything committed
+        before the flush's snapshot (``flushed_below``) is in the stores, so
+        redo starts there, or earlier at the first record of a unit of work
+        open then (one that commits after the snapshot has its effects only in
+        the log, its records before it)."""
         async with self.checkpoint_lock:
             self._checkpoint_pending = False
+            flushed_below = self.log.end_lsn
+            open_at_flush = {u.id: u.first_lsn for u in self.uows.values() if u.first_lsn}
+            self.checkpoint_flushing_since = time.monotonic()
+            try:
+                await self.flush_all()
+            finally:
+                self.checkpoint_flushing_since = None
             begin = self.append_record(RecordType.CHECKPOINT_BEGIN,
                                        payload=encode_json({"reason": reason}))
             # in the same step as BEGIN: the shunts are forced with the checkpoint,
             # before the control file lets the log behind them be reused
             self._shunt_long_units(begin, urgent=reason == "log space")
-            oldest_at_begin = min((u.first_lsn for u in self.uows.values() if u.first_lsn),
-                                  default=0)
-            await self.flush_all()
             crash_point("checkpoint.mid")
+            # those still open count from where they are now (shunted, perhaps):
+            # restart_point() takes them; those ended since the snapshot from then
+            ended = [lsn for uid, lsn in open_at_flush.items() if uid not in self.uows]
+            oldest_at_begin = min(ended + [u.first_lsn for u in self.uows.values()
+                                           if u.first_lsn], default=0)
             table = {
                 "begin_lsn": begin,
                 "oldest_uow_at_begin": oldest_at_begin,
+                "flushed_below": flushed_below,
                 # first_lsn: where restart needs it from (its latest shunt, if any)
                 "uows": [{"id": u.id, "state": u.state, "first_lsn": u.first_lsn,
                           "begin_lsn": u.begin, "last_lsn": u.last_lsn}
@@ -271,13 +296,15 @@ class FlushAndCheckpoint:
             }
             if self.config.log.log_type == "linear":
                 table["media"] = media_table(self)
-            restart_lsn = self.restart_point(begin, oldest_at_begin)
+            restart_lsn = min(self.restart_point(begin, oldest_at_begin), flushed_below)
             table["restart_lsn"] = restart_lsn
             head, parts = split_table(table, part_limit(self.log.extent_payload))
             if parts:
                 head["parts"] = [self.append_record(RecordType.CHECKPOINT_PART,
                                                     payload=encode_json(p)) for p in parts]
             end = self.append_record(RecordType.CHECKPOINT_END, payload=encode_json(head))
+            self.checkpoint_span_last = end - begin
+            self.checkpoint_span_max = max(self.checkpoint_span_max, end - begin)
             if end - begin > self.log.extent_payload:
                 self.oplog.emit("HMQ7466W", f"A checkpoint of queue manager {self.name} "
                                 f"took {end - begin} bytes of log, more than one extent "
@@ -290,6 +317,7 @@ class FlushAndCheckpoint:
             self.report_log_need()
             self._warn_long_units_of_work()
             self._end_held_requeues()
+            self.release_held_producers()
             self.log_management.after_checkpoint()
             return self.last_checkpoint
 
