@@ -40,6 +40,9 @@
                                 #   shunting) once it has lived through this many
                                 #   checkpoints, and again each time as many more pass;
                                 #   0 = never (a long unit is backed out when the log fills)
+    log_space_wait_ms = 120000  # circular logs: a producer held because the log has no spare
+                                #   extent waits this long for a checkpoint to free one,
+                                #   then fails with HMQ7463E (0 = at once)
     [image]                     # media images (linear logs; MQ's IMGSCHED/IMGINTVL/IMGLOGLN)
     schedule = "manual"         # or "auto"
     interval_minutes = 60       # auto: image an object this long after its last image
@@ -140,6 +143,10 @@ class Tuning:
     #: (MQ shunts every third); 0 = never, and a long unit of work is backed out
     #: when the log is full (HMQ7469W)
     shunt_checkpoints: int = _opt(3, lo=0, hi=1_000_000)
+    #: circular logs: a producer of persistent messages held while the log has no
+    #: spare extent (log-space flow control) waits this long for a checkpoint to
+    #: free one, then fails with HMQ7463E naming what pins the log; 0 = at once
+    log_space_wait_ms: int = _opt(120_000, lo=0, hi=86_400_000)
 
 
 @dataclass

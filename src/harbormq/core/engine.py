@@ -49,6 +49,7 @@ from .checkpoints import FlushAndCheckpoint
 from .connections import ConnectionRegistry
 from .definitions import Definitions
 from .log_management import LogManagement
+from .log_space import LogSpaceFlowControl
 from .objects import QMGR_OBJECT
 from .operator_log import OperatorLog
 from .queue import LocalQueue, MessageMatch
@@ -106,7 +107,8 @@ class ChannelCommands(Protocol):
     async def stop_listener(self, name: str) -> str: ...
 
 
-class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting):
+class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting,
+                       LogSpaceFlowControl):
     def __init__(self, config: QMConfig, oplog: OperatorLog):
         self.config = config
         self.name = config.name
@@ -138,6 +140,7 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         self._init_definitions()
         self._init_checkpoints()
         self._init_log_space()
+        self._init_log_space_flow()
 
     # ------------------------------------------------------------------ helpers
 
@@ -312,7 +315,12 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
 
     async def put(self, queue: str, msg: Message, uow: UnitOfWork | None = None) -> Message:
         """Put ``msg`` (priority and persistence already resolved by the caller);
-        outside a unit of work a persistent put returns once it is on disk."""
+        outside a unit of work a persistent put returns once it is on disk. A
+        persistent put waits while the circular log has no spare extent
+        (log-space flow control, ``log_space.py``)."""
+        if msg.persistent and self.log_space_short():
+            await self.wait_for_log_space(
+                time.monotonic() + self.config.tuning.log_space_wait_ms / 1000)
         msg, forced = self.put_nowait(queue, msg, uow)
         if forced is not None:
             await forced

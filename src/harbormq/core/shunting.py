@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from .uow import UnitOfWork
 
 
+#: while producers are held for log space, another relief round this often
+_RELIEF_RETRY_S = 0.5
+
+
 class ShuntingHost(Protocol):
     """What log shunting and log-space relief use of the rest of the core."""
     config: QMConfig
@@ -58,6 +62,14 @@ class ShuntingHost(Protocol):
     async def checkpoint(self, reason: str = "requested") -> dict: ...
 
     async def backout(self, uow: UnitOfWork, *, reason: str | None = None) -> None: ...
+
+    def producers_held(self) -> int: ...
+
+    def log_space_short(self) -> bool: ...
+
+    def units_of_work_pinning_log(self) -> list[UnitOfWork]: ...
+
+    def refuse_held_producers(self) -> None: ...
 
 
 class LogShunting:
@@ -198,16 +210,32 @@ class LogShunting:
             (e for e in self.log.state.extents if e.state == "full" and e.end_lsn == first),
             None))
         if self.log.available_extents() == 0:
-            if not self._relieving:
-                self._relieving = True
-                self.spawn(self._relieve_log_pressure())
+            self.relieve_log_pressure()
         elif not self._checkpoint_pending and not self.checkpoint_lock.locked():
             # (switches made by a checkpoint's own records start no other one)
             self._start_checkpoint("extent switch")
 
+    def relieve_log_pressure(self) -> None:
+        """Start the relief of a circular log with no spare extent, unless it runs."""
+        if not self._relieving:
+            self._relieving = True
+            self.spawn(self._relieve_log_pressure())
+
     async def _relieve_log_pressure(self) -> None:
+        """Checkpoint (and back out what pins the log) until producers held for
+        log space can go on: a checkpoint whose flush began before the last
+        extent filled may not free one, the next does once the stores are
+        written."""
         try:
-            await self._release_log_space()
+            while True:
+                await self._release_log_space()
+                if self.stopping or not (self.producers_held() and self.log_space_short()):
+                    return
+                if self.units_of_work_pinning_log():
+                    # in doubt or too new to back out: waiting frees nothing
+                    self.refuse_held_producers()
+                    return
+                await asyncio.sleep(_RELIEF_RETRY_S)
         finally:
             self._relieving = False
 

@@ -14,7 +14,9 @@ connection, reading nothing more from it, so a pipelining producer is slowed
 through TCP rather than dropped, until the queue has room or
 ``stomp.full_queue_wait_ms`` passes; then it fails with MQRC 2053. Held
 producers of a queue take the room it makes one at a time, in the order they
-came (``LocalQueue.producers``).
+came (``LocalQueue.producers``). A persistent SEND is held the same way while
+the circular log has no spare extent, until a checkpoint frees one
+(``core/log_space.py``).
 
 The connection is three parts: ``transport.py`` (bytes and frames, order,
 held frames, backpressure, heart-beats), ``delivery.py`` (subscriptions,
@@ -107,6 +109,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self._destinations: dict[str, str] = {}     # destination header -> queue name
         #: the SEND waiting for room on a full queue (flow control), if any
         self._held_send: HeldSend | None = None
+        #: until when the SEND held for log space may wait (log-space flow control)
+        self._log_space_deadline: float | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -292,13 +296,25 @@ class StompConnection(DeliveryMixin, FrameTransport):
             self.core.check_put_to(target, msg)    # what room cannot cure fails at once
             if self._must_wait(target.queue):
                 return self._wait_for_room(target.queue)
+        if msg.persistent and self.core.log_space_short():
+            return self._wait_for_log_space()
         self._leave_line()           # this SEND was held: it puts now, the next may go
+        self._log_space_deadline = None
         _msg, forced = self.core.put_nowait(name, msg, txn.uow if txn else None,
                                             target=target, checked=checked)
         self._receipt(frame, forced)
         return None
 
     # -- flow control ------------------------------------------------------------------
+
+    def _wait_for_log_space(self):
+        """Hold this SEND (and the connection) while the circular log has no spare
+        extent, up to ``tuning.log_space_wait_ms`` from its first hold; then
+        dispatch it again."""
+        if self._log_space_deadline is None:
+            self._log_space_deadline = (time.monotonic() +
+                                        self.core.config.tuning.log_space_wait_ms / 1000)
+        return self.core.wait_for_log_space(self._log_space_deadline)
 
     def _must_wait(self, q: LocalQueue) -> bool:
         """The SEND must wait for room: the queue is full, or other producers were

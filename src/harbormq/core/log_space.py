@@ -1,0 +1,215 @@
+"""Log-space flow control on a circular log: producers are held, not failed.
+
+When the circular log has no spare extent left (the active extent is the
+last one restart does not need), producers of persistent messages are held
+(their SEND or put waits, and a STOMP connection reads nothing more) until a
+checkpoint frees an extent; what is left of the active extent is kept for
+what frees space: consumers' gets, commits, backouts and the checkpoints
+themselves. A backlog building at full speed then slows its producers to the
+rate the stores are flushed, as RabbitMQ's disk alarm blocks publishers,
+instead of failing them with a full log. Only a producer held for longer
+than ``tuning.log_space_wait_ms`` fails (HMQ7463E), when what pins the log
+cannot end by itself (a store that cannot be written); when a unit of work
+that relief cannot back out pins the log (one in doubt), the held producers
+fail at once, told which, as before flow control.
+
+The hold and its release are operator messages (HMQ7475W, HMQ7476I; under a
+backlog that lasts, holds come and go several times a second, so one pair per
+``_REPORT_S``, the release saying how many holds and how long in all since
+the last), and a log-full refusal names what pins the restart point and
+reaches the operator log as well as the client (HMQ7463E, at most one line
+per ``_REPORT_S`` with the count of refusals since).
+
+``LogSpaceFlowControl`` is a part of the core (``engine.QueueManagerCore``),
+which provides what ``LogSpaceHost`` lists. Not here: what frees the space
+(the checkpoint in ``checkpoints.py``; the relief that backs out units of
+work pinning the log in ``shunting.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import LogFull
+
+if TYPE_CHECKING:
+    from ..config import QMConfig
+    from ..log.manager import RecoveryLog
+    from .operator_log import OperatorLog
+    from .queue import LocalQueue
+    from .uow import UnitOfWork
+
+#: at most one report of holds (HMQ7475W and its HMQ7476I), and one of log-full
+#: refusals (HMQ7463E), this often
+_REPORT_S = 30.0
+
+
+class LogSpaceHost(Protocol):
+    """What log-space flow control uses of the rest of the core."""
+    name: str
+    config: QMConfig
+    log: RecoveryLog
+    oplog: OperatorLog
+    loop: asyncio.AbstractEventLoop | None
+    queues: dict[str, LocalQueue]
+    uows: dict[int, UnitOfWork]
+    checkpoint_flushing_since: float | None
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task: ...
+
+    def relieve_log_pressure(self) -> None: ...
+
+    def describe_restart_pin(self) -> str: ...
+
+    def _on_log_full(self, exc: LogFull) -> None: ...
+
+    def _start_hold(self) -> None: ...
+
+
+class LogSpaceFlowControl:
+    """Log-space flow control of the core (a part of ``QueueManagerCore``, which
+    is its ``LogSpaceHost``)."""
+
+    def _init_log_space_flow(self) -> None:
+        self._log_space_waiters: list[asyncio.Future] = []
+        #: when the producers now held began to be (None: none is)
+        self._held_since: float | None = None
+        #: holds since the last HMQ7475W, and the seconds they lasted
+        self._holds, self._held_s = 0, 0.0
+        self._hold_reported_at: float | None = None    # the last HMQ7475W
+        self._hold_reported = False          # this hold's HMQ7475W was written
+        self._full_refusals = 0              # log-full refusals not yet reported
+        self._full_reported_at: float | None = None
+        self.log.describe_pin = self.describe_restart_pin
+        self.log.on_full = self._on_log_full
+
+    def log_space_short(self: LogSpaceHost) -> bool:
+        """A producer of persistent messages must wait: the circular log has no
+        spare extent (a linear log makes new extents as it goes)."""
+        return self.log.state.log_type == "circular" and self.log.available_extents() == 0
+
+    async def wait_for_log_space(self: LogSpaceHost, deadline: float) -> None:
+        """Hold one producer until the log has a spare extent again, or fail with
+        LogFull (naming what pins the log) at ``deadline`` (time.monotonic())."""
+        while self.log_space_short():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LogFull(f"the circular log of queue manager {self.name} had no spare "
+                              f"extent for {self.config.tuning.log_space_wait_ms} ms "
+                              f"(tuning.log_space_wait_ms): {self.describe_restart_pin()}",
+                              hint="what pins the restart point must end or be written, or "
+                              "the queue manager needs more log space")
+            fut = self.loop.create_future()
+            self._log_space_waiters.append(fut)
+            self._holds += 1
+            if self._held_since is None:
+                self._start_hold()
+            self.relieve_log_pressure()
+            try:
+                await asyncio.wait_for(fut, left)
+            except TimeoutError:
+                pass
+            finally:
+                if fut in self._log_space_waiters:
+                    self._log_space_waiters.remove(fut)
+
+    def _start_hold(self: LogSpaceHost) -> None:
+        now = time.monotonic()
+        self._held_since = now
+        self._hold_reported = (self._hold_reported_at is None or
+                               now - self._hold_reported_at >= _REPORT_S)
+        if self._hold_reported:
+            self._hold_reported_at = now
+            self.oplog.emit("HMQ7475W", f"the circular log of queue manager {self.name} "
+                            "has no spare extent: producers of persistent messages are "
+                            "held until a checkpoint frees one; restart needs the log "
+                            f"from LSN {self.log.state.restart_lsn}: "
+                            f"{self.describe_restart_pin()}")
+
+    def release_held_producers(self: LogSpaceHost) -> None:
+        """After a checkpoint: if the log has a spare extent again, the held
+        producers go on."""
+        if self._held_since is None or self.log_space_short():
+            return
+        waiters, self._log_space_waiters = self._log_space_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        held = time.monotonic() - self._held_since
+        self._held_s += held
+        self._held_since = None
+        if self._hold_reported:
+            self.oplog.emit("HMQ7476I", f"the circular log of queue manager {self.name} has "
+                            f"a spare extent again after {held:.1f} s; since the last report, "
+                            f"producers were held {self._holds} time(s), {self._held_s:.1f} s "
+                            "in all")
+            self._holds, self._held_s = 0, 0.0
+
+    def refuse_held_producers(self: LogSpaceHost) -> None:
+        """What pins the log is a unit of work that relief cannot back out (in
+        doubt, or too new to be a victim): holding producers would not free
+        the log, and each relief round would spend what is left of it. The
+        held producers fail now, told what pins it."""
+        if not self._log_space_waiters:
+            return
+        exc = LogFull(f"the circular log of queue manager {self.name} is full: restart needs "
+                      f"it from LSN {self.log.state.restart_lsn}: "
+                      f"{self.describe_restart_pin()}",
+                      hint="the unit of work must be committed, backed out or resolved, or "
+                      "the queue manager needs more log space")
+        waiters, self._log_space_waiters = self._log_space_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(exc)
+        self._on_log_full(exc)
+        self._held_since, self._holds, self._held_s = None, 0, 0.0
+
+    def units_of_work_pinning_log(self: LogSpaceHost) -> list[UnitOfWork]:
+        """Units of work that began in the oldest live extent: they keep it
+        needed whatever the stores do."""
+        chain = self.log.chain()
+        if len(chain) < 2 or chain[0].end_lsn is None:
+            return []
+        return [u for u in self.uows.values() if u.first_lsn and u.first_lsn < chain[0].end_lsn]
+
+    def producers_held(self) -> int:
+        return len(self._log_space_waiters)
+
+    def describe_restart_pin(self: LogSpaceHost) -> str:
+        """What keeps the oldest live extent needed: units of work that began in
+        it, stores with changes from it not yet flushed, the checkpoint in
+        progress (the log behind it is freed only when it ends)."""
+        chain = self.log.chain()
+        oldest_end = chain[0].end_lsn if chain and chain[0].end_lsn else self.log.end_lsn
+        pins = []
+        uows = sorted((u for u in self.uows.values() if u.first_lsn and u.first_lsn < oldest_end),
+                      key=lambda u: u.first_lsn)
+        pins += [f"unit of work {u.id} ({u.state}, owner {u.owner or '-'}) from LSN "
+                 f"{u.first_lsn}" for u in uows[:3]]
+        stores = sorted((q for q in self.queues.values()
+                         if q.recovery_lsn and q.recovery_lsn < oldest_end),
+                        key=lambda q: q.recovery_lsn)
+        pins += [f"the store of queue {q.name}, not flushed since LSN {q.recovery_lsn}"
+                 for q in stores[:3]]
+        if self.checkpoint_flushing_since is not None:
+            pins.append("the checkpoint in progress, whose store flush has run for "
+                        f"{time.monotonic() - self.checkpoint_flushing_since:.1f} s (the log "
+                        "behind it is freed when it ends)")
+        elif not pins:
+            pins.append(f"the last checkpoint's restart point (LSN {self.log.state.restart_lsn}),"
+                        " which the next checkpoint moves on")
+        return "; ".join(pins)
+
+    def _on_log_full(self: LogSpaceHost, exc: LogFull) -> None:
+        """A log-full refusal reaches the operator log too, summarised: one line
+        per ``_FULL_REPORT_S`` with the refusals since the last."""
+        self._full_refusals += 1
+        now = time.monotonic()
+        if self._full_reported_at is not None and now - self._full_reported_at < _REPORT_S:
+            return
+        count, self._full_refusals = self._full_refusals, 0
+        self._full_reported_at = now
+        self.oplog.emit("HMQ7463E", f"{exc.message} ({count} refusal(s) since the last report)")
