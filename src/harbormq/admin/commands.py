@@ -364,6 +364,10 @@ class Executor:
             # harbormq's own: the predicted restart time (s) at the measured replay rate
             "RECTIME": need["restart_estimate_s"],
             "MEDIALOG": "", "MEDIASZ": "", "MEDIALSN": "",
+            # harbormq's own: bytes of log from the last checkpoint's BEGIN to its
+            # END and the largest since the start; producers held for log space now
+            "CKPTSPAN": core.checkpoint_span_last, "CKPTMAX": core.checkpoint_span_max,
+            "LOGHELD": core.producers_held(),
         }
         if linear:
             values.update(MEDIALOG=need["MEDIALOG"] or "",
