@@ -125,7 +125,7 @@ class LogBuilder:
 
     def shunt(self, uow: int, state: str = "active", limit: int = 1 << 20,
               parts: int | None = None) -> int:
-        """A shunt of ``uow`` as a checkpoint writes it (core/engine.py): copies of
+        """A shunt of ``uow`` as a checkpoint writes it (core/shunting.py): copies of
         its puts and gets still pending, and of the gets compensated with their
         compensations; ``parts``: write only the first so many parts (a shunt cut
         short). Returns the first part's LSN."""

@@ -96,7 +96,7 @@ class RecordType(enum.IntEnum):
     MEDIA_IMAGE_END = 42
     # channels (issue: channels)
     CHANNEL_SYNC = 50
-    # log shunting (core/engine.py): a copy of the records a long unit of work
+    # log shunting (core/shunting.py): a copy of the records a long unit of work
     # still needs, written forward at a checkpoint; payload: UOW_SHUNT below
     UOW_SHUNT = 60
     # log housekeeping
