@@ -22,7 +22,7 @@ What it reports (one JSON object on stdout, progress on stderr):
   goal is under one extent at any rate), from ``DISPLAY QMSTATUS`` polled every
   second (the last span and the largest since the start) and the HMQ7466W
   warnings (a span over one extent);
-* producer holds for log space (HMQ7475W/HMQ7476I in the operator log);
+* producer holds for log space (HMQ7461W/HMQ7462I in the operator log);
 * the restart after a SIGKILL at the end: seconds from start to listeners
   open, and that every receipted message is there (CURDEPTH).
 
@@ -140,7 +140,7 @@ def operator_log_counts(qm_dir: Path) -> dict:
             m = re.search(r"\b(HMQ\d{4}[IWE])\b", line)
             if m:
                 counts[m.group(1)] = counts.get(m.group(1), 0) + 1
-    keep = ("HMQ7463E", "HMQ7466W", "HMQ7469W", "HMQ7475W", "HMQ7476I")
+    keep = ("HMQ7463E", "HMQ7466W", "HMQ7469W", "HMQ7461W", "HMQ7462I")
     return {k: counts.get(k, 0) for k in keep}
 
 

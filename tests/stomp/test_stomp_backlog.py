@@ -69,7 +69,7 @@ def test_a_backlog_on_a_slow_store_flush_holds_producers_and_fails_none(tmp_path
             assert got == [f"{name}-{i}" for i in range(per_producer)]
         errors = (qm.qm_dir / "errors" / "HMQERR01.LOG").read_text()
         assert "HMQ7463E" not in errors
-        assert "HMQ7475W" in errors and "HMQ7476I" in errors, "the hold and its release"
+        assert "HMQ7461W" in errors and "HMQ7462I" in errors, "the hold and its release"
         qm.kill()
         qm.start()
         out = qm.sc("DISPLAY QSTATUS(BACKLOG) TYPE(QUEUE) CURDEPTH")

@@ -91,6 +91,9 @@ class FlushAndCheckpoint:
         #: bytes of log from a checkpoint's BEGIN to its END: the last, the largest
         self.checkpoint_span_last = 0
         self.checkpoint_span_max = 0
+        #: the extents HMQ7467I/HMQ7468I last named, and when
+        self._log_need_said: tuple = (None, None)
+        self._log_need_said_at = 0.0
 
     # -- what starts them -------------------------------------------------------------
 
@@ -345,14 +348,22 @@ class FlushAndCheckpoint:
                                 f"{holds}; commit or back it out")
 
     def report_log_need(self) -> None:
+        """HMQ7467I and HMQ7468I (AMQ7467/AMQ7468): after a checkpoint, when the
+        extents they name changed or a minute has passed since they were said
+        (the relief of a full log checkpoints every half second)."""
         st = self.log.state
         e = self.log.extent_of(st.restart_lsn)
+        m = self.log.extent_of(st.media_lsn) if st.log_type == "linear" else None
+        said = (e.number if e else None, m.number if m else None)
+        now = time.monotonic()
+        if said == self._log_need_said and now - self._log_need_said_at < 60:
+            return
+        self._log_need_said, self._log_need_said_at = said, now
         if e is not None:
             self.oplog.emit("HMQ7467I", f"The oldest log extent required to start queue "
                             f"manager {self.name} is {self.log.extent_path(e.number).name} "
                             f"(restart LSN {st.restart_lsn})")
         if st.log_type == "linear":
-            m = self.log.extent_of(st.media_lsn)
             if m is not None:
                 self.oplog.emit("HMQ7468I", f"The oldest log extent required to perform media "
                                 f"recovery of queue manager {self.name} is "

@@ -319,6 +319,7 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         persistent put waits while the circular log has no spare extent
         (log-space flow control, ``log_space.py``)."""
         if msg.persistent and self.log_space_short():
+            self.check_running()
             await self.wait_for_log_space(
                 time.monotonic() + self.config.tuning.log_space_wait_ms / 1000)
         msg, forced = self.put_nowait(queue, msg, uow)

@@ -36,10 +36,6 @@ if TYPE_CHECKING:
     from .uow import UnitOfWork
 
 
-#: while producers are held for log space, another relief round this often
-_RELIEF_RETRY_S = 0.5
-
-
 class ShuntingHost(Protocol):
     """What log shunting and log-space relief use of the rest of the core."""
     config: QMConfig
@@ -216,26 +212,23 @@ class LogShunting:
             self._start_checkpoint("extent switch")
 
     def relieve_log_pressure(self) -> None:
-        """Start the relief of a circular log with no spare extent, unless it runs."""
-        if not self._relieving:
+        """Start the relief of a circular log with no spare extent, unless it runs
+        (or the queue manager is stopping)."""
+        if not self._relieving and not self.stopping:
             self._relieving = True
             self.spawn(self._relieve_log_pressure())
 
     async def _relieve_log_pressure(self) -> None:
-        """Checkpoint (and back out what pins the log) until producers held for
-        log space can go on: a checkpoint whose flush began before the last
-        extent filled may not free one, the next does once the stores are
-        written."""
+        """Checkpoint (and back out what pins the log). Producers held for log
+        space start it again while they wait (a checkpoint whose flush began
+        before the last extent filled may not free one; the next does once the
+        stores are written); when a unit of work relief cannot back out still
+        pins the log, they are refused instead."""
         try:
-            while True:
-                await self._release_log_space()
-                if self.stopping or not (self.producers_held() and self.log_space_short()):
-                    return
-                if self.units_of_work_pinning_log():
-                    # in doubt or too new to back out: waiting frees nothing
-                    self.refuse_held_producers()
-                    return
-                await asyncio.sleep(_RELIEF_RETRY_S)
+            await self._release_log_space()
+            if self.producers_held() and self.log_space_short() and \
+                    self.units_of_work_pinning_log():
+                self.refuse_held_producers()     # in doubt: waiting frees nothing
         finally:
             self._relieving = False
 

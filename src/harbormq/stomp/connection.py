@@ -297,6 +297,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
             if self._must_wait(target.queue):
                 return self._wait_for_room(target.queue)
         if msg.persistent and self.core.log_space_short():
+            # out of the queue's line first: the room it was given goes to the next
+            self._leave_line()
             return self._wait_for_log_space()
         self._leave_line()           # this SEND was held: it puts now, the next may go
         self._log_space_deadline = None
