@@ -3,9 +3,11 @@
 log append rate.
 
 A queue manager is opened in this process (``QueueManager.open``, a linear
-log with automatic checkpoints off, so nothing flushes behind the
-measurement's back). For each case (``--sizes`` 1024,65536 bytes x
-``--queues`` 1,100), ``--mb`` (64) megabytes of persistent messages are put
+log of 256 MB extents with automatic checkpoints off, so no extent switch
+either up to ``--mb`` 200, and the lazy flush by interval and by count off:
+nothing flushes behind the measurement's back; ``stores_flushed`` says the
+flush found every store dirty). For each case (``--sizes`` 1024,65536 bytes
+x ``--queues`` 1,100), ``--mb`` (64) megabytes of persistent messages are put
 outside units of work, spread round-robin over the queues, in batches of
 ``--batch`` (512) puts sharing one force, as a server's producers would: the
 **append** rate is those bytes over the time from the first put to the last
@@ -41,12 +43,18 @@ progress = make_progress("bench_flush")
 
 def run_case(home: Path, size: int, queues: int, mb: int, batch: int) -> dict:
     from harbormq.api import QueueManager
+    from harbormq.config import QMConfig
     from harbormq.log.records import Message
     from harbormq.qmgr import lifecycle as qmgr
 
     name = f"FL{size}Q{queues}"
-    qmgr.create(name, home=home, log_type="linear", log_file_pages=16384,
+    qmgr.create(name, home=home, log_type="linear", log_file_pages=65535,
                 checkpoint_records=10 ** 9, port=0)
+    cfg = QMConfig.load(name, home=home)
+    # no flush behind the measurement's back: not by interval, not by count
+    cfg.tuning.flush_interval_ms = 10 ** 9
+    cfg.tuning.flush_max_entries = 10 ** 12
+    cfg.save()
     qm = QueueManager.open(name, home=home)
     try:
         names = [f"Q{i:03d}" for i in range(queues)]
