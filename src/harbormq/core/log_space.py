@@ -119,6 +119,7 @@ class LogSpaceFlowControl:
         It waits in slices, starting the relief again at each (a relief that
         failed, a store that could not be written, is tried again) and failing
         at once when the queue manager stops."""
+        counted = False
         while self.log_space_short():
             self.check_running()
             if self._pinned_by_uow:
@@ -138,7 +139,9 @@ class LogSpaceFlowControl:
                 raise exc
             fut = self.loop.create_future()
             self._log_space_waiters.append(fut)
-            self._holds += 1
+            if not counted:                  # one hold per producer, however many looks
+                counted = True
+                self._holds += 1
             if self._held_since is None:
                 self._start_hold()
             elif not self._hold_reported and \
