@@ -100,6 +100,7 @@ class LogSpaceFlowControl:
         self._hold_reported_at: float | None = None    # the last HMQ7461W
         self._hold_reported = False          # this hold's HMQ7461W was written
         self._full_refusals = 0              # log-full refusals not yet reported
+        self._full_last = ""                 # the newest refusal's text
         self._full_reported_at: float | None = None
         self._full_report_due: asyncio.TimerHandle | None = None
         #: relief met a unit of work it cannot back out pinning the log: producers
@@ -235,8 +236,7 @@ class LogSpaceFlowControl:
         chain = self.log.chain()
         oldest_end = chain[0].end_lsn if chain and chain[0].end_lsn else self.log.end_lsn
         pins = []
-        uows = sorted((u for u in self.uows.values() if u.first_lsn and u.first_lsn < oldest_end),
-                      key=lambda u: u.first_lsn)
+        uows = sorted(self.units_of_work_pinning_log(), key=lambda u: u.first_lsn)
         pins += [f"unit of work {u.id} ({u.state}, owner {u.owner or '-'}) from LSN "
                  f"{u.first_lsn}" for u in uows[:3]]
         stores = sorted((q for q in self.queues.values()
