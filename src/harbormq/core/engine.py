@@ -12,7 +12,8 @@ whose record could still be lost (the write-ahead rule).
 The parts, each in a module of its own that declares in a ``Protocol`` what
 it uses of the rest: ``definitions.py`` (objects and definitions),
 ``uow.py`` (units of work), ``checkpoints.py`` (flushes and checkpoints),
-``shunting.py`` (log space). They are mixed into the one object, not held as
+``shunting.py`` (log space), ``publish.py`` (a message put on several
+queues with one record). They are mixed into the one object, not held as
 helpers: a put, a get or a commit calls into units of work and flushes for
 every message, and through a helper each call would take one more look-up.
 Besides the message path, this module holds the state the parts share, the
@@ -24,8 +25,6 @@ the channel initiator (``ChannelCommands``). Not here: a queue in memory
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
 import time
 import traceback
 from pathlib import Path
@@ -50,8 +49,10 @@ from .connections import ConnectionRegistry
 from .definitions import Definitions
 from .log_management import LogManagement
 from .log_space import LogSpaceFlowControl
+from .msgid import new_msg_id
 from .objects import QMGR_OBJECT
 from .operator_log import OperatorLog
+from .publish import Publishing
 from .queue import LocalQueue, MessageMatch
 from .remote import TransmissionHeader
 from .shunting import LogShunting
@@ -61,18 +62,9 @@ if TYPE_CHECKING:
     from .checkpoints import CheckpointHost
     from .definitions import DefinitionsHost
     from .log_management import LogManagementHost
+    from .publish import PublishingHost
     from .shunting import ShuntingHost
     from .uow import UnitsOfWorkHost
-
-
-#: message ids: a random part per process, then a counter
-_id_prefix = os.urandom(8)
-_id_counter = itertools.count(1)
-
-
-def new_msg_id() -> bytes:
-    """24 bytes, like MQ's MsgId: 'HMQ' + a per-process random part + a counter."""
-    return b"HMQ\0" + _id_prefix + next(_id_counter).to_bytes(8, "big") + b"\0\0\0\0"
 
 
 class PutTarget(NamedTuple):
@@ -108,7 +100,7 @@ class ChannelCommands(Protocol):
 
 
 class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting,
-                       LogSpaceFlowControl):
+                       LogSpaceFlowControl, Publishing):
     def __init__(self, config: QMConfig, oplog: OperatorLog):
         self.config = config
         self.name = config.name
@@ -501,7 +493,7 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
 
 if TYPE_CHECKING:
     def _hosts(core: QueueManagerCore) -> tuple[DefinitionsHost, UnitsOfWorkHost, CheckpointHost,
-                                                ShuntingHost, LogManagementHost]:
+                                                ShuntingHost, LogManagementHost, PublishingHost]:
         """The core is the host each of its parts declares (for a type checker)."""
-        return core, core, core, core, core
+        return core, core, core, core, core, core
 

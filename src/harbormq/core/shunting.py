@@ -27,6 +27,7 @@ from ..log.records import (
     encoded_length,
     shunt_copy,
 )
+from .publish import publication_of
 
 if TYPE_CHECKING:
     from ..config import QMConfig
@@ -111,10 +112,13 @@ class LogShunting:
         its compensation; in LSN order."""
         recs = list(u.undone)
         for op in u.ops:
-            if not op.lsn:
-                continue     # a non-persistent message: never logged
-            q = op.queue
-            if op.kind == "put":
+            if not op.lsn or (op.publication is not None and op is not op.publication[0]):
+                continue     # a non-persistent message: never logged; or a publication's
+            q = op.queue     # target after its first (one copy of the record carries all)
+            if op.publication is not None:
+                recs.append(LogRecord(RecordType.MSG_PUBLISH, uow_id=u.id, prev_lsn=op.prev_lsn,
+                                      payload=publication_of(op.publication), lsn=op.lsn))
+            elif op.kind == "put":
                 rtype, payload = RecordType.MSG_PUT, op.msg.encode()
             else:
                 rtype = RecordType.MSG_GET
@@ -162,8 +166,10 @@ class LogShunting:
         written: it would not fit in the log (HMQ7471W, said once)."""
         # the message bodies alone, before anything is encoded: a unit of work
         # bigger than the log is refused without copying it
-        records = len(u.undone) + sum(1 for op in u.ops if op.lsn)
-        at_least = sum(len(op.msg.body) for op in u.ops if op.lsn and op.kind == "put")
+        logged = [op for op in u.ops if op.lsn and
+                  (op.publication is None or op is op.publication[0])]
+        records = len(u.undone) + len(logged)
+        at_least = sum(len(op.msg.body) for op in logged if op.kind == "put")
         fits, room = self._shunt_room([])
         if at_least > room:
             return self._cannot_shunt(u, records, f"at least {at_least}", room)

@@ -65,6 +65,10 @@ class UowOp:
     #: a persistent get whose record waits for the commit (a STOMP delivery
     #: awaiting its ACK, on a queue with HARDENBO(NO)): until then it is only a lock
     deferred: bool = False
+    #: a put that is one target of a logged publication (MSG_PUBLISH, ``publish.py``):
+    #: the ops of all its targets, one list shared by them, undone together by
+    #: one COMPENSATION of the record (None: a record of its own, or not logged)
+    publication: list[UowOp] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -324,6 +328,9 @@ class UnitsOfWork:
         while uow.ops:
             op = uow.ops[-1]
             q = op.queue
+            if op.publication is not None:
+                self._undo_publication(uow, op.publication)
+                continue
             if op.kind == "put":
                 if op.lsn:
                     self._compensate(uow, op, op.msg.backout_count)
@@ -346,8 +353,24 @@ class UnitsOfWork:
         self.uows.pop(uow.id, None)
         return requeue
 
-    def _compensate(self, uow: UnitOfWork, op: UowOp, backout_count: int) -> int:
-        undone = RecordType.MSG_PUT if op.kind == "put" else RecordType.MSG_GET
+    def _undo_publication(self, uow: UnitOfWork, group: list[UowOp]) -> None:
+        """Undo every target of one logged publication: one COMPENSATION of the
+        record, then the targets leave ``uow.ops`` (added together, they are
+        its last ops when a backout, going backwards, meets one)."""
+        self._compensate(uow, group[0], 0, RecordType.MSG_PUBLISH)
+        members = {id(op) for op in group}
+        while uow.ops and id(uow.ops[-1]) in members:
+            members.discard(id(uow.ops[-1]))
+            uow.ops.pop().queue.put_backed_out()
+        if members:     # (never so far: nothing is added between a publication's ops)
+            for op in uow.ops:
+                if id(op) in members:
+                    op.queue.put_backed_out()
+            uow.ops[:] = [op for op in uow.ops if id(op) not in members]
+
+    def _compensate(self, uow: UnitOfWork, op: UowOp, backout_count: int,
+                    undone: RecordType | None = None) -> int:
+        undone = undone or (RecordType.MSG_PUT if op.kind == "put" else RecordType.MSG_GET)
         ref = MessageRef.of(op.msg)
         comp = Compensation(undone, op.lsn, op.prev_lsn, ref, backout_count)
         prev = uow.last_lsn

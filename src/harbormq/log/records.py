@@ -79,6 +79,7 @@ class RecordType(enum.IntEnum):
     MSG_PUT = 10          # payload: Message (descriptor + body)
     MSG_GET = 11          # payload: MessageRef (destructive get)
     MSG_EXPIRE = 12       # payload: MessageRef, an expired message removed (auto-committed)
+    MSG_PUBLISH = 13      # payload: Publication, one message put on N queues (pub/sub)
     # units of work (payload: empty, or UowInfo JSON for BEGIN)
     UOW_BEGIN = 20
     UOW_PREPARE = 21      # in doubt from here until COMMIT or BACKOUT
@@ -332,6 +333,22 @@ assert MSG_FIXED.size == 48
 MSG_REF = struct.Struct("<QBB")
 assert MSG_REF.size == 10
 
+# MSG_PUBLISH payload (Publication): one message put on several local queues
+# (a publication's subscription queues) with its body written once. The record
+# header's object is none (id 0, no name): the targets name their queues.
+#   0   4  targets        N, at least 1
+#   4   4  message length M
+#   8   M  message        a Message encoding (above) whose seq is 0: each target
+#                         has its own
+#   8+M    N times, one per target queue (13 bytes and the name):
+#          0  4  object_id   the queue's object id (its incarnation)
+#          4  8  seq         the message's put sequence on that queue
+#          12 1  name_len    then the queue's name, UTF-8
+PUBLICATION = struct.Struct("<II")
+assert PUBLICATION.size == 8
+PUBLICATION_TARGET = struct.Struct("<IQB")
+assert PUBLICATION_TARGET.size == 13
+
 # COMPENSATION payload: undone record type u8, pad 7, undone LSN u64, undo-next LSN u64,
 # then seq u64, priority u8, msg_id length u8, pad 2, new backout count u32, msg_id.
 COMPENSATION = struct.Struct("<B7xQQQBB2xI")
@@ -409,6 +426,13 @@ class Message:
     def body_size(buf: bytes) -> int:
         return MSG_FIXED.unpack_from(buf, 0)[-1]
 
+    def with_seq(self, seq: int) -> "Message":
+        """A copy with another put sequence (one target of a publication); body
+        and properties are shared, not copied: messages are not changed in place."""
+        return Message(self.body, self.msg_id, self.correl_id, self.priority, self.persistent,
+                       self.expiry_ns, self.put_time_ns, self.backout_count, self.reply_to,
+                       self.format, self.properties, seq)
+
 
 _KEY = struct.Struct(">BQ")
 
@@ -450,6 +474,67 @@ class MessageRef:
     def decode(cls, buf: bytes) -> "MessageRef":
         seq, prio, n = MSG_REF.unpack_from(buf, 0)
         return cls(seq, prio, bytes(buf[MSG_REF.size:MSG_REF.size + n]))
+
+
+@dataclass(slots=True, frozen=True)
+class PublicationTarget:
+    """One queue a publication is put on: its object and the message's seq there."""
+    object_id: int
+    name: str
+    seq: int
+
+
+def encode_publication(msg: "Message", targets: list[PublicationTarget]) -> bytes:
+    """The MSG_PUBLISH payload: ``msg`` once (its own seq is not written), then
+    each target's queue and seq."""
+    raw = msg.encode()
+    parts = [PUBLICATION.pack(len(targets), len(raw)), _NO_SEQ, raw[_NO_SEQ_LEN:]]
+    pack = PUBLICATION_TARGET.pack
+    for t in targets:
+        name = t.name.encode()
+        if len(name) > MAX_NAME:
+            raise ValueError(f"queue name longer than {MAX_NAME} bytes: {t.name!r}")
+        parts.append(pack(t.object_id, t.seq, len(name)))
+        parts.append(name)
+    return b"".join(parts)
+
+
+#: the seq field a publication's message is written with (each target has its own)
+_NO_SEQ_LEN = 8
+_NO_SEQ = bytes(_NO_SEQ_LEN)
+
+
+@dataclass(slots=True)
+class Publication:
+    """A decoded MSG_PUBLISH payload: the message encoding (seq 0) and its targets."""
+    message: bytes
+    targets: list[PublicationTarget]
+
+    @classmethod
+    def decode(cls, buf) -> "Publication":
+        count, mlen = PUBLICATION.unpack_from(buf, 0)
+        pos = PUBLICATION.size
+        message = bytes(buf[pos:pos + mlen])
+        pos += mlen
+        targets = []
+        unpack = PUBLICATION_TARGET.unpack_from
+        step = PUBLICATION_TARGET.size
+        for _ in range(count):
+            oid, seq, nlen = unpack(buf, pos)
+            pos += step
+            targets.append(PublicationTarget(oid, str(buf[pos:pos + nlen], "utf-8"), seq))
+            pos += nlen
+        if pos != len(buf) or not count or len(message) != mlen:
+            raise ValueError("publication payload length does not match its fields")
+        return cls(message, targets)
+
+    def message_for(self, target: PublicationTarget) -> bytes:
+        """The Message encoding as ``target``'s queue holds it (its own seq)."""
+        return target.seq.to_bytes(_NO_SEQ_LEN, "little") + self.message[_NO_SEQ_LEN:]
+
+    def decode_message(self, *, with_body: bool = True) -> "Message":
+        """The message, decoded once (seq 0): ``Message.with_seq`` gives each target's."""
+        return Message.decode(self.message, with_body=with_body)
 
 
 @dataclass(slots=True, frozen=True)
@@ -548,7 +633,7 @@ def message_key_of(raw: bytes) -> bytes:
 #                 "records": copies in all parts}
 #   then ``count`` copies, in LSN order, each SHUNT_COPY, the object name and
 #   the payload of the original record, byte for byte:
-#   0   1  type          MSG_PUT, MSG_GET, MSG_EXPIRE or COMPENSATION
+#   0   1  type          MSG_PUT, MSG_PUBLISH, MSG_GET, MSG_EXPIRE or COMPENSATION
 #   1   1  flags
 #   2   2  name_len
 #   4   4  object_id
@@ -639,12 +724,28 @@ def describe_shunt(payload) -> dict:
         elif c.type in (RecordType.MSG_GET, RecordType.MSG_EXPIRE):
             r = MessageRef.decode(c.payload)
             entry.update(msg_id=r.msg_id.hex(), priority=r.priority, seq=r.seq)
+        elif c.type == RecordType.MSG_PUBLISH:
+            d = describe_publication(c.payload)
+            entry.update(msg_id=d["msg_id"], priority=d["priority"],
+                         body_size=d["body_size"], targets=d["targets"])
         elif c.type == RecordType.COMPENSATION:
             comp = Compensation.decode(c.payload)
             entry.update(undone_lsn=comp.undone_lsn, msg_id=comp.ref.msg_id.hex(),
                          backout_count=comp.backout_count)
         out["copies"].append(entry)
     return out
+
+
+def describe_publication(payload) -> dict:
+    """What a MSG_PUBLISH holds, without its body: the message's descriptor
+    and every target (queue, object id, seq)."""
+    pub = Publication.decode(payload)
+    m = pub.decode_message(with_body=False)
+    return {"msg_id": m.msg_id.hex(), "correl_id": m.correl_id.hex(), "priority": m.priority,
+            "expiry_ns": m.expiry_ns, "body_size": Message.body_size(pub.message),
+            "properties": m.properties,
+            "targets": [{"queue": t.name, "object_id": t.object_id, "seq": t.seq}
+                        for t in pub.targets]}
 
 
 def encode_json(obj) -> bytes:
@@ -671,6 +772,8 @@ def describe(rec: LogRecord) -> dict:
     elif t in (RecordType.MSG_GET, RecordType.MSG_EXPIRE):
         r = MessageRef.decode(rec.payload)
         out.update(msg_id=r.msg_id.hex(), priority=r.priority, seq=r.seq)
+    elif t == RecordType.MSG_PUBLISH:
+        out.update(describe_publication(rec.payload))
     elif t == RecordType.COMPENSATION:
         c = Compensation.decode(rec.payload)
         out.update(undone=c.undone_type.name, undone_lsn=c.undone_lsn,

@@ -9,6 +9,12 @@ The rule:
 
 * A MSG_PUT, MSG_GET or MSG_EXPIRE flagged AUTO_COMMIT takes effect at its own
   LSN. One in a unit of work becomes a *pending* operation of that unit.
+* A MSG_PUBLISH is a put on each of its targets (one message, each queue's own
+  seq), with the same rule: each target is a put of its own for ``Effects``
+  (``target``, ``due``, ``opened``: a target whose queue is gone, damaged, of
+  another incarnation or past the record in its store is left out alone, the
+  others take the put). In a unit of work its targets are pending together
+  and one COMPENSATION of the record undoes them all.
 * A UOW_COMMIT takes effect at its LSN for every pending operation of its
   unit. Its payload may name units of work **joined** to it
   (``core.commit_nowait``). This record decides them too, whether or not
@@ -54,6 +60,7 @@ from .records import (
     Compensation,
     LogRecord,
     Message,
+    Publication,
     RecordType,
     decode_json,
     decode_shunt,
@@ -71,6 +78,8 @@ class PendingOp:
     msg: Message | None       # put: the message; get: whatever Effects.opened found
     lsn: int
     prev_lsn: int
+    #: a target of a MSG_PUBLISH: how many targets the record has (0: not one)
+    fanout: int = 0
 
 
 @dataclass(eq=False)
@@ -84,14 +93,18 @@ class OpenUow:
     state: str = "active"     # active, prepared, backing_out
     owner: str = ""
     started_ns: int = 0
-    #: pending operations by LSN, in log order (a compensation finds its op at once)
-    ops: dict[int, PendingOp] = field(default_factory=dict)
+    #: pending operations by LSN, in log order (a compensation finds its op at
+    #: once); a publication's targets by (LSN, index of the target)
+    ops: dict[int | tuple[int, int], PendingOp] = field(default_factory=dict)
     #: its UOW_BEGIN's LSN, once read or told by a shunt (0: not known)
     begin_lsn: int = 0
     #: every record of it is known: its UOW_BEGIN was read, or a shunt
     whole: bool = False
     #: where the first record of it read lies (a shunt fills in what is before)
     read_from: int = 0
+    #: its MSG_PUBLISH records read, LSN -> targets; their pending targets are
+    #: ``ops[(lsn, i)]`` (a compensation of the record undoes them all)
+    publications: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -108,7 +121,9 @@ class Effects(Protocol):
 
     def target(self, rec: LogRecord) -> Any | None:
         """The object a message record is about, or None to ignore the record
-        (another object, a deleted or damaged one, an older incarnation)."""
+        (another object, a deleted or damaged one, an older incarnation). For a
+        target of a MSG_PUBLISH, ``rec`` is a MSG_PUT naming that target's
+        object, at the publication's LSN, with no payload (the op has the message)."""
 
     def due(self, target: Any, lsn: int) -> bool:
         """Whether an effect at ``lsn`` applies to ``target``."""
@@ -148,6 +163,7 @@ class CommitRule:
         #: records may look its handler up itself)
         self.handlers = self._handlers = {
             T.MSG_PUT: self._put, T.MSG_GET: self._get, T.MSG_EXPIRE: self._get,
+            T.MSG_PUBLISH: self._publish,
             T.UOW_BEGIN: self._begin, T.UOW_PREPARE: self._prepare,
             T.UOW_COMMIT: self._commit, T.COMPENSATION: self._compensation,
             T.UOW_BACKOUT: self._backout, T.UOW_SHUNT: self._shunt,
@@ -187,6 +203,34 @@ class CommitRule:
         op = PendingOp("put", rec.uow_id, target, msg.key, msg, rec.lsn, rec.prev_lsn)
         if fx.opened(op, rec):
             uow.ops[op.lsn] = op
+
+    def _publish(self, rec: LogRecord) -> None:
+        fx = self.effects
+        pub = Publication.decode(rec.payload)
+        auto = rec.flags & AUTO_COMMIT
+        count = len(pub.targets)
+        msg = uow = None
+        for i, t in enumerate(pub.targets):
+            target = fx.target(LogRecord(RecordType.MSG_PUT, rec.uow_id, rec.prev_lsn,
+                                         t.object_id, t.name, b"", rec.flags, rec.lsn,
+                                         rec.timestamp_ns))
+            if target is None:
+                continue
+            if msg is None:
+                msg = pub.decode_message()      # once, for every target
+            m = msg.with_seq(t.seq)
+            fx.seen_put(target, m)
+            if auto:
+                if fx.due(target, rec.lsn):
+                    fx.put(target, m, rec.lsn)
+                continue
+            if uow is None:
+                uow = self._uow(rec)
+                uow.last_lsn = rec.lsn
+                uow.publications[rec.lsn] = count
+            op = PendingOp("put", rec.uow_id, target, m.key, m, rec.lsn, rec.prev_lsn, count)
+            if fx.opened(op, rec):
+                uow.ops[(rec.lsn, i)] = op
 
     def _get(self, rec: LogRecord) -> None:
         fx = self.effects
@@ -246,6 +290,14 @@ class CommitRule:
         uow.state = "backing_out"
         uow.last_lsn = rec.lsn
         comp = Compensation.decode(rec.payload)
+        if comp.undone_type == RecordType.MSG_PUBLISH:
+            # the whole publication: every target still pending ends
+            count = uow.publications.pop(comp.undone_lsn, 0)
+            for i in range(count):
+                op = uow.ops.pop((comp.undone_lsn, i), None)
+                if op is not None:
+                    self.effects.closed(op, False)
+            return
         op = uow.ops.pop(comp.undone_lsn, None)
         if op is None:
             return
@@ -303,6 +355,7 @@ class CommitRule:
 # --- records without effect --------------------------------------------------------
 
 _PUT, _GET, _EXPIRE = RecordType.MSG_PUT, RecordType.MSG_GET, RecordType.MSG_EXPIRE
+_PUBLISH = RecordType.MSG_PUBLISH
 _BEGIN, _COMMIT = RecordType.UOW_BEGIN, RecordType.UOW_COMMIT
 #: records that make a unit of work more than "begun, then committed"
 _NOT_PLAIN = frozenset((RecordType.UOW_PREPARE, RecordType.UOW_BACKOUT,
@@ -333,7 +386,9 @@ def without_effect(records: list[LogRecord], open_uows, due_from: dict[int, int]
     in between that could see it (no other record names the message); without
     both, the objects end the same. A plain unit of work all of whose puts and
     gets are skipped is skipped whole (its BEGIN and COMMIT: the rule would
-    open it and decide nothing).
+    open it and decide nothing). A MSG_PUBLISH is never skipped, nor the
+    gets of its messages, nor its unit of work (skipping a publication for
+    some targets and not others is not worth its complexity).
 
     The caller must give the rule every record of the stretch that is not
     skipped before anything writes the objects' state at an LSN inside it: a
@@ -359,6 +414,11 @@ def without_effect(records: list[LogRecord], open_uows, due_from: dict[int, int]
                 if u is None:        # an op before its BEGIN: begun before the stretch
                     u = uows[rec.uow_id] = [False, 0, 0, 0, 0]
                 u[3] += 1
+        elif t is _PUBLISH:
+            # never skipped (its gets find no put here): an op of its unit that
+            # keeps the unit from being skipped whole
+            if not rec.flags & AUTO_COMMIT:
+                uows.setdefault(rec.uow_id, [False, 0, 0, 0, 0])[3] += 1
         elif t is _BEGIN:
             if rec.uow_id in uows:
                 uows[rec.uow_id][0] = False    # (a second BEGIN: nothing is assumed)

@@ -854,10 +854,20 @@ class RedoEffects:
 def _unit_of_work(o: OpenUow) -> UnitOfWork:
     """A unit of work the log leaves open, as the core keeps it (phase 4 backs it
     out, or keeps it in doubt)."""
+    ops = []
+    group: list[UowOp] | None = None
+    for op in o.ops.values():
+        if op.fanout:
+            # a publication's targets, undone together by one COMPENSATION
+            if group is None or group[0].lsn != op.lsn:
+                group = []
+            ops.append(UowOp(op.kind, op.target, op.msg, op.lsn, op.prev_lsn,
+                             publication=group))
+            group.append(ops[-1])
+        else:
+            ops.append(UowOp(op.kind, op.target, op.msg, op.lsn, op.prev_lsn))
     uow = UnitOfWork(o.id, owner=o.owner, state=o.state, first_lsn=o.first_lsn,
-                     last_lsn=o.last_lsn, first_log_ns=o.started_ns,
-                     ops=[UowOp(op.kind, op.target, op.msg, op.lsn, op.prev_lsn)
-                          for op in o.ops.values()])
+                     last_lsn=o.last_lsn, first_log_ns=o.started_ns, ops=ops)
     if o.started_ns:
         uow.started_ns = o.started_ns
     return uow
