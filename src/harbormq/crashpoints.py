@@ -37,6 +37,9 @@ POINTS = (
     "restore.mid_swap",                 # a restore: the old target set aside, the new not in place
     "standby.after_fetch",              # standby replay: an archived extent copied in, the
                                         # control file not yet listing it
+    "publish.appended",                 # a publication's MSG_PUBLISH appended, no queue changed
+    "publish.applied",                  # (outside a unit of work) on every queue, not forced
+    "publish.forced",                   # forced, the publisher not yet told
 )
 
 DELAY_POINTS = (

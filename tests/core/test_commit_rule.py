@@ -129,6 +129,56 @@ def test_the_rule_the_pipeline_and_the_engine_agree(make_qm, open_qm):
     open_uow.backout()
 
 
+
+def test_publications_the_rule_the_pipeline_and_the_engine_agree(make_qm, open_qm):
+    """MSG_PUBLISH records (one message on several queues) among puts and gets:
+    auto-committed, in units of work committed, backed out (one compensation
+    for the record) and in flight, a queue named twice, a target got again;
+    and a publication whose target queue was deleted and defined again (the
+    new incarnation must not take it)."""
+    from harbormq.log.records import Message
+    make_qm(log_file_pages=256)
+    qm = open_qm()
+    rng = random.Random(7)
+    for q in ("A", "B", "C", "GONE"):
+        qm.define_queue(q, DEFPSIST="YES", BOTHRESH=0)
+
+    def publish(queues, body, uow=None):
+        msg = Message(body=body, priority=rng.randrange(10))
+        return qm._call(qm.core.publish(queues, msg, uow.uow if uow else None))
+
+    for i in range(20):
+        publish(rng.sample(["A", "B", "C"], rng.randrange(1, 4)), f"auto-{i}".encode())
+        qm.put(rng.choice("ABC"), f"put-{i}".encode())
+    publish(["A", "A", "B"], b"twice on A")
+    publish(["GONE", "C"], b"to a queue deleted later")
+    for _ in range(5):
+        qm.get("B")
+    for i in range(9):
+        uow = qm.begin()
+        publish(["A", "C"], f"uow-{i}".encode(), uow)
+        uow.put("B", f"uow-put-{i}".encode())
+        uow.get("C")
+        publish(["B"], f"uow-b-{i}".encode(), uow)
+        uow.commit() if i % 3 else uow.backout()
+    qm.delete_queue("GONE", purge=True)
+    qm.define_queue("GONE", DEFPSIST="YES")
+    publish(["GONE"], b"new incarnation")
+    open_uow = qm.begin()
+    publish(["A", "B", "C"], b"in flight", open_uow)
+
+    at_lsn, state = engine_state(qm)
+    names = ("A", "B", "C", "GONE")
+    engine = {name: [(m[0], m[1], m[2], m[3]) for m in msgs] for name, msgs in state.items()
+              if name in names}
+    rule = {name: msgs for name, msgs in replay(qm).items() if name in names}
+    reference = {name: msgs for name, msgs in
+                 pipeline_reference(qm.config.log_dir, at_lsn).items() if name in names}
+    assert engine["GONE"] and len(engine["A"]) > 20
+    assert rule == engine
+    assert reference == engine
+    open_uow.backout()
+
 # --- log shunting ---------------------------------------------------------------------------
 
 class RecordingEffects:

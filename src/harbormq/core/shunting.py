@@ -112,13 +112,17 @@ class LogShunting:
         its compensation; in LSN order."""
         recs = list(u.undone)
         for op in u.ops:
-            if not op.lsn or (op.publication is not None and op is not op.publication[0]):
-                continue     # a non-persistent message: never logged; or a publication's
-            q = op.queue     # target after its first (one copy of the record carries all)
+            if not op.lsn:
+                continue     # a non-persistent message: never logged
             if op.publication is not None:
-                recs.append(LogRecord(RecordType.MSG_PUBLISH, uow_id=u.id, prev_lsn=op.prev_lsn,
-                                      payload=publication_of(op.publication), lsn=op.lsn))
-            elif op.kind == "put":
+                # one copy of the record for all its targets, at its first
+                if op is op.publication[0]:
+                    recs.append(LogRecord(RecordType.MSG_PUBLISH, uow_id=u.id,
+                                          prev_lsn=op.prev_lsn, lsn=op.lsn,
+                                          payload=publication_of(op.publication)))
+                continue
+            q = op.queue
+            if op.kind == "put":
                 rtype, payload = RecordType.MSG_PUT, op.msg.encode()
             else:
                 rtype = RecordType.MSG_GET

@@ -9,6 +9,8 @@ The contents of queue Q at LSN T (the state after every record with LSN <= T):
   ``message_key(priority, seq)``).
 
 This follows what restart redo does with each record (recovery/restart.py):
+* A MSG_PUBLISH is a put on each of its targets (the data source gives a row
+  per target, at the publication's LSN).
 * A MSG_PUT/MSG_GET/MSG_EXPIRE flagged AUTO_COMMIT takes effect at its own LSN;
   one in a unit of work takes effect at the UOW's COMMIT. Backed-out and
   in-flight or in-doubt units of work have no effect: their puts are not on
@@ -154,7 +156,7 @@ def reference_rebuild(records: Iterable[dict], at_lsn: int, targets: list[Target
             for m in r["image_messages"]:
                 present[(t.object_id, m["priority"], m["seq"])] = dict(
                     m, queue=t.queue, object_id=t.object_id, put_lsn=None, locked_uow=None)
-        elif r["type"] == "MSG_PUT":
+        elif r["type"] in ("MSG_PUT", "MSG_PUBLISH"):   # (a publication: a row per target)
             eff = effective(r)
             if eff is not None and eff > t.floor_lsn:
                 present[(t.object_id, r["priority"], r["seq"])] = {

@@ -57,8 +57,8 @@ def resolve_point(spark, records, at_lsn: int | None, at_time_ns: int | None,
 EVENT_COLUMNS = ["lsn", "offset", "length", "type", "auto_commit", "uow_id", "object_id",
                  "object", "data", "image_id", "image_messages", "undone_type", "undone_lsn",
                  "priority", "seq", "backout_count"]
-EVENT_TYPES = ("MSG_PUT", "MSG_GET", "MSG_EXPIRE", "COMPENSATION", "UOW_BEGIN", "UOW_COMMIT",
-               "UOW_BACKOUT", "MEDIA_IMAGE_CHUNK") + CONTROL_TYPES
+EVENT_TYPES = ("MSG_PUT", "MSG_PUBLISH", "MSG_GET", "MSG_EXPIRE", "COMPENSATION", "UOW_BEGIN",
+               "UOW_COMMIT", "UOW_BACKOUT", "MEDIA_IMAGE_CHUNK") + CONTROL_TYPES
 
 
 def events(spark, source: LogInput, at_lsn: int):
@@ -142,7 +142,8 @@ def spark_rebuild(spark, source: LogInput, records, at_lsn: int, targets: list[T
     first = (F.col("lsn") - F.col("offset") + F.lit(EXTENT_HEADER_SIZE)).alias("extent_first")
     removals = with_effect(mine.filter("type IN ('MSG_GET', 'MSG_EXPIRE')"))
     removed = removals.filter("effect_lsn IS NOT NULL").select(*key)
-    puts = (with_effect(mine.filter("type = 'MSG_PUT'"))
+    # (a publication's rows are its targets' puts: one per queue, at one LSN)
+    puts = (with_effect(mine.filter("type IN ('MSG_PUT', 'MSG_PUBLISH')"))
             .join(F.broadcast(tdf), "object_id")
             .filter(F.col("effect_lsn") > F.col("floor_lsn"))
             .select("queue", *key, "backout_count", first, F.col("lsn").alias("record_lsn"),
@@ -178,15 +179,17 @@ def spark_rebuild(spark, source: LogInput, records, at_lsn: int, targets: list[T
     needed = [r[0] for r in survivors.select("extent_first").distinct().collect()]
     full = (source.records(spark, include_body=True, extents=needed)
             .filter(F.col("lsn") <= at_lsn)
-            .filter("type IN ('MSG_PUT', 'MEDIA_IMAGE_CHUNK')"))
+            .filter("type IN ('MSG_PUT', 'MSG_PUBLISH', 'MEDIA_IMAGE_CHUNK')"))
     payload = [c for c in MESSAGE_FIELDS if c not in key and c != "backout_count"]
-    put_payload = (full.filter("type = 'MSG_PUT'")
-                   .select(F.col("lsn").alias("record_lsn"), *payload))
+    # (by object and seq too: a publication's targets share its LSN)
+    put_payload = (full.filter("type IN ('MSG_PUT', 'MSG_PUBLISH')")
+                   .select(F.col("lsn").alias("record_lsn"), "object_id", "seq", *payload))
     image_payload = (full.filter("type = 'MEDIA_IMAGE_CHUNK'")
                      .select(F.col("lsn").alias("record_lsn"),
                              F.posexplode("image_messages").alias("pos", "m"))
                      .select("record_lsn", "pos", *[F.col(f"m.{c}").alias(c) for c in payload]))
-    msgs = (survivors.filter("pos IS NULL").drop("pos").join(put_payload, "record_lsn")
+    msgs = (survivors.filter("pos IS NULL").drop("pos")
+            .join(put_payload, ["record_lsn", "object_id", "seq"])
             .unionByName(survivors.filter("pos IS NOT NULL")
                          .join(image_payload, ["record_lsn", "pos"]).drop("pos")))
     order = Window.partitionBy("queue").orderBy(F.desc("priority"), F.asc("seq"))

@@ -12,6 +12,11 @@ One row per record. Columns a record type does not use are null:
                 uow_id, prev_lsn, object_id, object
 * MSG_PUT:      msg_id, correl_id, priority, seq, persistent, expiry_ns, put_time_ns,
                 backout_count, reply_to, format, size, properties, body (option)
+* MSG_PUBLISH:  one row per target queue, the publication's LSN tying them
+                together: object_id and object name the target, seq is the
+                message's there, the other message columns as MSG_PUT's; the
+                record's length is on its first target's row (0 on the others,
+                so that a sum of lengths is the log's bytes)
 * MSG_GET, MSG_EXPIRE: msg_id, priority, seq
 * COMPENSATION: undone_type, undone_lsn, undo_next_lsn, msg_id, priority, seq,
                 backout_count (the message's count after the undo)
@@ -47,6 +52,7 @@ from ..log.records import (
     MSG_REF,
     LogRecord,
     Message,
+    Publication,
     RecordType,
     decode_image_chunk,
     describe_shunt,
@@ -196,7 +202,7 @@ class BatchBuilder:
         comprehension; null on every other row."""
         rows: list[int] = []
         parts: list[tuple[int, dict]] = []
-        put_rows = [i for i, t in enumerate(types) if t is _PUT]
+        put_rows = [i for i, t in enumerate(types) if t is _PUT or t is _PUBLISH]
         if put_rows:
             rows += put_rows
             parts.append((len(put_rows), self._puts([recs[i].payload for i in put_rows], names)))
@@ -266,6 +272,7 @@ class BatchBuilder:
 
 _PUT, _GET, _EXPIRE, _COMP = (RecordType.MSG_PUT, RecordType.MSG_GET, RecordType.MSG_EXPIRE,
                               RecordType.COMPENSATION)
+_PUBLISH = RecordType.MSG_PUBLISH
 _CHUNK, _SHUNT, _CKPT_END = (RecordType.MEDIA_IMAGE_CHUNK, RecordType.UOW_SHUNT,
                              RecordType.CHECKPOINT_END)
 _IMAGE_BEGIN, _IMAGE_END = RecordType.MEDIA_IMAGE_BEGIN, RecordType.MEDIA_IMAGE_END
@@ -280,6 +287,26 @@ _DESCRIPTOR = frozenset({"correl_id", "reply_to", "format", "properties", "prope
                          "body"})
 _MSG_FIXED_UNPACK = MSG_FIXED.unpack_from
 _NO_UNDO = (None, None, None)
+
+
+def publication_rows(run: list[LogRecord]) -> list[LogRecord]:
+    """``run`` with each MSG_PUBLISH record as one record per target (the rows
+    of the data source): the target's object, the message as that queue holds
+    it (its own seq), the publication's LSN; the record's length on the first
+    only. Before any filter on the object: a target is found by its queue."""
+    if not any(r.type is _PUBLISH for r in run):
+        return run
+    out = []
+    for r in run:
+        if r.type is not _PUBLISH:
+            out.append(r)
+            continue
+        pub = Publication.decode(r.payload)
+        for i, t in enumerate(pub.targets):
+            out.append(LogRecord(_PUBLISH, r.uow_id, r.prev_lsn, t.object_id, t.name,
+                                 pub.message_for(t), r.flags, r.lsn, r.timestamp_ns,
+                                 r.length if i == 0 else 0, r.synced_lsn))
+    return out
 
 
 def _put_row(payload: bytes, with_body: bool) -> tuple:
@@ -375,6 +402,7 @@ def read_extent(plan: ExtentPlan, bounds: ScanBounds | None = None, *,
     stops = [s for s in (bounds.lsn_stop, plan.stop_lsn) if s is not None]
     pending: list[LogRecord] = []
     for run in reader.batches(start, to_lsn=min(stops) if stops else None):
+        run = publication_rows(run)
         if not keep_all:
             run = [r for r in run if keeps(r.lsn, r.timestamp_ns, r.object_name)]
         pending += run
