@@ -125,6 +125,8 @@ class TopicTree(Generic[T]):
     def __init__(self) -> None:
         self.root = _Node()
         self.count = 0
+        #: the nodes the last ``match`` walked (what its cost grows with)
+        self.walked = 0
 
     def add(self, topic: str, key, item: T | None = None) -> None:
         node = self.root
@@ -182,6 +184,7 @@ class TopicTree(Generic[T]):
                 # '#' takes levels i.. j-1 for every j from i (none) to the end
                 for j in range(i, n + 1):
                     stack.append((multi, j))
+        self.walked = len(seen)
         return out
 
 
