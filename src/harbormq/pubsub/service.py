@@ -54,6 +54,7 @@ from ..core.objects import (
     BASE_TOPIC,
     BASE_TOPIC_ATTRS,
     DURABLE_SUBSCRIBER_QUEUE,
+    MANAGED_QUEUE_PREFIX,
     QLOCAL_DEFAULTS,
     RETAINED_PUB_QUEUE,
 )
@@ -99,8 +100,8 @@ if TYPE_CHECKING:
     from ..core.uow import UnitOfWork
     from ..security import Principal
 
-MANAGED_DURABLE = "SYSTEM.MANAGED.DURABLE."
-MANAGED_NDURABLE = "SYSTEM.MANAGED.NDURABLE."
+MANAGED_DURABLE = MANAGED_QUEUE_PREFIX + "DURABLE."
+MANAGED_NDURABLE = MANAGED_QUEUE_PREFIX + "NDURABLE."
 #: a managed queue takes its attributes from this queue when it is defined
 #: (MQ's model for durable subscriptions), else from the defaults below
 DURABLE_MODEL = "SYSTEM.DURABLE.MODEL.QUEUE"

@@ -146,3 +146,18 @@ def read_bodies(q: LocalQueue) -> Iterator[bytes]:
 
 
 STATUS_QUEUES = (DURABLE_SUBSCRIBER_QUEUE, RETAINED_PUB_QUEUE)
+
+
+
+def subscription_attrs(body: bytes) -> tuple[str, dict]:
+    """A status message as the name and MQSC attributes that define its
+    subscription again (``harbormq dump-config``)."""
+    sub = Subscription.decode(body)
+    attrs = {"TOPICSTR": sub.topic}
+    if not sub.managed:
+        attrs.update(DEST=sub.dest, DESTCLAS="PROVIDED")
+    if sub.selector:
+        attrs["SELECTOR"] = sub.selector
+    if sub.expires_ns:
+        attrs["EXPIRY"] = max(1, (sub.expires_ns - time.time_ns()) // 100_000_000)
+    return sub.name, attrs
