@@ -222,8 +222,8 @@ def java_div(a: int, b: int) -> int:
 @given(st.integers(-1000, 1000), st.integers(-1000, 1000), st.sampled_from("+-*/"))
 def test_integer_arithmetic_as_java(a, b, op):
     if op == "/" and b == 0:
-        assert not sel(f"a / b = 0", msg(a=str(a), b=str(b)))
-        assert not sel(f"NOT a / b = 0", msg(a=str(a), b=str(b)))     # UNKNOWN
+        assert not sel("a / b = 0", msg(a=str(a), b=str(b)))
+        assert not sel("NOT a / b = 0", msg(a=str(a), b=str(b)))     # UNKNOWN
         return
     expected = {"+": a + b, "-": a - b, "*": a * b}.get(op) if op != "/" else java_div(a, b)
     assert sel(f"a {op} b = {expected}", msg(a=str(a), b=str(b)))

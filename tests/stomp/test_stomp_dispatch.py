@@ -60,7 +60,7 @@ def _spread(server, conns, consumers: int, per_consumer: int, ack: str, prefetch
     for i in range(total):
         producer.send("SEND", {"destination": _queue(q), "receipt": f"s{i}"},
                       str(i).encode())
-    for i in range(total):
+    for _ in range(total):
         producer.expect("RECEIPT")
     got: list[list[int]] = [[] for _ in clients]
     deadline = time.monotonic() + 30

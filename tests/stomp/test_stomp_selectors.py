@@ -151,7 +151,7 @@ def test_selector_finds_messages_that_arrive_ahead_of_its_scan(server, conns):
     that point (a higher priority), or that comes back (NACK), is still found."""
     q = "SELP.CURSOR"
     producer = conns.raw(server.port)
-    for i in range(50):
+    for _ in range(50):
         producer.call("SEND", {"destination": f"/queue/{q}", "priority": "1"}, b"no")
     c = conns.raw(server.port)
     subscribe(c, q, "s", ack="client-individual", selector="hit = 'y'")

@@ -34,7 +34,6 @@ from sortedcontainers import SortedSet
 from ..log.records import Message
 from ..store.stores import QueueStore
 
-
 #: messages handed out in one dispatch before other work gets a turn of the loop
 DISPATCH_BATCH = 256
 
