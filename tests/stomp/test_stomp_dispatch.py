@@ -168,3 +168,21 @@ def test_a_stomp_client_that_leaves_gives_its_turn_away(server, conns):
     for i in range(10):
         producer.call("SEND", {"destination": _queue(q)}, f"m{i}".encode())
     assert len(stay.messages(10)) == 10
+
+
+def test_a_selecting_consumer_keeps_its_place_in_line(server, conns):
+    """A consumer passed over because its selector matched nothing is still
+    first in line for the next message it selects."""
+    q = "DISP.SELPLACE"
+    red = conns.raw(server.port)
+    subscribe(red, q, "red", ack="auto", selector="color = 'red'")
+    b, c = conns.raw(server.port), conns.raw(server.port)
+    subscribe(b, q, "b", ack="auto")
+    subscribe(c, q, "c", ack="auto")
+    producer = conns.raw(server.port)
+    producer.call("SEND", {"destination": _queue(q), "color": "blue"}, b"blue")
+    assert [f.body for f in b.messages(1)] == [b"blue"]
+    producer.call("SEND", {"destination": _queue(q), "color": "red"}, b"red")
+    assert [f.body for f in red.messages(1)] == [b"red"]
+    quiet(b, 0.1)
+    quiet(c, 0.1)

@@ -171,18 +171,19 @@ class LocalQueue:
         self.dispatch()
 
     def dispatch(self) -> None:
-        """Hand the available messages out, one at a time, to the first consumer
-        in line, which then goes to the back if it still has room; until none
-        is available or no consumer in line takes one (its selector matches
-        none). After DISPATCH_BATCH messages, the rest on a later loop turn."""
+        """Hand the available messages out, one at a time, each to the first
+        consumer in line that takes it (one whose selector matches nothing
+        available keeps its place); that one goes to the back if it still has
+        room. Until nothing is available or no one in line takes anything.
+        After DISPATCH_BATCH messages, the rest on a later loop turn."""
         if self._dispatching:
             return              # a consumer made room while being served: it is in line
         self._dispatch_due = False
         ready = self._ready
         self._dispatching = True
         try:
-            sent = misses = 0
-            while ready and misses < len(ready):
+            sent = 0
+            while ready:
                 if self.depth - len(self.locked) <= 0:
                     return      # nothing committed and unlocked: no get can succeed
                 if sent >= DISPATCH_BATCH:
@@ -190,16 +191,21 @@ class LocalQueue:
                         self._dispatch_due = True
                         asyncio.get_running_loop().call_soon(self.dispatch)
                     return
-                consumer = ready.popleft()
-                if not consumer.has_room():
-                    continue    # back in line when it has room again
-                if consumer.take():
-                    sent += 1
-                    misses = 0
+                i = 0
+                while i < len(ready):
+                    consumer = ready[i]
+                    if not consumer.has_room():
+                        del ready[i]        # back in line when it has room again
+                    elif consumer.take():
+                        del ready[i]
+                        if consumer.has_room() and consumer in self.consumers:
+                            ready.append(consumer)
+                        break
+                    else:
+                        i += 1
                 else:
-                    misses += 1
-                if consumer.has_room() and consumer in self.consumers:
-                    ready.append(consumer)
+                    return      # no one in line takes any of what is available
+                sent += 1
         finally:
             self._dispatching = False
 
