@@ -265,3 +265,11 @@ def test_token_soup_compiles_or_names_a_position(words):
         assert 1 <= exc.position <= len(text) + 1
         return
     assert s.matches(msg(a="1", b="x")) in (True, False)
+
+
+def test_a_selector_nested_beyond_reason_is_an_error_not_a_crash():
+    deep = "(" * 5000 + "a = 1" + ")" * 5000
+    with pytest.raises(SelectorError, match="nested too deeply"):
+        compile_selector(deep)
+    long_chain = " AND ".join(f"p{i} = {i}" for i in range(2000))
+    assert compile_selector(long_chain).matches(msg(**{f"p{i}": str(i) for i in range(2000)}))

@@ -353,42 +353,50 @@ class _Parser:
         return node
 
     def or_expr(self) -> _Node:
-        left = self.and_expr()
+        # a chain of ORs (or ANDs) is one node over a list: a long chain must
+        # not nest one closure per operand (evaluation would recurse as deep)
+        first = self.and_expr()
+        parts = [first]
         while self.at("KEYWORD", "OR"):
             self.next()
-            right = self.condition(self.and_expr(), "after OR")
-            self.condition(left, "before OR")
-            lf, rf = left.fn, right.fn
+            parts.append(self.condition(self.and_expr(), "after OR"))
+        if len(parts) == 1:
+            return first
+        self.condition(first, "before OR")
+        fns = tuple(p.fn for p in parts)
 
-            def either(m, lf=lf, rf=rf):
-                a = _as_bool(lf(m))
-                if a is True:
+        def either(m):
+            unknown = False
+            for fn in fns:
+                v = _as_bool(fn(m))
+                if v is True:
                     return True
-                b = _as_bool(rf(m))
-                if b is True:
-                    return True
-                return None if a is None or b is None else False
-            left = _Node(either, "bool", left.pos)
-        return left
+                if v is None:
+                    unknown = True
+            return None if unknown else False
+        return _Node(either, "bool", first.pos)
 
     def and_expr(self) -> _Node:
-        left = self.not_expr()
+        first = self.not_expr()
+        parts = [first]
         while self.at("KEYWORD", "AND"):
             self.next()
-            right = self.condition(self.not_expr(), "after AND")
-            self.condition(left, "before AND")
-            lf, rf = left.fn, right.fn
+            parts.append(self.condition(self.not_expr(), "after AND"))
+        if len(parts) == 1:
+            return first
+        self.condition(first, "before AND")
+        fns = tuple(p.fn for p in parts)
 
-            def both(m, lf=lf, rf=rf):
-                a = _as_bool(lf(m))
-                if a is False:
+        def both(m):
+            unknown = False
+            for fn in fns:
+                v = _as_bool(fn(m))
+                if v is False:
                     return False
-                b = _as_bool(rf(m))
-                if b is False:
-                    return False
-                return None if a is None or b is None else True
-            left = _Node(both, "bool", left.pos)
-        return left
+                if v is None:
+                    unknown = True
+            return None if unknown else True
+        return _Node(both, "bool", first.pos)
 
     def not_expr(self) -> _Node:
         if self.at("KEYWORD", "NOT"):
@@ -612,7 +620,7 @@ class Selector:
             return True
         try:
             return _as_bool(self._fn(message)) is True
-        except (ArithmeticError, ValueError, TypeError):
+        except (ArithmeticError, ValueError, TypeError, RecursionError):
             return False        # e.g. a float overflow: no match, never an error
 
     __call__ = matches
@@ -628,4 +636,7 @@ def compile_selector(text: str) -> Selector:
         raise TypeError(f"a selector is text, not {type(text).__name__}")
     if not text.strip():
         return Selector(text, None)
-    return Selector(text, _Parser(text).parse().fn)
+    try:
+        return Selector(text, _Parser(text).parse().fn)
+    except RecursionError:
+        raise SelectorError(text, 1, "the selector is nested too deeply") from None
