@@ -99,3 +99,72 @@ def test_queue_manager_names_cannot_reach_another_directory(tmp_path):
     assert "a/b" in status and "QM1" in status
     srv.cli("delete", "a/b")
     assert srv.config_path.exists() and "a/b" not in srv.cli("status").stdout
+
+
+@pytest.mark.parametrize("name", ["stomp12-ack-id", "a-b-c", "orders.eu-west_1", "x-"])
+def test_stomp_names_with_hyphens_are_valid(name):
+    """Hyphens, as STOMP applications name their queues (issue 31), and the
+    directory keeps them as they are."""
+    from harbormq.core.objects import check_name
+    assert check_name(name) == name and file_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["-", "-q", "a:b", "CHANNEL:X", "a*", "a#b", "a>b", "a+b",
+                                  "a b", "a'b", "a" * 47 + "-" * 2])
+def test_names_other_brokers_read_as_wildcards_or_options_are_refused(name):
+    from harbormq.core.objects import check_name
+    with pytest.raises(InvalidAttribute, match="not valid"):
+        check_name(name)
+
+
+def test_hyphenated_queue_over_stomp_mqsc_restart_and_dump_config(tmp_path):
+    """The peer suite's destination, /queue/stomp12-ack-id: defined by MQSC
+    (quoted, case kept), used by stomp.py (send, subscribe, ack), one
+    auto-defined on first use, both kept over a restart and through a
+    dump-config round trip."""
+    from support.stomp_helpers import stomp_client
+    srv = QMServer(tmp_path / "hmq", "QH").create()
+    other = QMServer(tmp_path / "other", "QH").create()
+    srv.start()
+    try:
+        out = srv.sc("DEFINE QLOCAL('stomp12-ack-id') DEFPSIST(YES) MAXDEPTH(50)\n"
+                     "SET AUTHREC PROFILE('stomp12-*') OBJTYPE(QUEUE) PRINCIPAL('app') "
+                     "AUTHADD(PUT,GET)")
+        assert "not valid" not in out
+        assert "QUEUE(stomp12-ack-id)" in srv.sc("DISPLAY QLOCAL('stomp12-ack-id')")
+        c = stomp_client(srv.port)
+        try:
+            for i in range(3):
+                c.send("/queue/stomp12-ack-id", f"m{i}", headers={"receipt": f"r{i}"})
+                c.col.wait_receipt(f"r{i}")
+            c.send("/queue/auto-made-q", "kept", headers={"receipt": "auto",
+                                                           "persistent": "true"})
+            c.col.wait_receipt("auto")
+            c.subscribe("/queue/stomp12-ack-id", id="s", ack="client-individual")
+            got = c.col.wait_messages(3)
+            assert [f.body for f in got] == ["m0", "m1", "m2"]
+            assert got[0].headers["destination"] == "/queue/stomp12-ack-id"
+            c.ack(got[0].headers["ack"], receipt="acked")
+            c.col.wait_receipt("acked")
+        finally:
+            c.disconnect()
+    finally:
+        srv.stop()
+    assert (srv.qm_dir / "queues" / "stomp12-ack-id").is_dir()
+    srv.start()
+    try:
+        out = srv.sc("DISPLAY QSTATUS('stomp12-ack-id') CURDEPTH\n"
+                     "DISPLAY QSTATUS('auto-made-q') CURDEPTH")
+        assert out.count("CURDEPTH(2)") == 1 and out.count("CURDEPTH(1)") == 1, out
+    finally:
+        srv.stop()
+    script = srv.cli("dump-config", "QH").stdout
+    assert "DEFINE QLOCAL('stomp12-ack-id')" in script and "'auto-made-q'" in script
+    assert "PROFILE('stomp12-*')" in script
+    other.start()
+    try:
+        out = other.sc(script)
+        assert "All valid MQSC commands were processed" in out, out
+        assert "MAXDEPTH(50)" in other.sc("DISPLAY QLOCAL('stomp12-ack-id') MAXDEPTH")
+    finally:
+        other.stop()

@@ -34,7 +34,12 @@ BASE_TOPIC = "SYSTEM.BASE.TOPIC"
 #: SYSTEM.MANAGED.NDURABLE.<id>): made and deleted with their subscription
 MANAGED_QUEUE_PREFIX = "SYSTEM.MANAGED."
 
-NAME_RE = re.compile(r"^[A-Za-z0-9._/%]{1,48}$")
+#: MQ's characters, and '-' (not first: it would read as a command-line option),
+#: which STOMP applications' destinations use as RabbitMQ, ActiveMQ and Artemis
+#: accept it. Not ':' (the catalog's keys, ``CHANNEL:name``), nor the wildcards
+#: of authority profiles and other brokers (``* ? # > +``), nor MQSC's
+#: ``' ( ) ,`` and blanks.
+NAME_RE = re.compile(r"^[A-Za-z0-9._/%][A-Za-z0-9._/%-]{0,47}$")
 
 #: QLOCAL attributes and their MQ defaults
 QLOCAL_DEFAULTS = {
@@ -185,10 +190,12 @@ def parse_conname(conname: str) -> tuple[str, int]:
 
 def check_name(name: str, what: str = "queue") -> str:
     """MQ's rules for object and queue manager names: 1 to 48 characters from
-    A-Z a-z 0-9 . _ / %, and (ours) never "." or "..", which read as paths."""
+    A-Z a-z 0-9 . _ / %, and (ours) '-' but not first, and never "." or "..",
+    which read as paths."""
     if not isinstance(name, str) or not NAME_RE.match(name) or name in (".", ".."):
         raise InvalidAttribute(f"{what} name {name!r} is not valid: use 1 to 48 characters "
-                               "from A-Z a-z 0-9 . _ / %, not '.' or '..' alone")
+                               "from A-Z a-z 0-9 . _ / % - (not '-' first), not '.' or '..' "
+                               "alone")
     return name
 
 

@@ -11,18 +11,41 @@ Uncommitted effects are not here: puts wait in their unit of work, gets only
 by queue depth: message bodies on the queue live in the store.
 
 A get may select its message by message or correlation id
-(``MessageMatch``), which the queue's index serves.
+(``MessageMatch``), which the queue's index serves, or by any predicate on
+the message (a selector, ``core/selectors.py``): a scan, which remembers per
+predicate where the messages it may still take begin.
+
+Consumers (STOMP subscriptions) share the queue's messages fairly: the queue
+keeps the line of consumers that have room, longest waiting first, and
+hands out one message at a time to the first of them, who then goes to the
+back of the line if it still has room (``Consumer``, ``dispatch``). Messages
+still go in delivery order (priority, then arrival).
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
+from typing import Protocol
 
 from sortedcontainers import SortedSet
 
 from ..log.records import Message
 from ..store.stores import QueueStore
+
+#: messages handed out in one dispatch before other work gets a turn of the loop
+DISPATCH_BATCH = 256
+
+
+class Consumer(Protocol):
+    """What the queue asks of a consumer it shares messages with."""
+
+    def has_room(self) -> bool:
+        """It may take a message now (its window is not full)."""
+
+    def take(self) -> bool:
+        """Take the first available message it selects: True when it took one."""
 
 
 class MessageMatch:
@@ -87,9 +110,17 @@ class LocalQueue:
         #: or gone); None = from the head
         self._avail_from: bytes | None = None
         self.waiters: list = []                 # futures of getters waiting for a message
-        #: callbacks of subscriptions (STOMP consumers) told when messages may be
-        #: available; each takes what its window allows
+        #: callbacks told when messages may be available; each takes what it will
         self.listeners: list = []
+        #: consumers sharing the messages (``dispatch``), and the line of those
+        #: with room, longest waiting first
+        self.consumers: list[Consumer] = []
+        self._ready: deque[Consumer] = deque()
+        self._dispatching = False
+        self._dispatch_due = False
+        #: per predicate (selector) of a get: no key below it is available and
+        #: selected by it
+        self._match_from: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._available_events = 0
         #: producers held until the queue has room (STOMP flow control), first come
         #: first served: each is a callback, and only the first is ever called. It
@@ -103,7 +134,7 @@ class LocalQueue:
         """A message may be available (put committed, got one backed out or
         unlocked). Waiters and listeners are told on the next loop turn, once per
         turn however many messages arrived in it."""
-        if not (self.waiters or self.listeners):
+        if not (self.waiters or self.listeners or self._ready):
             return
         self._available_events += 1
         if self._available_events == 1:
@@ -118,6 +149,65 @@ class LocalQueue:
                 events -= 1
         for listener in list(self.listeners):
             listener()
+        self.dispatch()
+
+    # -- sharing messages among consumers ---------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.consumer_ready(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if consumer in self._ready:
+            self._ready.remove(consumer)
+
+    def consumer_ready(self, consumer: Consumer) -> None:
+        """``consumer`` has room (again): to the back of the line, which is
+        served at once. So the consumer that made room first is served first."""
+        if consumer not in self._ready and consumer in self.consumers:
+            self._ready.append(consumer)
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Hand the available messages out, one at a time, each to the first
+        consumer in line that takes it (one whose selector matches nothing
+        available keeps its place); that one goes to the back if it still has
+        room. Until nothing is available or no one in line takes anything.
+        After DISPATCH_BATCH messages, the rest on a later loop turn."""
+        if self._dispatching:
+            return              # a consumer made room while being served: it is in line
+        self._dispatch_due = False
+        ready = self._ready
+        self._dispatching = True
+        try:
+            sent = 0
+            while ready:
+                if self.depth - len(self.locked) <= 0:
+                    return      # nothing committed and unlocked: no get can succeed
+                if sent >= DISPATCH_BATCH:
+                    if not self._dispatch_due:
+                        self._dispatch_due = True
+                        asyncio.get_running_loop().call_soon(self.dispatch)
+                    return
+                i = 0
+                while i < len(ready):
+                    consumer = ready[i]
+                    if not consumer.has_room():
+                        del ready[i]        # back in line when it has room again
+                    elif consumer.take():
+                        del ready[i]
+                        if consumer.has_room() and consumer in self.consumers:
+                            ready.append(consumer)
+                        break
+                    else:
+                        i += 1
+                else:
+                    return      # no one in line takes any of what is available
+                sent += 1
+        finally:
+            self._dispatching = False
 
     # -- telling held producers -------------------------------------------------------
 
@@ -232,9 +322,16 @@ class LocalQueue:
         available. Deliveries awaiting acknowledgement lock the head of a busy
         queue, and without this every get would walk all of them."""
         expired = []
-        start = self._avail_from if match is None else None
+        # a predicate no index serves scans from where it stopped last time
+        scanned = match is not None and not self._indexed(match)
+        if match is None:
+            start = self._avail_from
+        else:
+            start = self._match_from.get(match) if scanned else None
         advance = match is None
+        last = None
         for key in self._candidate_keys(match, start):
+            last = key
             if key in self.locked:
                 continue
             if advance:
@@ -248,7 +345,11 @@ class LocalQueue:
                 continue
             if match is not None and not match(msg):
                 continue
+            if scanned:
+                self._match_from[match] = key
             return key, msg, expired
+        if scanned and last is not None:
+            self._match_from[match] = last + b"\0"
         return None, None, expired
 
     def available(self, limit: int, now_ns: int) -> tuple[list[Message], list]:
@@ -289,9 +390,13 @@ class LocalQueue:
                 msgs.append(msg)
         return msgs, expired
 
+    def _indexed(self, match) -> bool:
+        """The queue's index serves ``match`` (a get by message or correlation id)."""
+        return (match.ident is not None and self.index_ready and
+                match.index_type == self.index_type)
+
     def _candidate_keys(self, match, start: bytes | None = None):
-        if match is not None and match.ident is not None and self.index_ready and \
-                match.index_type == self.index_type:
+        if match is not None and self._indexed(match):
             keys = set(self.store.index_lookup(match.ident))
             for k in self._mem_keys:
                 keys.add(k)
@@ -303,6 +408,10 @@ class LocalQueue:
         """``key`` may be available now: scans must not start after it."""
         if self._avail_from is not None and key < self._avail_from:
             self._avail_from = key
+        if self._match_from:
+            for match, cursor in list(self._match_from.items()):
+                if key < cursor:
+                    self._match_from[match] = key
 
     # -- committed effects (loop thread, same step as the record that makes them) ----------
 
@@ -357,6 +466,7 @@ class LocalQueue:
         self._mem_keys.clear()
         self.dirty_lsn = self.flushing_lsn = None
         self._scan_from = self._avail_from = None
+        self._match_from.clear()
         self.depth = 0
         self.store_hidden = True
         self.room_check()

@@ -138,7 +138,7 @@ def specificity(profile: str) -> tuple:
 
 
 def check_profile(profile: str) -> str:
-    if not profile or not re.match(r"^[A-Za-z0-9._/%*?]{1,48}$", profile):
+    if not profile or not re.match(r"^[A-Za-z0-9._/%*?-]{1,48}$", profile):
         raise SecurityError(f"profile {profile!r} is not valid: 1 to 48 characters, "
                             "queue name characters and the wildcards * ** ?")
     return profile

@@ -11,6 +11,12 @@ as one of the transaction's records), or, from a queue with HARDENBO(YES),
 when it is delivered: only then does a crash count the backout. At most
 ``prefetch-count`` deliveries of a subscription await acknowledgement; with
 ``ack:auto`` the transport's write buffer is the window.
+
+The subscriptions on a queue share its messages: each is a consumer of the
+queue (``LocalQueue.dispatch``), served one message at a time in turn among
+those with room, the one that made room first served first. A ``selector``
+header (SQL-92, ``core/selectors.py``) limits what a subscription takes;
+messages it does not select stay for the others.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from ..core.queue import MessageMatch
+from ..core.queue import LocalQueue, MessageMatch
+from ..core.selectors import Selector, SelectorError, compile_selector
 from ..core.uow import UnitOfWork
 from ..errors import HarbormqError
 from ..log.records import Message
@@ -35,8 +42,6 @@ _MESSAGE_HEADERS = frozenset({
     "persistent", "priority", "timestamp", "expires", "correlation-id", "reply-to",
     "content-type", "content-length",
 })
-#: deliveries sent in one go before other connections get a turn
-_PUMP_BATCH = 64
 
 
 @dataclass(slots=True)
@@ -49,17 +54,27 @@ class Delivery:
     txn: str | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class Subscription:
+    """One SUBSCRIBE: a consumer of its queue (``core.queue.Consumer``)."""
     id: str
     queue: str
     ack: str                              # auto | client | client-individual
     prefetch: int
-    match: MessageMatch | None
+    match: MessageMatch | Selector | None
+    #: the connection it delivers on
+    conn: "DeliveryMixin"
     outstanding: "OrderedDict[str, Delivery]" = field(default_factory=OrderedDict)
-    listener: object = None
+    #: the queue it consumes from (the one it registered with)
+    q: LocalQueue | None = None
     #: "MESSAGE", then its subscription and destination headers
     frame_prefix: str = ""
+
+    def has_room(self) -> bool:
+        return self.conn._has_room(self)
+
+    def take(self) -> bool:
+        return self.conn._take(self)
 
 
 class DeliveryMixin:
@@ -76,6 +91,11 @@ class DeliveryMixin:
     def _writable(self) -> None:
         for sub in list(self.subscriptions.values()):
             self._pump(sub)
+
+    def _pump(self, sub: Subscription) -> None:
+        """The subscription may have room again: in its queue's line."""
+        if sub.q is not None and self.subscriptions.get(sub.id) is sub:
+            sub.q.consumer_ready(sub)
 
     def on_subscribe(self, frame: Frame):
         name = self._queue_name(frame)
@@ -101,15 +121,13 @@ class DeliveryMixin:
         prefetch = self._prefetch(frame)
         match = self._selector(frame.headers.get("selector"))
         q = self.core.queue(name)
-        sub = Subscription(sub_id, name, ack, prefetch, match)
+        sub = Subscription(sub_id, name, ack, prefetch, match, self, q=q)
         sub.frame_prefix = (f"MESSAGE\nsubscription:{escape(sub_id, self.version)}\n"
                             f"destination:{escape('/queue/' + name, self.version)}\n")
-        sub.listener = lambda s=sub: self._pump(s)
-        q.listeners.append(sub.listener)
         self.subscriptions[sub_id] = sub
         self.info.open(name, "input")
         self._receipt(frame, None)
-        self._pump(sub)
+        q.add_consumer(sub)
         return None
 
     def _prefetch(self, frame: Frame) -> int:
@@ -126,13 +144,18 @@ class DeliveryMixin:
         return value
 
     @staticmethod
-    def _selector(text: str | None) -> MessageMatch | None:
-        if text is None:
+    def _selector(text: str | None) -> MessageMatch | Selector | None:
+        """The subscription's match: by message or correlation id when the
+        selector is exactly that (the queue's index may serve it), else the
+        compiled selector; None for none (or a blank one)."""
+        if text is None or not text.strip():
             return None
         m = _SELECTOR.match(text)
         if m is None:
-            raise ProtocolError(f"selector {text!r} is not supported: use "
-                                "JMSCorrelationID = '...' or JMSMessageID = '...'")
+            try:
+                return compile_selector(text)
+            except SelectorError as exc:
+                raise ProtocolError(f"SUBSCRIBE: {exc.message}", msgid=exc.msgid) from None
         field_name, value = m.group(1).lower(), m.group(2).replace("''", "'")
         if field_name == "jmsmessageid":
             hex_id = value[3:] if value.upper().startswith("ID:") else value
@@ -158,9 +181,8 @@ class DeliveryMixin:
 
     def _end_subscription(self, sub: Subscription) -> None:
         self.subscriptions.pop(sub.id, None)
-        q = self.core.queues.get(sub.queue)
-        if q is not None and sub.listener in q.listeners:
-            q.listeners.remove(sub.listener)
+        if sub.q is not None:
+            sub.q.remove_consumer(sub)
         self.info.close(sub.queue, "input")
         for d in list(sub.outstanding.values()):
             if d.txn is not None and d.txn in self.transactions:
@@ -168,50 +190,42 @@ class DeliveryMixin:
             self._forget(d)
             self._back_out(d.uow)
 
-    def _pump(self, sub: Subscription) -> None:
-        """Deliver what the subscription's window allows."""
+    def _has_room(self, sub: Subscription) -> bool:
+        """The subscription's window has room and the connection takes frames."""
         if self._closing or self._write_paused or self.subscriptions.get(sub.id) is not sub:
-            return
+            return False
+        if len(self._held) >= MAX_HELD:
+            self._held_full = True    # _release_held calls _writable again
+            return False
+        return sub.ack == "auto" or len(sub.outstanding) < sub.prefetch
+
+    def _take(self, sub: Subscription) -> bool:
+        """Get and deliver the first message the subscription selects (its queue
+        calls this when it is the subscription's turn and it has room)."""
         core = self.core
-        q = core.queues.get(sub.queue)
-        auto = sub.ack == "auto"
-        sent = 0
-        while sent < _PUMP_BATCH:
-            if len(self._held) >= MAX_HELD:
-                self._held_full = True    # _release_held pumps again
-                return
-            if not auto and len(sub.outstanding) >= sub.prefetch:
-                return
-            if q is not None and q.depth - len(q.locked) <= 0:
-                return          # nothing committed and unlocked: no get can succeed
-            uow = None
-            try:
-                if auto:
-                    msg, _forced = core.get_nowait(sub.queue, None, match=sub.match)
-                else:
-                    uow = core.begin(owner=self._owner)
-                    msg, _forced = core.get_nowait(sub.queue, uow, match=sub.match,
-                                                   defer=True)
-                    if msg is None:
-                        core.discard_empty(uow)
-            except HarbormqError as exc:
-                if uow is not None and uow.first_lsn and not uow.ops:
-                    # (HARDENBO) its BEGIN is logged, its GET was not: LogFull
-                    self._back_out(uow)
-                elif uow is not None and not uow.ops:
+        uow = None
+        try:
+            if sub.ack == "auto":
+                msg, _forced = core.get_nowait(sub.queue, None, match=sub.match)
+            else:
+                uow = core.begin(owner=self._owner)
+                msg, _forced = core.get_nowait(sub.queue, uow, match=sub.match, defer=True)
+                if msg is None:
                     core.discard_empty(uow)
-                self.fail(f"subscription {sub.id} on {sub.queue}: {exc}")
-                return
-            if msg is None:
-                return
-            self._deliver(sub, msg, uow)
-            sent += 1
-            if self.transport.get_write_buffer_size() > 256 * 1024:
-                self._flush()
-                if self._write_paused:
-                    return
-        # more may be waiting: give other connections a turn first
-        self.loop.call_soon(self._pump, sub)
+        except HarbormqError as exc:
+            if uow is not None and uow.first_lsn and not uow.ops:
+                # (HARDENBO) its BEGIN is logged, its GET was not: LogFull
+                self._back_out(uow)
+            elif uow is not None and not uow.ops:
+                core.discard_empty(uow)
+            self.fail(f"subscription {sub.id} on {sub.queue}: {exc}")
+            return False
+        if msg is None:
+            return False
+        self._deliver(sub, msg, uow)
+        if self.transport.get_write_buffer_size() > 256 * 1024:
+            self._flush()
+        return True
 
     def _deliver(self, sub: Subscription, msg: Message, uow: UnitOfWork | None) -> None:
         """Send one MESSAGE. The hottest frame is built here directly: the
