@@ -25,6 +25,7 @@ from ..qmgr.log_offline import deletion_plan
 from ..recovery.need import log_need_facts
 from . import mqsc
 from .mqsc import Command, MqscSyntaxError
+from .object_commands import ObjectCommands
 
 #: at most this many message keys are walked to find the oldest message (MSGAGE)
 MSGAGE_SCAN_LIMIT = 100_000
@@ -59,22 +60,12 @@ def megabytes(nbytes: int) -> str:
     return f"{mb:.2f}".rstrip("0").rstrip(".")
 
 
-def _select(cmd: Command, order: tuple, always: tuple, default: tuple | None = None) -> list:
-    """Attribute names to show, in display order: ``always`` first, then ALL or the
-    requested ones (and the WHERE keyword), else ``default``."""
-    if "ALL" in cmd.flags:
-        wanted = set(order)
-    else:
-        wanted = set(cmd.requested) if cmd.requested else set(default or ())
-    if cmd.where:
-        wanted.add(cmd.where[0])
-    wanted |= set(always)
-    return [a for a in order if a in wanted]
+_select = mqsc.select_attrs
 
 
 # -- the executor ------------------------------------------------------------------------
 
-class Executor:
+class Executor(ObjectCommands):
     def __init__(self, core: QueueManagerCore, security, qm_info: dict | None = None):
         self.core = core
         self.security = security
@@ -121,6 +112,7 @@ class Executor:
             ("STOP", "LISTENER"): self.channel_action,
             ("DISPLAY", "CHSTATUS"): self.display_chstatus,
         }
+        self.handlers.update(self.object_handlers())     # QALIAS, QMODEL, PROCESS, NAMELIST
 
     async def execute(self, cmd: Command) -> list[str]:
         """Run one command; returns its output blocks; raises HarbormqError when
