@@ -302,24 +302,29 @@ class Definitions:
         await self.log.force()
         return definition
 
-    def _busy(self, q: LocalQueue) -> str | None:
-        """Why DELETE or CLEAR must wait, with MQ's reason code; None when free."""
+    def _busy(self, q: LocalQueue, *, handles: bool = True) -> str | None:
+        """Why DELETE or CLEAR must wait, with MQ's reason code; None when free.
+        ``handles`` False: connections' open handles do not hold it (a
+        temporary dynamic queue's deletion when its maker closes it)."""
         if q.uncommitted_puts or q.locked:
             return "it has uncommitted messages (MQRC 2055 Q_NOT_EMPTY)"
+        if not handles:
+            return None
         ipprocs, opprocs = self.connections.procs(q.name)
         if ipprocs or opprocs:
             return (f"it is open by connections (IPPROCS {ipprocs}, OPPROCS {opprocs}) "
                     "(MQRC 2042 OBJECT_IN_USE)")
         return None
 
-    async def delete_queue(self, name: str, *, purge: bool = False) -> None:
+    async def delete_queue(self, name: str, *, purge: bool = False,
+                           handles: bool = True) -> None:
         self.check_running()
         q = self.queues.get(name)      # a damaged queue may be deleted
         if q is None:
             raise UnknownObject(f"queue {name} is not defined", queue=name)
         if name in (DEFAULT_LOCAL_QUEUE, DEAD_LETTER_QUEUE):
             raise ObjectInUse(f"{name} is a system queue and cannot be deleted", queue=name)
-        if (why := self._busy(q)) is not None:
+        if (why := self._busy(q, handles=handles)) is not None:
             raise ObjectInUse(f"queue {name} cannot be deleted: {why}", queue=name)
         if q.depth and not purge and not q.damaged:
             raise ObjectInUse(f"queue {name} holds {q.depth} messages; delete it with PURGE "

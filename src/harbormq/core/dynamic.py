@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 #: the dynamic-name pattern an open uses when it gives none (MQ's default prefix)
 DEFAULT_DYNAMIC_NAME = "AMQ.*"
 _unique = itertools.count(1)
+#: how many deleted temporary queue names are remembered (``deleted_temporary``)
+MAX_REMEMBERED_DELETIONS = 10_000
 
 
 class DynamicHost(Protocol):
@@ -50,7 +52,8 @@ class DynamicHost(Protocol):
     async def define_queue(self, name: str, attrs: dict | None = None, *,
                            like: str | None = None, replace: bool = False) -> dict: ...
 
-    async def delete_queue(self, name: str, *, purge: bool = False) -> None: ...
+    async def delete_queue(self, name: str, *, purge: bool = False,
+                           handles: bool = True) -> None: ...
 
     async def define_object(self, objtype: str, name: str, attrs: dict, *,
                             replace: bool = False) -> dict: ...
@@ -81,6 +84,9 @@ class DynamicQueues:
     def _init_dynamic(self) -> None:
         #: temporary dynamic queue -> who made it (a connection's owner text)
         self.temporary_owners: dict[str, str] = {}
+        #: temporary dynamic queues deleted since the start, the newest last: a
+        #: front end that defines queues on first use must not bring one back
+        self.deleted_temporary: dict[str, None] = {}
 
     @staticmethod
     def refuse_persistent(q: LocalQueue) -> None:
@@ -118,9 +124,23 @@ class DynamicQueues:
         if d is None or d["type"] != "QLOCAL":
             return False
         deftype = d["attrs"].get("DEFTYPE", "PREDEFINED")
-        if deftype == "TEMPDYN" or (delete and deftype == "PERMDYN"):
-            await self.delete_queue(name, purge=True)
+        if deftype == "TEMPDYN":
+            # others' open handles (a responder's) do not keep it, as MQ's
+            # MQCO_DELETE of a temporary dynamic queue
+            # remembered first: the delete awaits its force and its store's removal,
+            # and a SEND meanwhile must not define the name again
+            self.deleted_temporary[name] = None
+            try:
+                await self.delete_queue(name, purge=True, handles=False)
+            except BaseException:
+                self.deleted_temporary.pop(name, None)
+                raise
             self.temporary_owners.pop(name, None)
+            while len(self.deleted_temporary) > MAX_REMEMBERED_DELETIONS:
+                del self.deleted_temporary[next(iter(self.deleted_temporary))]
+            return True
+        if delete and deftype == "PERMDYN":
+            await self.delete_queue(name, purge=True)
             return True
         return False
 
