@@ -99,6 +99,12 @@ NAMELIST_DEFAULTS = {
     "NAMES": [],
 }
 
+#: media images' and recreate's ``--type`` values naming one kind of object
+#: (rcdmqimg's -t), and the definition types of each
+OBJECT_KINDS = {"qlocal": ("QLOCAL",), "qalias": ("QALIAS",), "qmodel": ("QMODEL",),
+                "qremote": ("QREMOTE",), "process": ("PROCESS",), "namelist": ("NAMELIST",)}
+IMAGE_TYPES = ("all", "qmgr", "queue") + tuple(OBJECT_KINDS)
+
 #: the model queue every queue manager has (created at start when missing)
 DEFAULT_MODEL_QUEUE = "SYSTEM.DEFAULT.MODEL.QUEUE"
 
