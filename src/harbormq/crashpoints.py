@@ -37,6 +37,8 @@ POINTS = (
     "restore.mid_swap",                 # a restore: the old target set aside, the new not in place
     "standby.after_fetch",              # standby replay: an archived extent copied in, the
                                         # control file not yet listing it
+    "trigger.before_commit",            # a put and its trigger message logged in their
+                                        # unit of work, the commit not yet
 )
 
 DELAY_POINTS = (

@@ -37,6 +37,7 @@ import asyncio
 import struct
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from ..crashpoints import crash_point
 from ..errors import HarbormqError
 from ..log.records import Message, RecordType, encode_json, key_parts
 from .objects import process_key
@@ -165,6 +166,7 @@ class Triggering:
             self.triggering = False
         if q.attrs["TRIGTYPE"] == "DEPTH":
             self._trigger_off(q)
+        crash_point("trigger.before_commit")
         return put, (self.commit_nowait(uow) if own else None)
 
     def trigger_due(self: TriggeringHost, q: LocalQueue, msg: Message
