@@ -47,6 +47,8 @@ class QueueManager:
         #: units of work begun through this object, with the thread that began each
         self._begun: list[tuple[UnitOfWork, int]] = []
         self._begun_lock = threading.Lock()
+        #: temporary dynamic queues this object opened (deleted when it closes)
+        self._temporary: list[str] = []
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -102,11 +104,22 @@ class QueueManager:
         if self.closed:
             return
         try:
+            if self._temporary and mode != "immediate":
+                self._call(self._close_temporary())
             self._call(self._running.stop(mode, timeout=timeout))
             self._call(self._loop.shutdown_default_executor())
         finally:
             self.closed = True
             self._shutdown_loop()
+
+    async def _close_temporary(self) -> None:
+        """The temporary dynamic queues this connection made end with it."""
+        for name in list(self._temporary):
+            try:
+                await self.core.close_dynamic(name)
+            except HarbormqError:
+                pass        # in use or stopping: the next restart deletes it
+        self._temporary.clear()
 
     async def _back_out(self, uows: list[UnitOfWork]) -> None:
         for uow in uows:
@@ -166,6 +179,36 @@ class QueueManager:
 
     def alter_qmgr(self, **attrs) -> dict:
         return self._call(self.core.alter_qmgr(attrs))
+
+    def define(self, objtype: str, name: str, *, replace: bool = False, **attrs) -> dict:
+        """DEFINE of a definition type: QREMOTE, QALIAS, QMODEL, PROCESS, NAMELIST,
+        CHANNEL, LISTENER (``define_queue`` defines a local queue)."""
+        return self._call(self.core.define_object(objtype.upper(), name, attrs,
+                                                  replace=replace))
+
+    def open_model(self, model: str = "SYSTEM.DEFAULT.MODEL.QUEUE",
+                   dynamic_name: str = "AMQ.*") -> str:
+        """Open a model queue (MQOPEN of a QMODEL with a DynamicQName): a new
+        dynamic queue made from it; returns its name. A temporary dynamic
+        queue (the model's DEFTYPE(TEMPDYN)) is deleted by ``close_queue``,
+        when this queue manager object closes, or at the next restart."""
+        async def run():
+            d = await self.core.open_model(model, dynamic_name, owner=self._owner)
+            if d["attrs"]["DEFTYPE"] == "TEMPDYN":
+                self._temporary.append(d["name"])
+            return d["name"]
+        return self._call(run())
+
+    def close_queue(self, name: str, *, delete: bool = False) -> bool:
+        """Close a dynamic queue (MQCLOSE): a temporary one is deleted with its
+        messages, a permanent one only with ``delete`` (MQCO_DELETE_PURGE).
+        Returns whether it was deleted."""
+        async def run():
+            deleted = await self.core.close_dynamic(name, delete=delete)
+            if name in self._temporary:
+                self._temporary.remove(name)
+            return deleted
+        return self._call(run())
 
     def queue_names(self) -> list[str]:
         return self._call_sync(lambda: sorted(self.core.queues))

@@ -40,6 +40,8 @@ POINTS = (
     "publish.appended",                 # a publication's MSG_PUBLISH appended, no queue changed
     "publish.applied",                  # (outside a unit of work) on every queue, not forced
     "publish.forced",                   # forced, the publisher not yet told
+    "trigger.before_commit",            # a put and its trigger message logged in their
+                                        # unit of work, the commit not yet
 )
 
 DELAY_POINTS = (

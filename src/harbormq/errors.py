@@ -173,6 +173,12 @@ class GetInhibited(MessageError):
     reason = 2016
 
 
+class PersistentNotAllowed(MessageError):
+    """A persistent message put on a temporary dynamic queue (core/dynamic.py)."""
+    msgid = "HMQ2048E"
+    reason = 2048
+
+
 class NoMessageAvailable(MessageError):
     msgid = "HMQ2033E"
     reason = 2033

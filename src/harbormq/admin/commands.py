@@ -25,6 +25,7 @@ from ..qmgr.log_offline import deletion_plan
 from ..recovery.need import log_need_facts
 from . import mqsc
 from .mqsc import Command, MqscSyntaxError, mq_date, mq_time
+from .object_commands import ObjectCommands
 from .pubsub_commands import PubSubCommands
 
 #: at most this many message keys are walked to find the oldest message (MSGAGE)
@@ -56,7 +57,7 @@ _select = mqsc.select_attrs
 
 # -- the executor ------------------------------------------------------------------------
 
-class Executor(PubSubCommands):
+class Executor(PubSubCommands, ObjectCommands):
     def __init__(self, core: QueueManagerCore, security, qm_info: dict | None = None):
         self.core = core
         self.security = security
@@ -104,6 +105,7 @@ class Executor(PubSubCommands):
             ("DISPLAY", "CHSTATUS"): self.display_chstatus,
         }
         self.handlers.update(self.pubsub_handlers())
+        self.handlers.update(self.object_handlers())     # QALIAS, QMODEL, PROCESS, NAMELIST
 
     async def execute(self, cmd: Command) -> list[str]:
         """Run one command; returns its output blocks; raises HarbormqError when

@@ -29,8 +29,12 @@ from dataclasses import dataclass, field
 from ..core.objects import (
     CHANNEL_DEFAULTS,
     LISTENER_DEFAULTS,
+    NAMELIST_DEFAULTS,
+    PROCESS_DEFAULTS,
+    QALIAS_DEFAULTS,
     QLOCAL_DEFAULTS,
     QMGR_DEFAULTS,
+    QMODEL_DEFAULTS,
     QREMOTE_DEFAULTS,
     TOPIC_DEFAULTS,
 )
@@ -67,12 +71,15 @@ OBJTYPES = {"QLOCAL": "QLOCAL", "QL": "QLOCAL", "QUEUE": "QUEUE", "Q": "QUEUE",
             "QMGR": "QMGR", "AUTHREC": "AUTHREC", "LOG": "LOG", "UOW": "UOW",
             "QREMOTE": "QREMOTE", "QR": "QREMOTE", "CHANNEL": "CHANNEL", "CHL": "CHANNEL",
             "CHSTATUS": "CHSTATUS", "CHS": "CHSTATUS", "LISTENER": "LISTENER",
-            "LSTR": "LISTENER",
+            "LSTR": "LISTENER", "QALIAS": "QALIAS", "QA": "QALIAS", "QMODEL": "QMODEL",
+            "QM": "QMODEL", "PROCESS": "PROCESS", "PRO": "PROCESS", "NAMELIST": "NAMELIST",
+            "NL": "NAMELIST",
             # publish/subscribe (admin/pubsub_commands.py)
             "TOPIC": "TOPIC", "SUB": "SUB", "SBSTATUS": "SBSTATUS", "TPSTATUS": "TPSTATUS",
             "PUBSUB": "PUBSUB", "TOPICSTR": "TOPICSTR"}
 
-QLOCAL_ATTRS = tuple(QLOCAL_DEFAULTS)
+#: (DEFTYPE is shown, never given: a model queue's open sets it)
+QLOCAL_ATTRS = tuple(k for k in QLOCAL_DEFAULTS if k != "DEFTYPE")
 QREMOTE_ATTRS = tuple(QREMOTE_DEFAULTS)
 CHANNEL_ATTRS = tuple(CHANNEL_DEFAULTS)
 LISTENER_ATTRS = tuple(LISTENER_DEFAULTS)
@@ -84,9 +91,21 @@ CHSTATUS_ATTRS = ("CHANNEL", "CHLTYPE", "STATUS", "CONNAME", "RQMNAME", "XMITQ",
                   "LSTSEQNO", "CURSEQNO", "LSTLUWID", "CURLUWID", "MSGS", "BATCHES",
                   "XQMSGSA", "LONGRTS", "SHORTRTS", "LSTMSGDA", "LSTMSGTI", "STOPREQ")
 QMGR_ATTRS = tuple(QMGR_DEFAULTS)
+QALIAS_ATTRS = tuple(QALIAS_DEFAULTS)
+QMODEL_ATTRS = tuple(QMODEL_DEFAULTS)
+PROCESS_ATTRS = tuple(PROCESS_DEFAULTS)
+NAMELIST_ATTRS = tuple(NAMELIST_DEFAULTS)
+DISPLAY_QALIAS_ATTRS = ("QUEUE", "TYPE") + QALIAS_ATTRS
+DISPLAY_QMODEL_ATTRS = ("QUEUE", "TYPE") + QMODEL_ATTRS
+DISPLAY_PROCESS_ATTRS = ("PROCESS",) + PROCESS_ATTRS
+DISPLAY_NAMELIST_ATTRS = ("NAMELIST", "NAMCOUNT") + NAMELIST_ATTRS
 
 #: what DISPLAY can show, per object type, in display order
-DISPLAY_QUEUE_ATTRS = ("QUEUE", "TYPE") + QLOCAL_ATTRS + ("CURDEPTH", "IPPROCS", "OPPROCS")
+DISPLAY_QUEUE_ATTRS = ("QUEUE", "TYPE") + QLOCAL_ATTRS + ("DEFTYPE", "CURDEPTH", "IPPROCS",
+                                                           "OPPROCS")
+#: DISPLAY QUEUE TYPE(ALL): every queue type's attributes, local queues' first
+DISPLAY_ANY_QUEUE_ATTRS = tuple(dict.fromkeys(DISPLAY_QUEUE_ATTRS + DISPLAY_QALIAS_ATTRS
+                                              + DISPLAY_QMODEL_ATTRS + DISPLAY_QREMOTE_ATTRS))
 QSTATUS_QUEUE_ATTRS = ("QUEUE", "TYPE", "CURDEPTH", "IPPROCS", "OPPROCS", "UNCOM", "MSGAGE",
                        "LPUTDATE", "LPUTTIME", "LGETDATE", "LGETTIME")
 QSTATUS_HANDLE_ATTRS = ("QUEUE", "TYPE", "CONN", "CONNAME", "USERID", "APPLTAG", "APPLTYPE",
@@ -140,19 +159,24 @@ class Spec:
 
 _DISPLAY_COMMON = ("WHERE",)
 #: MQ's bare switches for a YES/NO attribute: HARDENBO is HARDENBO(YES)
-_SWITCHES = {"HARDENBO": ("HARDENBO", "YES"), "NOHARDENBO": ("HARDENBO", "NO")}
+_SWITCHES = {"HARDENBO": ("HARDENBO", "YES"), "NOHARDENBO": ("HARDENBO", "NO"),
+             "TRIGGER": ("TRIGGER", "YES"), "NOTRIGGER": ("TRIGGER", "NO")}
+_TRIGGER_SWITCHES = ("TRIGGER", "NOTRIGGER")
 SPECS: dict[tuple[str, str], Spec] = {
     ("DEFINE", "QLOCAL"): Spec("required", QLOCAL_ATTRS + ("LIKE",),
-                               ("REPLACE", "NOREPLACE", "HARDENBO", "NOHARDENBO"),
-                               exclusive=(("REPLACE", "NOREPLACE"), ("HARDENBO", "NOHARDENBO"))),
-    ("ALTER", "QLOCAL"): Spec("required", QLOCAL_ATTRS, ("HARDENBO", "NOHARDENBO"),
-                              exclusive=(("HARDENBO", "NOHARDENBO"),)),
+                               ("REPLACE", "NOREPLACE", "HARDENBO", "NOHARDENBO")
+                               + _TRIGGER_SWITCHES,
+                               exclusive=(("REPLACE", "NOREPLACE"), ("HARDENBO", "NOHARDENBO"),
+                                          _TRIGGER_SWITCHES)),
+    ("ALTER", "QLOCAL"): Spec("required", QLOCAL_ATTRS, ("HARDENBO", "NOHARDENBO")
+                              + _TRIGGER_SWITCHES,
+                              exclusive=(("HARDENBO", "NOHARDENBO"), _TRIGGER_SWITCHES)),
     ("DELETE", "QLOCAL"): Spec("required", (), ("PURGE", "NOPURGE"),
                                exclusive=(("PURGE", "NOPURGE"),)),
     ("CLEAR", "QLOCAL"): Spec("required"),
     ("DISPLAY", "QLOCAL"): Spec("required", _DISPLAY_COMMON, DISPLAY_QUEUE_ATTRS + ("ALL",)),
     ("DISPLAY", "QUEUE"): Spec("required", _DISPLAY_COMMON + ("TYPE",),
-                               DISPLAY_QUEUE_ATTRS + ("ALL",)),
+                               DISPLAY_ANY_QUEUE_ATTRS + ("ALL",)),
     ("DISPLAY", "QSTATUS"): Spec("required", _DISPLAY_COMMON + ("TYPE",),
                                  tuple(dict.fromkeys(QSTATUS_QUEUE_ATTRS + QSTATUS_HANDLE_ATTRS))
                                  + ("ALL",)),
@@ -199,6 +223,22 @@ SPECS: dict[tuple[str, str], Spec] = {
                                   DISPLAY_LISTENER_ATTRS + ("ALL",)),
     ("START", "LISTENER"): Spec("required"),
     ("STOP", "LISTENER"): Spec("required"),
+    # alias and model queues, processes, namelists (admin/object_commands.py)
+    **{(verb, objtype): spec for objtype, attrs, display, extra in (
+        ("QALIAS", QALIAS_ATTRS, DISPLAY_QALIAS_ATTRS, {}),
+        ("QMODEL", QMODEL_ATTRS, DISPLAY_QMODEL_ATTRS, {"switches": _TRIGGER_SWITCHES}),
+        ("PROCESS", PROCESS_ATTRS, DISPLAY_PROCESS_ATTRS, {}),
+        ("NAMELIST", NAMELIST_ATTRS, DISPLAY_NAMELIST_ATTRS, {"lists": ("NAMES",)}))
+       for verb, spec in (
+        ("DEFINE", Spec("required", attrs, ("REPLACE", "NOREPLACE") + extra.get("switches", ()),
+                        lists=extra.get("lists", ()),
+                        exclusive=(("REPLACE", "NOREPLACE"),) + (
+                            (extra["switches"],) if "switches" in extra else ()))),
+        ("ALTER", Spec("required", attrs, extra.get("switches", ()),
+                       lists=extra.get("lists", ()),
+                       exclusive=(extra["switches"],) if "switches" in extra else ())),
+        ("DELETE", Spec("required")),
+        ("DISPLAY", Spec("required", _DISPLAY_COMMON, display + ("ALL",))))},
     ("DEFINE", "TOPIC"): Spec("required", TOPIC_ATTRS, ("REPLACE", "NOREPLACE"),
                               exclusive=(("REPLACE", "NOREPLACE"),)),
     ("ALTER", "TOPIC"): Spec("required", TOPIC_ATTRS),
@@ -555,6 +595,19 @@ def parse_command(text: str) -> Command:
     if len(cmds) != 1:
         raise ValueError(f"expected one command, got {len(cmds)}")
     return cmds[0]
+
+
+def select_attrs(cmd: Command, order: tuple, always: tuple, default: tuple | None = None) -> list:
+    """DISPLAY: attribute names to show, in display order: ``always`` first, then
+    ALL or the requested ones (and the WHERE keyword), else ``default``."""
+    if "ALL" in cmd.flags:
+        wanted = set(order)
+    else:
+        wanted = set(cmd.requested) if cmd.requested else set(default or ())
+    if cmd.where:
+        wanted.add(cmd.where[0])
+    wanted |= set(always)
+    return [a for a in order if a in wanted]
 
 
 # -- generic names and WHERE ------------------------------------------------------------

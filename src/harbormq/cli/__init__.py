@@ -12,6 +12,7 @@ and a ``register(cli)`` that adds its commands to the root group in
 * ``backup.py``: backup (take, verify), restore;
 * ``standby.py``: replay, activate;
 * ``admin.py``: sc, user;
+* ``trigger.py``: trigger-monitor (runmqtrm);
 * ``main.py``: the root group, ``tour`` (``tour.py`` runs it) and ``main``,
   which turns every error into one operator message and an exit status.
   ``pipeline`` comes from ``harbormq.pipeline.cli``.

@@ -11,7 +11,7 @@ import click
 
 from ..errors import HarbormqError
 from ..pipeline.cli import pipeline
-from . import admin, backup, lifecycle, log, media, standby, unload
+from . import admin, backup, lifecycle, log, media, standby, trigger, unload
 from .consoles import console, err_console
 
 
@@ -34,7 +34,7 @@ def tour(workdir, seconds):
     sys.exit(run_tour(workdir=workdir, seconds=seconds, console=console))
 
 
-for group in (lifecycle, log, media, unload, backup, standby, admin):
+for group in (lifecycle, log, media, unload, backup, standby, admin, trigger):
     group.register(cli)
 cli.add_command(pipeline)
 

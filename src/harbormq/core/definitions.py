@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import ObjectExists, ObjectInUse, StoreDamaged, UnknownObject
+from ..errors import InvalidAttribute, ObjectExists, ObjectInUse, StoreDamaged, UnknownObject
 from ..log.records import RecordType, encode_json
 from ..store.dirs import set_aside
 from ..store.stores import QueueStore
@@ -24,14 +24,20 @@ from .objects import (
     DEAD_LETTER_QUEUE,
     DEFAULT_LOCAL_QUEUE,
     LISTENER_DEFAULTS,
+    NAMELIST_DEFAULTS,
+    PROCESS_DEFAULTS,
+    QALIAS_DEFAULTS,
     QLOCAL_DEFAULTS,
     QMGR_DEFAULTS,
     QMGR_OBJECT,
+    QMODEL_DEFAULTS,
     QREMOTE_DEFAULTS,
     TOPIC_DEFAULTS,
     channel_key,
     check_name,
     listener_key,
+    namelist_key,
+    process_key,
     topic_key,
     validate,
 )
@@ -204,8 +210,22 @@ class Definitions:
     DEFINITION_TYPES = {"QREMOTE": (QREMOTE_DEFAULTS, lambda n: n),
                         "CHANNEL": (CHANNEL_DEFAULTS, channel_key),
                         "LISTENER": (LISTENER_DEFAULTS, listener_key),
+                        "QALIAS": (QALIAS_DEFAULTS, lambda n: n),
+                        "QMODEL": (QMODEL_DEFAULTS, lambda n: n),
+                        "PROCESS": (PROCESS_DEFAULTS, process_key),
+                        "NAMELIST": (NAMELIST_DEFAULTS, namelist_key),
                         # topic objects (pubsub/ runs the tree they attach to)
                         "TOPIC": (TOPIC_DEFAULTS, topic_key)}
+    #: the definition types in the queues' namespace
+    QUEUE_DEFINITION_TYPES = ("QREMOTE", "QALIAS", "QMODEL")
+
+    def _validate_definition(self, objtype: str, name: str, attrs: dict) -> dict:
+        """``validate`` with the rules of one type beyond its attribute names."""
+        out = validate(attrs, self.DEFINITION_TYPES[objtype][0], f"{objtype.lower()} {name}")
+        if objtype == "QMODEL" and out.get("DEFTYPE") == "PREDEFINED":
+            raise InvalidAttribute(f"DEFTYPE({out['DEFTYPE']}) is not valid for a model queue: "
+                                   "choose PERMDYN or TEMPDYN")
+        return out
 
     def definition(self, objtype: str, name: str) -> dict:
         key = self.DEFINITION_TYPES[objtype][1](name)
@@ -217,7 +237,8 @@ class Definitions:
 
     async def define_object(self, objtype: str, name: str, attrs: dict, *,
                             replace: bool = False) -> dict:
-        """DEFINE QREMOTE / CHANNEL / LISTENER: a definition in the catalog,
+        """DEFINE QREMOTE / QALIAS / QMODEL / PROCESS / NAMELIST / CHANNEL /
+        LISTENER: a definition in the catalog,
         logged like a queue's (OBJECT_CREATE), with nothing stored beside it."""
         self.check_running()
         check_name(name, objtype.lower())
@@ -225,7 +246,7 @@ class Definitions:
         key = key_of(name)
         if key in self.objects:
             if not replace:
-                what = "queue" if objtype == "QREMOTE" else objtype.lower()
+                what = "queue" if objtype in self.QUEUE_DEFINITION_TYPES else objtype.lower()
                 raise ObjectExists(f"{what} {name} already exists (use REPLACE to change it)",
                                    queue=name)
             if self.objects[key]["type"] != objtype:
@@ -233,7 +254,7 @@ class Definitions:
                                    "(MQRC 2100 OBJECT_ALREADY_EXISTS)", queue=name)
             return await self.alter_object(objtype, name, attrs)
         merged = dict(defaults)
-        merged.update(validate(attrs, defaults, f"{objtype.lower()} {name}"))
+        merged.update(self._validate_definition(objtype, name, attrs))
         oid = self.next_object_id
         self.next_object_id += 1
         definition = {"type": objtype, "name": name, "object_id": oid, "attrs": merged}
@@ -249,7 +270,7 @@ class Definitions:
         self.check_running()
         d = self.definition(objtype, name)
         key = self.DEFINITION_TYPES[objtype][1](name)
-        changes = validate(attrs, self.DEFINITION_TYPES[objtype][0], f"{objtype.lower()} {name}")
+        changes = self._validate_definition(objtype, name, attrs)
         definition = dict(d, attrs=dict(d["attrs"], **changes))
         lsn = self.append_record(RecordType.OBJECT_ALTER, object_id=d["object_id"], name=key,
                                  payload=encode_json(definition))
@@ -285,24 +306,29 @@ class Definitions:
         await self.log.force()
         return definition
 
-    def _busy(self, q: LocalQueue) -> str | None:
-        """Why DELETE or CLEAR must wait, with MQ's reason code; None when free."""
+    def _busy(self, q: LocalQueue, *, handles: bool = True) -> str | None:
+        """Why DELETE or CLEAR must wait, with MQ's reason code; None when free.
+        ``handles`` False: connections' open handles do not hold it (a
+        temporary dynamic queue's deletion when its maker closes it)."""
         if q.uncommitted_puts or q.locked:
             return "it has uncommitted messages (MQRC 2055 Q_NOT_EMPTY)"
+        if not handles:
+            return None
         ipprocs, opprocs = self.connections.procs(q.name)
         if ipprocs or opprocs:
             return (f"it is open by connections (IPPROCS {ipprocs}, OPPROCS {opprocs}) "
                     "(MQRC 2042 OBJECT_IN_USE)")
         return None
 
-    async def delete_queue(self, name: str, *, purge: bool = False) -> None:
+    async def delete_queue(self, name: str, *, purge: bool = False,
+                           handles: bool = True) -> None:
         self.check_running()
         q = self.queues.get(name)      # a damaged queue may be deleted
         if q is None:
             raise UnknownObject(f"queue {name} is not defined", queue=name)
         if name in (DEFAULT_LOCAL_QUEUE, DEAD_LETTER_QUEUE):
             raise ObjectInUse(f"{name} is a system queue and cannot be deleted", queue=name)
-        if (why := self._busy(q)) is not None:
+        if (why := self._busy(q, handles=handles)) is not None:
             raise ObjectInUse(f"queue {name} cannot be deleted: {why}", queue=name)
         if q.depth and not purge and not q.damaged:
             raise ObjectInUse(f"queue {name} holds {q.depth} messages; delete it with PURGE "

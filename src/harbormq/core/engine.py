@@ -43,10 +43,11 @@ from ..errors import (
 )
 from ..log.manager import RecoveryLog
 from ..log.records import LogRecord, Message, MessageRef, RecordFlag, RecordType
-from . import remote
+from . import aliases, remote
 from .checkpoints import FlushAndCheckpoint
 from .connections import ConnectionRegistry
 from .definitions import Definitions
+from .dynamic import DynamicQueues
 from .log_management import LogManagement
 from .log_space import LogSpaceFlowControl
 from .msgid import new_msg_id
@@ -56,6 +57,7 @@ from .publish import Publishing
 from .queue import LocalQueue, MessageMatch
 from .remote import TransmissionHeader
 from .shunting import LogShunting
+from .triggering import Triggering
 from .uow import UnitOfWork, UnitsOfWork, UowOp
 
 if TYPE_CHECKING:
@@ -100,7 +102,7 @@ class ChannelCommands(Protocol):
 
 
 class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting,
-                       LogSpaceFlowControl, Publishing):
+                       LogSpaceFlowControl, Publishing, DynamicQueues, Triggering):
     def __init__(self, config: QMConfig, oplog: OperatorLog):
         self.config = config
         self.name = config.name
@@ -135,6 +137,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         self._init_checkpoints()
         self._init_log_space()
         self._init_log_space_flow()
+        self._init_dynamic()
+        self._init_triggering()
 
     # ------------------------------------------------------------------ helpers
 
@@ -245,6 +249,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
                 f"{q.name} (MQRC 2030 MSG_TOO_BIG_FOR_Q)", queue=q.name)
         if not 0 <= msg.priority <= 9:
             raise InvalidAttribute(f"priority {msg.priority} is out of range 0..9")
+        if msg.persistent and attrs.get("DEFTYPE") == "TEMPDYN":
+            self.refuse_persistent(q)
 
     def check_put_to(self, target: PutTarget, msg: Message) -> None:
         """Everything that refuses a put to ``target`` whatever its depth: a
@@ -286,6 +292,9 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         definition (QREMOTE) its transmission queue and the header to wrap the
         message in; and the attributes that give the put's defaults (the
         QREMOTE's own, as in MQ's name resolution)."""
+        alias = aliases.resolve(self.objects, name, "put")
+        if alias is not None:      # the target resolved; the defaults are the alias's
+            return self.output_queue(alias[0])._replace(attrs=alias[1])
         found = remote.resolve(self.objects, name)
         if found is None:
             q = self.queue(name)
@@ -301,6 +310,18 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
     def is_remote_queue(self, name: str) -> bool:
         d = self.objects.get(name)
         return d is not None and d["type"] == "QREMOTE"
+
+    def is_queue_definition(self, name: str) -> bool:
+        """``name`` is a queue that opens without a store of its own: a remote
+        queue definition or an alias (a front end defines none on first use)."""
+        d = self.objects.get(name)
+        return d is not None and d["type"] in ("QREMOTE", "QALIAS")
+
+    def input_queue(self, name: str) -> LocalQueue:
+        """The local queue a get from ``name`` takes from: the queue, or an
+        alias's target (the alias's GET checked)."""
+        alias = aliases.resolve(self.objects, name, "get")
+        return self.queue(alias[0] if alias is not None else name)
 
     def defaults_for_name(self, name: str, priority: int | None, persistent: bool | None):
         """A put's priority and persistence where the caller left them to the
@@ -338,6 +359,10 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
             target = target or self.output_queue(queue)
             self.check_put_to(target, msg)
         q, header, _attrs = target
+        if q.attrs.get("TRIGGER") == "YES" and not self.triggering:
+            triggered = self.put_triggering(queue, msg, uow, target)
+            if triggered is not None:
+                return triggered
         if header is not None:
             msg.raw = msg._key = None
             msg.msg_id = msg.msg_id or new_msg_id()    # the id it keeps end to end
@@ -379,7 +404,7 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            q = self.queue(queue)
+            q = self.input_queue(queue)
             fut = self.loop.create_future()
             q.waiters.append(fut)
             try:
@@ -430,7 +455,7 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
 
     def _queue_to_get_from(self, queue: str) -> LocalQueue:
         self.check_running()
-        q = self.queue(queue)
+        q = self.input_queue(queue)
         if q.attrs["GET"] != "ENABLED":
             raise GetInhibited(f"gets are inhibited on queue {queue} (MQRC 2016)", queue=queue)
         return q
@@ -468,7 +493,7 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
     def browse(self, queue: str, *, limit: int | None = None, after: bytes | None = None,
                match: MessageMatch | None = None) -> list[Message]:
         """Messages a get could take, in delivery order, without removing them."""
-        q = self.queue(queue)
+        q = self.input_queue(queue)
         now = time.time_ns()
         out = []
         for key in q.iter_keys():

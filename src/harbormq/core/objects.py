@@ -1,5 +1,6 @@
 """Object definitions: the queue manager object, local queues (QLOCAL),
-remote queue definitions (QREMOTE), channels and channel listeners.
+remote queue definitions (QREMOTE), alias and model queues (QALIAS, QMODEL),
+processes, namelists, channels and channel listeners.
 
 Attributes use MQSC names. A definition is a plain dict (it is logged as JSON
 in OBJECT_CREATE/ALTER records and kept in the catalog store)::
@@ -7,10 +8,11 @@ in OBJECT_CREATE/ALTER records and kept in the catalog store)::
     {"type": "QLOCAL", "name": "Q1", "object_id": 7, "create_lsn": 4242,
      "attrs": {"DESCR": "", "DEFPSIST": "NO", ...}}
 
-Queues (QLOCAL, QREMOTE) share one namespace, as in MQ; channels and
-listeners each have their own, kept in the catalog under ``CHANNEL:name``
-and ``LISTENER:name`` (":" is never in an object name, so the keys cannot
-meet a queue's).
+Queues (QLOCAL, QREMOTE, QALIAS, QMODEL) share one namespace, as in MQ;
+channels, listeners, processes and namelists each have their own, kept in
+the catalog under ``CHANNEL:name``, ``LISTENER:name``, ``PROCESS:name`` and
+``NAMELIST:name`` (":" is never in an object name, so the keys cannot meet a
+queue's).
 """
 
 from __future__ import annotations
@@ -57,6 +59,16 @@ QLOCAL_DEFAULTS = {
     "GET": "ENABLED",
     "PUT": "ENABLED",
     "USAGE": "NORMAL",         # XMITQ: a transmission queue, read by a sender channel
+    # triggering (core/triggering.py): a trigger message on INITQ when a put meets TRIGTYPE
+    "TRIGGER": "NO",           # MQSC's bare TRIGGER / NOTRIGGER
+    "TRIGTYPE": "FIRST",
+    "TRIGDPTH": 1,
+    "TRIGMPRI": 0,
+    "TRIGDATA": "",
+    "INITQ": "",
+    "PROCESS": "",
+    #: PREDEFINED, or how a model queue made it (core/dynamic.py); never set by DEFINE
+    "DEFTYPE": "PREDEFINED",
 }
 
 #: QREMOTE: a local name for a queue on another queue manager
@@ -69,6 +81,45 @@ QREMOTE_DEFAULTS = {
     "DEFPRTY": 0,
     "PUT": "ENABLED",
 }
+
+#: QALIAS: another name for a queue (or, TARGTYPE(TOPIC), a topic); core/aliases.py
+QALIAS_DEFAULTS = {
+    "DESCR": "",
+    "TARGET": "",
+    "TARGTYPE": "QUEUE",
+    "DEFPSIST": "NO",
+    "DEFPRTY": 0,
+    "PUT": "ENABLED",
+    "GET": "ENABLED",
+}
+
+#: QMODEL: the template of dynamic queues (core/dynamic.py): QLOCAL's attributes
+#: and DEFTYPE, what kind of dynamic queue an open makes
+QMODEL_DEFAULTS = dict(QLOCAL_DEFAULTS, DEFTYPE="TEMPDYN")
+
+#: PROCESS: the application a trigger monitor starts (core/triggering.py)
+PROCESS_DEFAULTS = {
+    "DESCR": "",
+    "APPLICID": "",
+    "APPLTYPE": "UNIX",
+    "USERDATA": "",
+    "ENVRDATA": "",
+}
+
+#: NAMELIST: a named list of names
+NAMELIST_DEFAULTS = {
+    "DESCR": "",
+    "NAMES": [],
+}
+
+#: media images' and recreate's ``--type`` values naming one kind of object
+#: (rcdmqimg's -t), and the definition types of each
+OBJECT_KINDS = {"qlocal": ("QLOCAL",), "qalias": ("QALIAS",), "qmodel": ("QMODEL",),
+                "qremote": ("QREMOTE",), "process": ("PROCESS",), "namelist": ("NAMELIST",)}
+IMAGE_TYPES = ("all", "qmgr", "queue") + tuple(OBJECT_KINDS)
+
+#: the model queue every queue manager has (created at start when missing)
+DEFAULT_MODEL_QUEUE = "SYSTEM.DEFAULT.MODEL.QUEUE"
 
 #: CHANNEL: a message channel agent's definition (sender or receiver)
 CHANNEL_DEFAULTS = {
@@ -146,6 +197,10 @@ _CHOICES = {
     "TRPTYPE": ("TCP",),
     "CONTROL": ("QMGR", "MANUAL"),
     "SSLCIPH": SSLCIPHS,
+    "TRIGGER": ("YES", "NO"),
+    "TRIGTYPE": ("FIRST", "EVERY", "DEPTH", "NONE"),
+    "TARGTYPE": ("QUEUE", "TOPIC"),
+    "DEFTYPE": ("PREDEFINED", "PERMDYN", "TEMPDYN"),
 }
 _RANGES = {
     "DEFPRTY": (0, 9),
@@ -161,9 +216,11 @@ _RANGES = {
     "LONGRTY": (0, 999_999_999),
     "LONGTMR": (0, 999_999_999),
     "PORT": (0, 65535),
+    "TRIGDPTH": (1, 999_999_999),
+    "TRIGMPRI": (0, 9),
 }
-#: attributes naming a queue or queue manager
-_NAMES = ("BOQNAME", "DEADQ", "RNAME", "RQMNAME", "XMITQ")
+#: attributes naming a queue, queue manager or process
+_NAMES = ("BOQNAME", "DEADQ", "RNAME", "RQMNAME", "XMITQ", "TARGET", "INITQ", "PROCESS")
 CONNAME_RE = re.compile(r"^([A-Za-z0-9.\-:]+)\((\d{1,5})\)$")
 
 
@@ -177,6 +234,14 @@ def channel_key(name: str) -> str:
 
 def listener_key(name: str) -> str:
     return f"LISTENER:{name}"
+
+
+def process_key(name: str) -> str:
+    return f"PROCESS:{name}"
+
+
+def namelist_key(name: str) -> str:
+    return f"NAMELIST:{name}"
 
 
 def parse_conname(conname: str) -> tuple[str, int]:
@@ -228,6 +293,10 @@ def validate(attrs: dict, defaults: dict, what: str) -> dict:
             out[key] = v
         elif key in _NAMES:
             out[key] = check_name(str(value), key) if value else ""
+        elif key == "NAMES":
+            items = value if isinstance(value, (list, tuple)) else \
+                [v.strip() for v in str(value).split(",") if v.strip()]
+            out[key] = [check_name(str(v), "NAMES item") for v in items]
         elif key == "CONNAME":
             out[key] = str(value)
             if value:

@@ -176,6 +176,7 @@ async def _first_start(config: QMConfig, console) -> None:
     await core.define_queue(DEFAULT_LOCAL_QUEUE, dict(QLOCAL_DEFAULTS))
     await core.define_queue(DEAD_LETTER_QUEUE, {"DESCR": "dead-letter queue",
                                                 "DEFPSIST": "YES", "MAXDEPTH": 999_999_999})
+    await core.settle_dynamic_queues()
     core.oplog.emit("HMQ8001I", f"Queue manager {config.name} created "
                     f"({config.log.log_type} log, {config.log.pages} pages per extent)")
     await qm.stop("controlled")
@@ -254,6 +255,7 @@ class RunningQueueManager:
                 {"pid": os.getpid(), "restart": {k: v for k, v in self.report.as_dict().items()
                                                  if isinstance(v, (int, str))}}))
             await core.log.force()
+            await core.settle_dynamic_queues()     # temporary ones gone, the model there
             if core.log.state.images_needed:     # a new log (reset-log): images first
                 await _image_everything_after_reset(core)
             # publish/subscribe's status queues read back before any listener opens

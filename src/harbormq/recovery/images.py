@@ -26,7 +26,7 @@ from typing import Callable
 
 from ..core.engine import QueueManagerCore
 from ..core.media_points import media_point_of
-from ..core.objects import QMGR_OBJECT
+from ..core.objects import IMAGE_TYPES, OBJECT_KINDS, QMGR_OBJECT
 from ..crashpoints import crash_point
 from ..errors import (
     HarbormqError,
@@ -64,9 +64,11 @@ def require_linear(core: QueueManagerCore, what: str) -> None:
 
 
 def select_objects(core: QueueManagerCore, obj_type: str, pattern: str | None) -> list[str]:
-    """Object names for ``--type all|qmgr|queue`` and a generic name (``APP.*``)."""
-    if obj_type not in ("all", "qmgr", "queue"):
-        raise HarbormqError(f"--type must be all, qmgr or queue, not {obj_type!r}",
+    """Object names (catalog keys) for ``--type all|qmgr|queue|qlocal|qalias|
+    qmodel|qremote|process|namelist`` and a generic name (``APP.*``); a kind
+    of object without a name selects every one of that kind."""
+    if obj_type not in IMAGE_TYPES:
+        raise HarbormqError(f"--type must be one of {', '.join(IMAGE_TYPES)}, not {obj_type!r}",
                             msgid="HMQ8405E")
     if obj_type == "qmgr":
         return [QMGR_OBJECT]
@@ -74,12 +76,18 @@ def select_objects(core: QueueManagerCore, obj_type: str, pattern: str | None) -
         raise HarbormqError("--type queue needs a queue name (generic names like APP.* "
                             "are allowed)", msgid="HMQ8405E")
     pattern = pattern or "*"
-    names = sorted(n for n, d in core.objects.items()
-                   if d["type"] != "QMGR" and fnmatch.fnmatchcase(n, pattern))
+    if obj_type in OBJECT_KINDS:
+        kinds = OBJECT_KINDS[obj_type]
+        names = sorted(n for n, d in core.objects.items()
+                       if d["type"] in kinds and fnmatch.fnmatchcase(d["name"], pattern))
+    else:
+        names = sorted(n for n, d in core.objects.items()
+                       if d["type"] != "QMGR" and fnmatch.fnmatchcase(n, pattern))
     if obj_type == "all":
         names = [QMGR_OBJECT] + names
     if not names:
-        raise UnknownObject(f"no queue matches {pattern!r} on queue manager {core.name} "
+        what = obj_type if obj_type in OBJECT_KINDS else "queue"
+        raise UnknownObject(f"no {what} matches {pattern!r} on queue manager {core.name} "
                             "(MQRC 2085)", queue=pattern)
     return names
 
@@ -135,7 +143,7 @@ async def _image_definition(core: QueueManagerCore, name: str, force: bool) -> d
         payload=encode_json({"image_id": image_id, "object_type": definition["type"],
                              "attributes": definition, "messages": 0, "next_seq": 0,
                              "replay_from": 0}))
-    return await _end_image(core, definition, image_id, begin, begin, 0, 0, force)
+    return await _end_image(core, definition, image_id, begin, begin, 0, 0, force, key=name)
 
 
 async def _image_queue(core: QueueManagerCore, name: str, progress: Progress, force: bool) -> dict:
@@ -249,8 +257,12 @@ def _snapshot_messages(q, txn, overlay: dict):
 
 
 async def _end_image(core: QueueManagerCore, definition: dict, image_id: int, begin: int,
-                     replay_from: int, messages: int, nbytes: int, force: bool) -> dict:
-    name = definition["name"]
+                     replay_from: int, messages: int, nbytes: int, force: bool, *,
+                     key: str | None = None) -> dict:
+    """The END record and the new media point. ``key``: the object's catalog
+    key where it is not its name (``CHANNEL:``, ``PROCESS:``, ``NAMELIST:`` ...):
+    the END and the media point go by the key, as the BEGIN does."""
+    name = key or definition["name"]
     core.append_record(RecordType.MEDIA_IMAGE_END, object_id=definition["object_id"], name=name,
                        payload=encode_json({"image_id": image_id, "begin_lsn": begin,
                                       "messages": messages, "bytes": nbytes,
@@ -261,7 +273,7 @@ async def _end_image(core: QueueManagerCore, definition: dict, image_id: int, be
              "replay_from": replay_from, "image_ns": time.time_ns()}
     if core.objects.get(name, {}).get("object_id") == definition["object_id"]:
         core.media_points[name] = point
-    return {"object": name, "image_lsn": begin, "replay_from": replay_from,
+    return {"object": definition["name"], "image_lsn": begin, "replay_from": replay_from,
             "messages": messages, "bytes": nbytes}
 
 

@@ -46,6 +46,7 @@ from ..errors import HarbormqError, InvalidAttribute, QueueFull, UnknownObject
 from ..log.records import Message
 from .delivery import Delivery, DeliveryMixin
 from .frames import CLIENT_COMMANDS, Frame, Limits, receipt_frame
+from .tempqueues import TempQueues
 from .transport import FrameTransport, ProtocolError
 
 if TYPE_CHECKING:
@@ -111,6 +112,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self._held_send: HeldSend | None = None
         #: until when the SEND held for log space may wait (log-space flow control)
         self._log_space_deadline: float | None = None
+        #: /temp-queue/ destinations and their temporary dynamic queues
+        self.temp_queues = TempQueues(self)
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -252,7 +255,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
     def _needs_define(self, name: str):
         """None when the queue exists; else the coroutine that defines it (or an
         error when queues are not defined on first use)."""
-        if name in self.core.queues or self.core.is_remote_queue(name):
+        if name in self.core.queues or self.core.is_queue_definition(name):
             return None
         if not self.settings.auto_define_queues:
             raise UnknownObject(f"queue {name} is not defined on queue manager "
@@ -277,6 +280,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
                                       authority)
 
     def on_send(self, frame: Frame):
+        if (making := self.temp_queues.rewrite(frame, ("destination", "reply-to"))) is not None:
+            return making
         name = self._queue_name(frame)
         self._authorize(name, "put")
         define = self._needs_define(name)
@@ -474,6 +479,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
         for name in self._output_queues:
             self.info.close(name, "output")
         self._output_queues.clear()
+        self.temp_queues.release()        # after the backouts it waits for
 
     def _owned_uows(self) -> list[UnitOfWork]:
         uows = [t.uow for t in self.transactions.values()]

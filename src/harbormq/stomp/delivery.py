@@ -98,6 +98,8 @@ class DeliveryMixin:
             sub.q.consumer_ready(sub)
 
     def on_subscribe(self, frame: Frame):
+        if (making := self.temp_queues.rewrite(frame, ("destination",))) is not None:
+            return making
         name = self._queue_name(frame)
         sub_id = frame.headers.get("id")
         if sub_id is None:
@@ -120,12 +122,12 @@ class DeliveryMixin:
             return define
         prefetch = self._prefetch(frame)
         match = self._selector(frame.headers.get("selector"))
-        q = self.core.queue(name)
-        sub = Subscription(sub_id, name, ack, prefetch, match, self, q=q)
+        q = self.core.input_queue(name)       # an alias: its target, from now on
+        sub = Subscription(sub_id, q.name, ack, prefetch, match, self, q=q)
         sub.frame_prefix = (f"MESSAGE\nsubscription:{escape(sub_id, self.version)}\n"
                             f"destination:{escape('/queue/' + name, self.version)}\n")
         self.subscriptions[sub_id] = sub
-        self.info.open(name, "input")
+        self.info.open(q.name, "input")
         self._receipt(frame, None)
         q.add_consumer(sub)
         return None

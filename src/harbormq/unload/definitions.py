@@ -10,13 +10,15 @@ definitions as they were at a past time, from the log alone: the log must
 then reach back to the queue manager's creation (a linear log kept whole, or
 its extents recalled from the archive).
 
-The script holds, in order: every local queue, remote queue, listener,
-channel and topic as DEFINE ... REPLACE (system queues too: REPLACE makes
-them equal); the durable subscriptions as DEFINE SUB, when the caller gives
+The script holds, in order: every process and namelist, local queue, remote
+queue, listener, channel, alias and model queue and topic as DEFINE ...
+REPLACE (system queues too: REPLACE makes them equal; temporary dynamic
+queues not, as a restart deletes them; a permanent dynamic queue as a local
+queue); the durable subscriptions as DEFINE SUB, when the caller gives
 ``subscription`` (publish/subscribe's reading of a message of its status
 queue, whose committed messages ``queue_messages`` reads the same way,
-without the queue manager); ALTER QMGR (after the queues: its DEADQ names one); every
-authority record as SET AUTHREC. Names and strings are
+without the queue manager); ALTER QMGR (after the queues: its DEADQ names
+one); every authority record as SET AUTHREC. Names and strings are
 quoted (an unquoted MQSC name is folded to upper case).
 """
 
@@ -31,9 +33,13 @@ from ..core.objects import (
     DURABLE_SUBSCRIBER_QUEUE,
     LISTENER_DEFAULTS,
     MANAGED_QUEUE_PREFIX,
+    NAMELIST_DEFAULTS,
+    PROCESS_DEFAULTS,
+    QALIAS_DEFAULTS,
     QLOCAL_DEFAULTS,
     QMGR_DEFAULTS,
     QMGR_OBJECT,
+    QMODEL_DEFAULTS,
     QREMOTE_DEFAULTS,
     TOPIC_DEFAULTS,
 )
@@ -44,15 +50,25 @@ from ..log.replay import CommitRule, PendingOp
 from ..security import AuthorityStore
 from ..store.stores import CatalogStore, QueueStore
 
-#: the order definitions come in (a channel's transmission queue before it)
-_ORDER = {"QLOCAL": 0, "QREMOTE": 1, "LISTENER": 2, "CHANNEL": 3, "TOPIC": 4}
-_DEFAULTS = {"QLOCAL": QLOCAL_DEFAULTS, "QREMOTE": QREMOTE_DEFAULTS,
-             "LISTENER": LISTENER_DEFAULTS, "CHANNEL": CHANNEL_DEFAULTS,
+#: the order definitions come in (a channel's transmission queue before it; the
+#: processes and namelists that queues name first)
+_ORDER = {"PROCESS": -2, "NAMELIST": -1, "QLOCAL": 0, "QREMOTE": 1, "LISTENER": 2,
+          "CHANNEL": 3, "QALIAS": 4, "QMODEL": 5, "TOPIC": 6}
+#: the attributes written per type (a local queue's DEFTYPE is its model's doing)
+_DEFAULTS = {"QLOCAL": {k: v for k, v in QLOCAL_DEFAULTS.items() if k != "DEFTYPE"},
+             "QREMOTE": QREMOTE_DEFAULTS, "LISTENER": LISTENER_DEFAULTS,
+             "CHANNEL": CHANNEL_DEFAULTS, "QALIAS": QALIAS_DEFAULTS, "QMODEL": QMODEL_DEFAULTS,
+             "PROCESS": PROCESS_DEFAULTS, "NAMELIST": NAMELIST_DEFAULTS,
              "TOPIC": TOPIC_DEFAULTS}
 
 
 class DumpError(HarbormqError):
     msgid = "HMQ8620E"
+
+
+def _temporary(d: dict) -> bool:
+    """A temporary dynamic queue: a restart deletes it, a script does not make it."""
+    return d["type"] == "QLOCAL" and d["attrs"].get("DEFTYPE") == "TEMPDYN"
 
 
 def quote(value) -> str:
@@ -61,6 +77,8 @@ def quote(value) -> str:
         return "YES" if value else "NO"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, (list, tuple)):      # NAMES(...)
+        return ", ".join(quote(v) for v in value)
     return "'" + str(value).replace("'", "''") + "'"
 
 
@@ -190,8 +208,9 @@ def dump_config(config: QMConfig, at_ns: int | None = None, *,
     lines = [f"* harbormq dump-config of queue manager {config.name}, definitions as of {when}",
              "* replay with: harbormq sc QM < this file"]
     # a subscription's managed queue comes with its DEFINE SUB, not on its own
-    for d in sorted((d for d in objects.values() if d["type"] in _ORDER and not (
-            d["type"] == "QLOCAL" and d["name"].startswith(MANAGED_QUEUE_PREFIX))),
+    for d in sorted((d for d in objects.values() if d["type"] in _ORDER
+                     and not _temporary(d) and not (
+                         d["type"] == "QLOCAL" and d["name"].startswith(MANAGED_QUEUE_PREFIX))),
                     key=lambda d: (_ORDER[d["type"]], d["name"])):
         known = _DEFAULTS[d["type"]]
         attrs = " ".join(f"{k}({quote(v)})" for k, v in d["attrs"].items() if k in known)
