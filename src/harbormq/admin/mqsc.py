@@ -675,19 +675,6 @@ def mq_time(ns: int) -> str:
     return time.strftime("%H.%M.%S", time.localtime(ns / 1e9)) if ns else ""
 
 
-def select_attrs(cmd: Command, order: tuple, always: tuple, default: tuple | None = None) -> list:
-    """Attribute names to show, in display order: ``always`` first, then ALL or the
-    requested ones (and the WHERE keyword), else ``default``."""
-    if "ALL" in cmd.flags:
-        wanted = set(order)
-    else:
-        wanted = set(cmd.requested) if cmd.requested else set(default or ())
-    if cmd.where:
-        wanted.add(cmd.where[0])
-    wanted |= set(always)
-    return [a for a in order if a in wanted]
-
-
 COLUMN = 40
 INDENT = "   "
 
