@@ -199,3 +199,11 @@ def test_publication_payload_round_trip():
     assert (a.seq, a.body, a.priority, a.properties) == (10, b"body", 4, {"k": 1})
     with pytest.raises(ValueError):
         Publication.decode(encode_publication(m, targets)[:-1])
+
+
+def test_log_dump_of_one_queue_shows_the_publications_to_it(qm):
+    publish(qm, ["S1", "S2"], b"to both")
+    publish(qm, ["S3"], b"elsewhere")
+    got = [d for d in dump(qm.core.config, DumpFilter(queue="S2"))
+           if d["type"] == "MSG_PUBLISH"]
+    assert [[t["queue"] for t in d["targets"]] for d in got] == [["S1", "S2"]]
