@@ -182,11 +182,13 @@ def test_a_publication_too_big_for_the_log_is_refused_before_anything(qm):
     for name in names:
         qm.define_queue(name, DEFPSIST="YES", MAXMSGL=4 << 20)
     qm.alter_qmgr(MAXMSGL=4 << 20)
+    before = qm.put(names[0], b"a").seq
     uow = qm.begin()
     with pytest.raises(MessageTooLong, match="log extent"):
         publish(qm, names, b"x" * 250_000, uow=uow)
     assert uow.uow.first_lsn == 0 and uow.uow.ops == []
     uow.backout()
+    assert qm.put(names[0], b"b").seq == before + 1, "no sequence number was used"
 
 
 def test_publication_payload_round_trip():
@@ -199,3 +201,19 @@ def test_publication_payload_round_trip():
     assert (a.seq, a.body, a.priority, a.properties) == (10, b"body", 4, {"k": 1})
     with pytest.raises(ValueError):
         Publication.decode(encode_publication(m, targets)[:-1])
+
+
+def test_log_dump_of_one_queue_shows_the_publications_to_it(qm):
+    publish(qm, ["S1", "S2"], b"to both")
+    publish(qm, ["S3"], b"elsewhere")
+    got = [d for d in dump(qm.core.config, DumpFilter(queue="S2"))
+           if d["type"] == "MSG_PUBLISH"]
+    assert [[t["queue"] for t in d["targets"]] for d in got] == [["S1", "S2"]]
+
+
+def test_a_refused_publication_gives_no_sequence_number(qm):
+    before = qm.put("S1", b"a").seq
+    qm.define_queue("SHORT", MAXMSGL=1, DEFPSIST="YES")
+    with pytest.raises(MessageTooLong):
+        publish(qm, ["S1", "SHORT"], b"too long")
+    assert qm.put("S1", b"b").seq == before + 1

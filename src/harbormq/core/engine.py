@@ -333,14 +333,19 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         outside a unit of work a persistent put returns once it is on disk. A
         persistent put waits while the circular log has no spare extent
         (log-space flow control, ``log_space.py``)."""
-        if msg.persistent and self.log_space_short():
-            self.check_running()
-            await self.wait_for_log_space(
-                time.monotonic() + self.config.tuning.log_space_wait_ms / 1000)
+        await self.wait_for_log_room(msg)
         msg, forced = self.put_nowait(queue, msg, uow)
         if forced is not None:
             await forced
         return msg
+
+    async def wait_for_log_room(self, msg: Message) -> None:
+        """A persistent message waits here while the circular log has no spare
+        extent (log-space flow control, ``log_space.py``)."""
+        if msg.persistent and self.log_space_short():
+            self.check_running()
+            await self.wait_for_log_space(
+                time.monotonic() + self.config.tuning.log_space_wait_ms / 1000)
 
     def put_nowait(self, queue: str, msg: Message, uow: UnitOfWork | None = None, *,
                    target: PutTarget | None = None, checked: bool = False

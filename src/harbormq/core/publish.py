@@ -36,25 +36,21 @@ from ..log.records import (
     RecordFlag,
     RecordType,
     encode_publication,
-    encoded_length,
+    publication_record_length,
 )
 from .msgid import new_msg_id
 from .queue import LocalQueue
 from .uow import UnitOfWork, UowOp
 
 if TYPE_CHECKING:
-    from ..config import QMConfig
     from ..log.manager import RecoveryLog
 
 
 class PublishingHost(Protocol):
     """What publications use of the rest of the core."""
-    config: QMConfig
     log: RecoveryLog
 
     def check_running(self) -> None: ...
-
-    def queue(self, name: str) -> LocalQueue: ...
 
     def is_remote_queue(self, name: str) -> bool: ...
 
@@ -74,9 +70,7 @@ class PublishingHost(Protocol):
 
     def _after_commit_put(self, q: LocalQueue) -> None: ...
 
-    def log_space_short(self) -> bool: ...
-
-    async def wait_for_log_space(self, deadline: float) -> None: ...
+    async def wait_for_log_room(self, msg: Message) -> None: ...
 
 
 class Publishing:
@@ -88,10 +82,7 @@ class Publishing:
         """``publish_nowait``, then the force: outside a unit of work a persistent
         publication returns once it is on disk. Waits, as a put does, while the
         circular log has no spare extent (log-space flow control)."""
-        if msg.persistent and self.log_space_short():
-            self.check_running()
-            await self.wait_for_log_space(
-                time.monotonic() + self.config.tuning.log_space_wait_ms / 1000)
+        await self.wait_for_log_room(msg)
         msgs, forced = self.publish_nowait(queues, msg, uow)
         if forced is not None:
             await forced
@@ -116,14 +107,8 @@ class Publishing:
         msg.backout_count = 0
         msg.msg_id = msg.msg_id or new_msg_id()
         msg.put_time_ns = time.time_ns()
-        msgs = [msg.with_seq(q.allocate_seq()) for q in targets]
-        for q in targets:
-            q.last_put_ns = msg.put_time_ns
-        lsn = prev = 0
         if msg.persistent:
-            payload = encode_publication(msg, [PublicationTarget(q.object_id, q.name, m.seq)
-                                               for q, m in zip(targets, msgs, strict=True)])
-            size = encoded_length(0, len(payload))
+            size = publication_record_length(msg, [q.name for q in targets])
             if size > self.log.extent_payload:
                 # (refused before anything changes, where the log would refuse it
                 # after a unit of work's BEGIN)
@@ -132,6 +117,13 @@ class Publishing:
                     f"bytes, more than a log extent holds ({self.log.extent_payload}): "
                     "publish to fewer subscriptions at once, or use larger log extents "
                     "(MQRC 2030 MSG_TOO_BIG_FOR_Q)")
+        msgs = [msg.with_seq(q.allocate_seq()) for q in targets]
+        for q in targets:
+            q.last_put_ns = msg.put_time_ns
+        lsn = prev = 0
+        if msg.persistent:
+            payload = encode_publication(msg, [PublicationTarget(q.object_id, q.name, m.seq)
+                                               for q, m in zip(targets, msgs, strict=True)])
             if uow is None:
                 lsn = self.append_record(RecordType.MSG_PUBLISH, payload=payload,
                                          flags=RecordFlag.AUTO_COMMIT)

@@ -14,7 +14,7 @@ from typing import Iterator
 from ..config import QMConfig
 from ..errors import ConfigError
 from .manager import RecoveryLog
-from .records import LogRecord, describe, extent_file_name
+from .records import LogRecord, Publication, RecordType, describe, extent_file_name
 
 
 def open_log_readonly(config: QMConfig, say=None) -> RecoveryLog:
@@ -58,8 +58,10 @@ class DumpFilter:
             return False
         if self.until_ns is not None and rec.timestamp_ns > self.until_ns:
             return False
-        if self.queue is not None and rec.object_name != self.queue:
-            return False
+        if self.queue is not None and rec.object_name != self.queue and not (
+                rec.type == RecordType.MSG_PUBLISH and
+                any(t.name == self.queue for t in Publication.decode(rec.payload).targets)):
+            return False      # (a publication names its queues in its targets)
         if self.uow is not None and rec.uow_id != self.uow:
             return False
         return True

@@ -499,6 +499,13 @@ def encode_publication(msg: "Message", targets: list[PublicationTarget]) -> byte
     return b"".join(parts)
 
 
+def publication_record_length(message: "Message", names: list[str]) -> int:
+    """The length of the MSG_PUBLISH record of ``message`` to queues ``names``,
+    before any seq is given (a caller refuses one no extent would hold)."""
+    targets = sum(PUBLICATION_TARGET.size + len(n.encode()) for n in names)
+    return encoded_length(0, PUBLICATION.size + len(message.encode()) + targets)
+
+
 #: the seq field a publication's message is written with (each target has its own)
 _NO_SEQ_LEN = 8
 _NO_SEQ = bytes(_NO_SEQ_LEN)

@@ -1,4 +1,4 @@
-"""The ``report`` job: log retention, units of work, queue activity.
+"""The ``report`` job: log retention, units of work, queue activity, topics.
 
 Written to OUT as ``report.json`` and PNG plots (``retention.png``,
 ``uow_durations.png``, ``queue_<name>.png``), plus ``index.html`` that shows
@@ -37,7 +37,7 @@ def bucket_width(span_ns: int) -> int:
 
 def run_report(spark, records, out: Path, progress: Progress | None = None) -> dict:
     from pyspark.sql import functions as F
-    progress = progress or Progress("report", 5)
+    progress = progress or Progress("report", 6)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     records = records.drop("body", "image_messages").cache()
@@ -65,7 +65,8 @@ def run_report(spark, records, out: Path, progress: Progress | None = None) -> d
                 F.max(F.when(F.col("type") == "UOW_COMMIT", 1).otherwise(0)).alias("committed"),
                 F.max(F.when(F.col("type") == "UOW_BACKOUT", 1).otherwise(0)).alias("backed_out"),
                 F.max(F.when(F.col("type") == "UOW_PREPARE", 1).otherwise(0)).alias("prepared"),
-                F.sum(F.when(F.col("type").isin("MSG_PUT", "MSG_GET"), 1).otherwise(0))
+                F.sum(F.when(F.col("type").isin("MSG_PUT", "MSG_PUBLISH", "MSG_GET"), 1)
+                      .otherwise(0))
                 .alias("operations"))
            .withColumn("duration_ms", (F.col("last_ns") - F.col("first_ns")) / 1e6)
            .withColumn("outcome", F.when(F.col("committed") == 1, "committed")
@@ -99,6 +100,10 @@ def run_report(spark, records, out: Path, progress: Progress | None = None) -> d
     report["bucket_seconds"] = width / 1e9
     report["queues"] = _queue_series(records, t0, width)
     progress.stage(f"queues: {len(report['queues'])}")
+
+    # (d) topics: publications by their topic string
+    report["topics"] = topic_traffic(records)
+    progress.stage(f"topics: {len(report['topics'])}")
     records.unpersist()
     _plots(report, out)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
@@ -110,16 +115,17 @@ def _queue_series(records, t0: int, width: int) -> dict:
     from pyspark.sql import functions as F
     commits = records.filter("type = 'UOW_COMMIT'").select(
         "uow_id", F.col("ts_ns").alias("commit_ns"))
-    ops = (records.filter("type IN ('MSG_PUT', 'MSG_GET', 'MSG_EXPIRE')")
+    # (a publication's rows are puts, one per target queue)
+    ops = (records.filter("type IN ('MSG_PUT', 'MSG_PUBLISH', 'MSG_GET', 'MSG_EXPIRE')")
            .join(commits, "uow_id", "left")
            .withColumn("effect_ns", F.when(F.col("auto_commit"), F.col("ts_ns"))
                        .otherwise(F.col("commit_ns")))
            .filter("effect_ns IS NOT NULL")
            .withColumn("bucket", F.floor((F.col("effect_ns") - t0) / width)))
     rates = (ops.groupBy("object", "bucket", "type").count().collect())
-    puts = ops.filter("type = 'MSG_PUT'").select(
+    puts = ops.filter("type IN ('MSG_PUT', 'MSG_PUBLISH')").select(
         "object", "object_id", "priority", "seq", "put_time_ns", F.col("bucket").alias("pb"))
-    gone = ops.filter("type != 'MSG_PUT'").select(
+    gone = ops.filter("type NOT IN ('MSG_PUT', 'MSG_PUBLISH')").select(
         "object_id", "priority", "seq", F.col("bucket").alias("rb"))
     last = F.lit((records.agg(F.max("ts_ns")).first()[0] - t0) // width + 1)
     alive = (puts.join(gone, ["object_id", "priority", "seq"], "left")
@@ -136,7 +142,7 @@ def _queue_series(records, t0: int, width: int) -> dict:
                                   "oldest_age_s": {}})
     for r in rates:
         s = series(r["object"])
-        key = "puts" if r["type"] == "MSG_PUT" else "gets"
+        key = "puts" if r["type"] in ("MSG_PUT", "MSG_PUBLISH") else "gets"
         s[key][int(r["bucket"])] = s[key].get(int(r["bucket"]), 0) + r["count"]
     for r in alive:
         s = series(r["object"])
@@ -153,6 +159,44 @@ def _queue_series(records, t0: int, width: int) -> dict:
         s["depth"] = [s["depth"].get(b, 0) for b in buckets]
         s["oldest_age_s"] = [s["oldest_age_s"].get(b) for b in buckets]
         del s["puts"], s["gets"]
+    return out
+
+
+#: the message property that names a publication's topic string (pub/sub sets it)
+TOPIC_PROPERTY = "MQTopicString"
+
+
+def topic_traffic(records) -> dict:
+    """Per topic string, what was published to it and committed: publications
+    (message ids), deliveries (a message on one subscription's queue: a
+    MSG_PUBLISH target, or a put of its own carrying the topic, as to a
+    remote destination), the queues they reached, body bytes (once per
+    publication), log bytes of the MSG_PUBLISH records, first and last time."""
+    from pyspark.sql import functions as F
+    commits = records.filter("type = 'UOW_COMMIT'").select("uow_id", F.lit(True).alias("done"))
+    topic = F.col("properties").getItem(TOPIC_PROPERTY)
+    rows = (records.filter("type IN ('MSG_PUT', 'MSG_PUBLISH')")
+            .withColumn("topic", topic).filter("topic IS NOT NULL")
+            .join(commits, "uow_id", "left")
+            .filter(F.col("auto_commit") | F.col("done").isNotNull()))
+    per_publication = (rows.groupBy("topic", "msg_id")
+                       .agg(F.first("size").alias("size"),
+                            F.sum(F.when(F.col("type") == "MSG_PUBLISH", F.col("length"))
+                                  .otherwise(0)).alias("log_bytes")))
+    bytes_by_topic = {r["topic"]: r for r in per_publication.groupBy("topic").agg(
+        F.sum("size").alias("body_bytes"), F.sum("log_bytes").alias("log_bytes")).collect()}
+    out = {}
+    for r in (rows.groupBy("topic")
+              .agg(F.countDistinct("msg_id").alias("publications"),
+                   F.count("*").alias("deliveries"),
+                   F.countDistinct("object").alias("queues_reached"),
+                   F.min("ts_ns").alias("first_ns"), F.max("ts_ns").alias("last_ns"))
+              .orderBy("topic").collect()):
+        b = bytes_by_topic[r["topic"]]
+        out[r["topic"]] = {"publications": r["publications"], "deliveries": r["deliveries"],
+                           "queues_reached": r["queues_reached"],
+                           "body_bytes": b["body_bytes"], "log_bytes": b["log_bytes"],
+                           "first_ns": r["first_ns"], "last_ns": r["last_ns"]}
     return out
 
 
@@ -204,7 +248,8 @@ def _plots(report: dict, out: Path) -> None:
     u = report["uows"]
     body = "".join(f"<h2>{html.escape(t)}</h2><img src='{f}'>" for t, f in files)
     summary = html.escape(json.dumps({"records": report["records"], "uows": u["by_outcome"],
-                                      "in_doubt_at_end": u["in_doubt_at_end"]}, indent=1))
+                                      "in_doubt_at_end": u["in_doubt_at_end"],
+                                      "topics": report.get("topics", {})}, indent=1))
     (out / "index.html").write_text(
         f"<!doctype html><meta charset='utf-8'><title>harbormq log report</title>"
         f"<h1>harbormq log report</h1><pre>{summary}</pre>{body}\n")

@@ -5,7 +5,9 @@ Across queue managers the message keeps its id: put on A's transmission
 queue (by a QREMOTE, with a transmission header saying where it goes), got
 by A's sender channel in a batch, put by B's receiver in the batch of the
 same LUWID, got by a consumer on B (or put on B's dead-letter queue, with
-the reason). A unit of work that holds a channel's synchronisation data is a
+the reason). A publication (MSG_PUBLISH) is one message on several queues:
+its trace shows the fan-out, every target queue and what became of the
+message there. A unit of work that holds a channel's synchronisation data is a
 channel batch (``chanlog``): the trace names the channel, the batch's
 sequence numbers and LUWID, and the message's own sequence number.
 """
@@ -177,6 +179,10 @@ def life_events(rows: list[dict], outcomes: dict[int, list[dict]], *, qm: str | 
     the trace spans several), with the internal fields ``_final`` needs."""
     facts = facts or {}
     events = []
+    fanout: dict[int, int] = {}           # a publication's LSN -> its targets read
+    for r in rows:
+        if r["type"] == "MSG_PUBLISH":
+            fanout[r["lsn"]] = fanout.get(r["lsn"], 0) + 1
     for r in rows:
         t = r["type"]
         uow = None if r["auto_commit"] else r["uow_id"]
@@ -187,7 +193,14 @@ def life_events(rows: list[dict], outcomes: dict[int, list[dict]], *, qm: str | 
             ev["qm"] = qm
         batch = facts.get(uow) if uow else None
         dlh = (r.get("properties") or {}).get("DLH_REASON") if t == "MSG_PUT" else None
-        if t == "MSG_PUT":
+        if t == "MSG_PUBLISH":
+            ev["event"] = (f"published to {fanout[r['lsn']]} queue(s): put here (priority "
+                           f"{r['priority']}, seq {r['seq']})")
+            topic = (r.get("properties") or {}).get("MQTopicString")
+            if topic is not None:
+                ev["topic"] = topic
+                ev["event"] += f" for topic {topic!r}"
+        elif t == "MSG_PUT":
             ev["event"] = f"put (priority {r['priority']}, seq {r['seq']})"
             xqh = facts.get(("xqh", r["lsn"]))
             if xqh:
@@ -204,7 +217,8 @@ def life_events(rows: list[dict], outcomes: dict[int, list[dict]], *, qm: str | 
         elif t == "MSG_EXPIRE":
             ev["event"] = "expired"
         elif t == "COMPENSATION":
-            ev["event"] = (f"{'get' if r['undone_type'] == 'MSG_GET' else 'put'} backed out"
+            undone = {"MSG_GET": "get", "MSG_PUBLISH": "publication"}.get(r["undone_type"], "put")
+            ev["event"] = (f"{undone} backed out"
                            f" (backout count {r['backout_count']})")
         else:
             ev["event"] = f"in media image {r['image_id']}"
@@ -230,7 +244,7 @@ def life_events(rows: list[dict], outcomes: dict[int, list[dict]], *, qm: str | 
             ev["outcome"] = "in doubt at the end of the log"
         else:
             ev["outcome"] = "in flight at the end of the log"
-        ev["_type"], ev["ts_ns"] = t, r["ts_ns"]
+        ev["_type"], ev["ts_ns"], ev["_seq"] = t, r["ts_ns"], r["seq"]
         ev["_effect_lsn"] = r["lsn"] if uow is None or end is None else end["lsn"]
         ev["_dlh"] = dlh
         events.append(ev)
@@ -240,14 +254,15 @@ def life_events(rows: list[dict], outcomes: dict[int, list[dict]], *, qm: str | 
 
 
 def _life(msg_id_hex: str, events: list[dict]) -> dict:
-    """The final outcome of events in order; the events without their internals."""
-    present: dict[tuple, str | None] = {}
+    """The final outcome of events in order; the events without their internals;
+    for a publication, its fan-out."""
+    present: dict[tuple, str | None] = {}     # (qm, queue, seq) -> dead-letter reason
     last, put_outcome = None, None
     for ev in events:
         t, qm = ev["_type"], ev.get("qm")
-        where = (qm, ev["queue"])
+        where = (qm, ev["queue"], ev["_seq"])
         done = ev["outcome"].startswith("committed")
-        if t == "MSG_PUT":
+        if t in ("MSG_PUT", "MSG_PUBLISH"):
             put_outcome = put_outcome or ev["outcome"]
             if done:
                 present[where] = ev["_dlh"]
@@ -258,18 +273,44 @@ def _life(msg_id_hex: str, events: list[dict]) -> dict:
     if present:
         final = "on queue " + ", ".join(
             _name(w) + (f" (dead-lettered, reason {r})" if r else "")
-            for w, r in sorted(present.items()))
+            for w, r in sorted(present.items(), key=lambda wr: (wr[0][0] or "", wr[0][1:])))
     elif last is not None:
         final = last
     else:
         final = f"never on a queue (put {put_outcome or 'not in the log read'})"
     public = [{k: v for k, v in ev.items() if not k.startswith("_") and k != "ts_ns"}
               for ev in events]
-    return {"msg_id": msg_id_hex, "events": public, "final": final}
+    life = {"msg_id": msg_id_hex, "events": public, "final": final}
+    fanout = _fanout(events)
+    if fanout:
+        life["fanout"] = fanout
+    return life
+
+
+def _fanout(events: list[dict]) -> list[dict]:
+    """Each target of the message's publications: its queue, the publication's
+    outcome, and what became of the message there (still on it, got, expired,
+    never on it)."""
+    out = []
+    for p in (ev for ev in events if ev["_type"] == "MSG_PUBLISH"):
+        where = (p.get("qm"), p["queue"], p["_seq"])
+        then = next((ev for ev in events if ev["_type"] in ("MSG_GET", "MSG_EXPIRE")
+                     and (ev.get("qm"), ev["queue"], ev["_seq"]) == where
+                     and ev["outcome"].startswith("committed")), None)
+        if not p["outcome"].startswith("committed"):
+            became = f"never on it (the publication was {p['outcome']})"
+        elif then is None:
+            became = "on it at the end of the log"
+        else:
+            became = (f"{'got' if then['_type'] == 'MSG_GET' else 'expired'} at LSN "
+                      f"{then['_effect_lsn']}")
+        out.append({"lsn": p["lsn"], "queue": _name(where), "seq": p["_seq"],
+                    "publication": p["outcome"], "became": became})
+    return out
 
 
 def _name(where: tuple) -> str:
-    qm, queue = where
+    qm, queue = where[0], where[1]
     return queue if qm is None else f"{queue} on {qm}"
 
 
@@ -286,5 +327,9 @@ def format_life(life: dict) -> str:
                      f" -> {e['outcome']}")
         if "note" in e:
             lines.append(f"  note: {e['note']}")
+    if "fanout" in life:
+        lines.append(f"  fan-out: {len(life['fanout'])} target(s)")
+        lines += [f"    LSN {f['lsn']:>12}  {f['queue']} (seq {f['seq']}): {f['became']}"
+                  for f in life["fanout"]]
     lines.append(f"  final: {life['final']}")
     return "\n".join(lines)
