@@ -195,14 +195,15 @@ class PubSub:
             return 0
         q = self.core.queue(DURABLE_SUBSCRIBER_QUEUE)
         n = 0
+        decode, attach = Subscription.decode, self._attach
         for body in read_bodies(q):
             try:
-                sub = Subscription.decode(body)
-            except (ValueError, KeyError) as exc:
+                sub = decode(body)
+            except (ValueError, IndexError, UnicodeDecodeError) as exc:
                 self.core.oplog.emit("HMQ5802E", f"a message on {DURABLE_SUBSCRIBER_QUEUE} is "
                                      f"not a subscription ({exc!r}); it is left there")
                 continue
-            self._attach(sub)
+            attach(sub)
             n += 1
         return n
 

@@ -89,8 +89,12 @@ class Subscription:
         f = body.decode().split(_SEP)
         if f[0] != FIELDS_V1 or len(f) != 13:
             raise ValueError(f"not a subscription of layout {FIELDS_V1}: {body[:40]!r}")
-        return cls(f[1], f[2], sys.intern(f[3]), f[4], True, f[5], f[6], int(f[7]), f[8], "",
-                   f[9], f[10], int(f[11]), int(f[12]))
+        # (a million of these are read at a start: the few distinct values of
+        # dest, destclass and subtype are shared, and "0" needs no int())
+        intern = sys.intern
+        return cls(f[1], f[2], intern(f[3]), intern(f[4]), True, intern(f[5]), f[6],
+                   int(f[7]) if f[7] != "0" else 0, f[8], "", f[9], f[10], int(f[11]),
+                   int(f[12]) if f[12] != "0" else 0)
 
     @property
     def managed(self) -> bool:
