@@ -59,6 +59,7 @@ from ..core.objects import (
     RETAINED_PUB_QUEUE,
 )
 from ..core.queue import MessageMatch
+from ..crashpoints import crash_point
 from ..errors import HarbormqError, ObjectExists, ObjectInUse, PutInhibited, UnknownObject
 from ..log.records import Message
 from ..security import Security
@@ -496,6 +497,7 @@ class PubSub:
         try:
             if sub.managed:
                 sub.dest = await self._create_managed_queue(sub)
+                crash_point("pubsub.managed_queue_made")
             await self._commit_subscription(sub)
         finally:
             self._busy.discard(name)
@@ -614,6 +616,7 @@ class PubSub:
                 if forced is not None:
                     await forced
             if sub.managed:
+                crash_point("pubsub.status_removed")
                 await self._drop_queue(sub.dest)
         finally:
             self._busy.discard(name)
