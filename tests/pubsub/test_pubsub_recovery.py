@@ -169,3 +169,23 @@ def test_sigkill_inside_a_subscriptions_creation_or_deletion_leaves_no_half(make
         assert managed == [kept]
         orphans = [t for m, t in operator_log(home) if m == "HMQ5803W"]
         assert len(orphans) == 2 and any(doomed in t for t in orphans)
+
+
+def test_image_and_recreate_take_topics_and_the_status_queues(make_qm, home):
+    """`image` records the TOPIC objects and the status queues like any
+    object; `recreate` of the subscriptions' status queue (from its image and
+    the log after it) brings back the subscriptions made after the image."""
+    make_qm(log_type="linear")
+    with QueueManager.open("QM1", home=home) as qm:
+        ps = qm.core.pubsub
+        qm._call(ps.define_topic("T", {"TOPICSTR": "t"}))
+        qm._call(ps.subscribe("t/1", name="BEFORE", durable=True))
+        imaged = {r["object"] for r in qm.image("all")}
+        assert {"T", "SYSTEM.BASE.TOPIC", DURABLE_SUBSCRIBER_QUEUE,
+                "SYSTEM.RETAINED.PUB.QUEUE"} <= imaged
+        qm._call(ps.subscribe("t/2", name="AFTER", durable=True))
+        [done] = qm.recreate("queue", DURABLE_SUBSCRIBER_QUEUE)
+        assert done["image_messages"] == 1 and done["messages"] == 2
+        assert qm.core.queue(DURABLE_SUBSCRIBER_QUEUE).curdepth == 2
+    with QueueManager.open("QM1", home=home) as qm:
+        assert sorted(qm.core.pubsub.subs) == ["AFTER", "BEFORE"]
