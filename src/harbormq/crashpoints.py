@@ -42,6 +42,10 @@ POINTS = (
     "publish.forced",                   # forced, the publisher not yet told
     "trigger.before_commit",            # a put and its trigger message logged in their
                                         # unit of work, the commit not yet
+    "pubsub.managed_queue_made",        # a subscription's managed queue defined, its status
+                                        # message not yet put
+    "pubsub.status_removed",            # a subscription's status message taken, its managed
+                                        # queue not yet deleted
 )
 
 DELAY_POINTS = (

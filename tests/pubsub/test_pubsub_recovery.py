@@ -133,3 +133,59 @@ def test_dump_config_writes_topics_and_subscriptions_back_as_mqsc(make_qm, home)
         assert ps.subs["it's provided"].dest == "PROV.Q"
         assert ps.subs["MANAGED.ONE"].dest.startswith("SYSTEM.MANAGED.DURABLE.")
         assert ps.topics.resolve("sport/a", "DEFPRTY") == 4
+
+
+CREATE_OR_DELETE = """
+import sys
+from harbormq import QueueManager
+qm = QueueManager.open("QM1", home=sys.argv[1])
+ps = qm.core.pubsub
+if sys.argv[2] == "create":
+    qm._call(ps.subscribe("cut/#", name="CUT", durable=True))
+else:
+    qm._call(ps.unsubscribe("DOOMED"))
+print("not killed", flush=True)
+"""
+
+
+def test_sigkill_inside_a_subscriptions_creation_or_deletion_leaves_no_half(make_qm, home):
+    """Killed between a managed queue's creation and its status message, or
+    between the status message's removal and the queue's deletion: at restart
+    the subscription is wholly absent, and its queue is deleted (HMQ5803W)."""
+    make_qm()
+    with QueueManager.open("QM1", home=home) as qm:
+        doomed = qm._call(qm.core.pubsub.subscribe("d/#", name="DOOMED", durable=True)).dest
+        kept = qm._call(qm.core.pubsub.subscribe("k/#", name="KEPT", durable=True)).dest
+    for step, point in (("create", "pubsub.managed_queue_made"),
+                        ("delete", "pubsub.status_removed")):
+        env = dict(child_env(home), HARBORMQ_CRASH_AT=point)
+        r = subprocess.run([PYTHON, "-c", CREATE_OR_DELETE, str(home), step], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == -signal.SIGKILL and "not killed" not in r.stdout, r.stderr
+    with QueueManager.open("QM1", home=home) as qm:
+        ps = qm.core.pubsub
+        assert sorted(ps.subs) == ["KEPT"] and ps.subs["KEPT"].dest == kept
+        managed = sorted(n for n in qm.queue_names() if n.startswith("SYSTEM.MANAGED."))
+        assert managed == [kept]
+        orphans = [t for m, t in operator_log(home) if m == "HMQ5803W"]
+        assert len(orphans) == 2 and any(doomed in t for t in orphans)
+
+
+def test_image_and_recreate_take_topics_and_the_status_queues(make_qm, home):
+    """`image` records the TOPIC objects and the status queues like any
+    object; `recreate` of the subscriptions' status queue (from its image and
+    the log after it) brings back the subscriptions made after the image."""
+    make_qm(log_type="linear")
+    with QueueManager.open("QM1", home=home) as qm:
+        ps = qm.core.pubsub
+        qm._call(ps.define_topic("T", {"TOPICSTR": "t"}))
+        qm._call(ps.subscribe("t/1", name="BEFORE", durable=True))
+        imaged = {r["object"] for r in qm.image("all")}
+        assert {"T", "SYSTEM.BASE.TOPIC", DURABLE_SUBSCRIBER_QUEUE,
+                "SYSTEM.RETAINED.PUB.QUEUE"} <= imaged
+        qm._call(ps.subscribe("t/2", name="AFTER", durable=True))
+        [done] = qm.recreate("queue", DURABLE_SUBSCRIBER_QUEUE)
+        assert done["image_messages"] == 1 and done["messages"] == 2
+        assert qm.core.queue(DURABLE_SUBSCRIBER_QUEUE).curdepth == 2
+    with QueueManager.open("QM1", home=home) as qm:
+        assert sorted(qm.core.pubsub.subs) == ["AFTER", "BEFORE"]

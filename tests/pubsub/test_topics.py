@@ -73,6 +73,20 @@ def test_non_matching_subscriptions_are_never_visited():
     assert tree.count == 150_003
 
 
+def test_several_items_on_one_string_and_their_removal():
+    tree = TopicTree()
+    tree.add("a/b", "k1", 1)
+    tree.add("a/b", "k1", 11)          # the same key again replaces it
+    assert tree.match("a/b") == [11] and tree.count == 1
+    tree.add("a/b", "k2", 2)
+    assert sorted(tree.match("a/b")) == [2, 11] and tree.count == 2
+    tree.remove("a/b", "k1")
+    tree.remove("a/b", "nope")
+    assert tree.match("a/b") == [2] and tree.count == 1
+    tree.remove("a/b", "k2")
+    assert tree.exact == {} and tree.count == 0
+
+
 def test_removing_a_subscription_prunes_its_empty_nodes():
     tree = tree_of("a/+/c", "a/+", "a/b")
     tree.remove("a/+/c", "a/+/c")

@@ -59,6 +59,7 @@ from ..core.objects import (
     RETAINED_PUB_QUEUE,
 )
 from ..core.queue import MessageMatch
+from ..crashpoints import crash_point
 from ..errors import HarbormqError, ObjectExists, ObjectInUse, PutInhibited, UnknownObject
 from ..log.records import Message
 from ..security import Security
@@ -195,14 +196,15 @@ class PubSub:
             return 0
         q = self.core.queue(DURABLE_SUBSCRIBER_QUEUE)
         n = 0
+        decode, attach = Subscription.decode, self._attach
         for body in read_bodies(q):
             try:
-                sub = Subscription.decode(body)
-            except (ValueError, KeyError) as exc:
+                sub = decode(body)
+            except (ValueError, IndexError, UnicodeDecodeError) as exc:
                 self.core.oplog.emit("HMQ5802E", f"a message on {DURABLE_SUBSCRIBER_QUEUE} is "
                                      f"not a subscription ({exc!r}); it is left there")
                 continue
-            self._attach(sub)
+            attach(sub)
             n += 1
         return n
 
@@ -495,6 +497,7 @@ class PubSub:
         try:
             if sub.managed:
                 sub.dest = await self._create_managed_queue(sub)
+                crash_point("pubsub.managed_queue_made")
             await self._commit_subscription(sub)
         finally:
             self._busy.discard(name)
@@ -613,6 +616,7 @@ class PubSub:
                 if forced is not None:
                     await forced
             if sub.managed:
+                crash_point("pubsub.status_removed")
                 await self._drop_queue(sub.dest)
         finally:
             self._busy.discard(name)

@@ -128,16 +128,28 @@ class TopicTree(Generic[T]):
 
     def __init__(self) -> None:
         self.root = _Node()
-        self.exact: dict[str, dict] = {}
+        self.exact: dict[str, tuple | dict] = {}
         self.count = 0
         #: the nodes the last ``match`` walked (what its cost grows with)
         self.walked = 0
 
     def add(self, topic: str, key, item: T | None = None) -> None:
+        item = key if item is None else item
         if MULTI not in topic and SINGLE not in topic:
-            items = self.exact.get(topic)
-            if items is None:
-                items = self.exact[topic] = {}
+            # one item by a string is kept as (key, item): a dict per string
+            # would be most of the memory of a million subscriptions
+            exact = self.exact
+            cur = exact.get(topic)
+            if cur is None:
+                exact[topic] = (key, item)
+                self.count += 1
+                return
+            if type(cur) is tuple:
+                if cur[0] == key:
+                    exact[topic] = (key, item)
+                    return
+                cur = exact[topic] = {cur[0]: cur[1]}
+            items = cur
         else:
             node = self.root
             for level in topic.split("/"):
@@ -148,15 +160,19 @@ class TopicTree(Generic[T]):
             items = node.items
         if key not in items:
             self.count += 1
-        items[key] = key if item is None else item
+        items[key] = item
 
     def remove(self, topic: str, key) -> None:
         """Take ``key`` off its topic string, and prune the nodes left empty."""
         if MULTI not in topic and SINGLE not in topic:
-            items = self.exact.get(topic)
-            if items is not None and items.pop(key, None) is not None:
+            cur = self.exact.get(topic)
+            if type(cur) is tuple:
+                if cur[0] == key:
+                    del self.exact[topic]
+                    self.count -= 1
+            elif cur is not None and cur.pop(key, None) is not None:
                 self.count -= 1
-                if not items:
+                if not cur:
                     del self.exact[topic]
             return
         path = [self.root]
@@ -179,7 +195,8 @@ class TopicTree(Generic[T]):
         """Every item whose string matches the publication ``topic`` (whose
         ``levels`` the caller may have split already)."""
         exact = self.exact.get(topic)
-        out: list[T] = list(exact.values()) if exact else []
+        out: list[T] = [] if exact is None else [exact[1]] if type(exact) is tuple else \
+            list(exact.values())
         if not self.root.children:
             self.walked = 1
             return out
