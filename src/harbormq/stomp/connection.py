@@ -46,6 +46,7 @@ from ..errors import HarbormqError, InvalidAttribute, QueueFull, UnknownObject
 from ..log.records import Message
 from .delivery import Delivery, DeliveryMixin
 from .frames import CLIENT_COMMANDS, Frame, Limits, receipt_frame
+from .topics import TOPIC_PREFIX, TopicsMixin
 from .transport import FrameTransport, ProtocolError
 
 if TYPE_CHECKING:
@@ -88,12 +89,13 @@ class HeldSend:
             self.waker.set_result(None)
 
 
-class StompConnection(DeliveryMixin, FrameTransport):
+class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
     def __init__(self, service: "StompService", listener_name: str):
         s = service.settings
         super().__init__(service.loop,
                          Limits(s.max_frame_bytes, s.max_headers, s.max_header_bytes))
         self._init_deliveries()
+        self._init_topics()
         self.service = service
         self.core = service.core
         self.settings = s
@@ -191,7 +193,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.version = version
         self.parser.version = version
         self.info.user = self.user
-        self.info.app = frame.headers.get("client-id") or frame.headers.get("host", "")
+        self.client_id = frame.headers.get("client-id", "")
+        self.info.app = self.client_id or frame.headers.get("host", "")
         self.core.connections.add(self.info)
         self._owner = f"STOMP {self.info.conn_id}"
         hb_headers = {}
@@ -277,6 +280,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
                                       authority)
 
     def on_send(self, frame: Frame):
+        if frame.headers.get("destination", "").startswith(TOPIC_PREFIX):
+            return self._publish(frame)             # topics.py
         name = self._queue_name(frame)
         self._authorize(name, "put")
         define = self._needs_define(name)
@@ -370,6 +375,13 @@ class StompConnection(DeliveryMixin, FrameTransport):
     def _message(self, frame: Frame, queue: str) -> tuple[Message, PutTarget]:
         """The message a SEND puts, and where it goes (resolved once per SEND:
         the put itself and the flow control use the same answer)."""
+        target = self.core.output_queue(queue)
+        return self._message_from(frame, self.core.put_defaults, target.attrs), target
+
+    def _message_from(self, frame: Frame, defaults, where) -> Message:
+        """The message of a SEND's headers and body; ``defaults(where, priority,
+        persistent)`` fills in what the headers leave out (a queue's or a
+        topic's DEFPRTY and DEFPSIST)."""
         h = frame.headers
         priority = None
         if "priority" in h:
@@ -385,8 +397,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
             if value not in ("true", "false"):
                 raise ProtocolError(f"persistent {h['persistent']!r} must be true or false")
             persistent = value == "true"
-        target = self.core.output_queue(queue)
-        priority, persistent = self.core.put_defaults(target.attrs, priority, persistent)
+        priority, persistent = defaults(where, priority, persistent)
         expiry_ns = 0
         if h.get("expires", "0") not in ("", "0"):
             try:
@@ -399,7 +410,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
         return Message(body=frame.body, correl_id=h.get("correlation-id", "").encode(),
                        priority=priority, persistent=persistent, expiry_ns=expiry_ns,
                        reply_to=h.get("reply-to", ""), format=h.get("content-type", ""),
-                       properties=props), target
+                       properties=props)
 
     def _transaction(self, frame: Frame) -> Transaction:
         name = self._required(frame, "transaction")
@@ -471,6 +482,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.transactions.clear()
         for sub in list(self.subscriptions.values()):
             self._end_subscription(sub)
+        self._end_topic_subscriptions()
         for name in self._output_queues:
             self.info.close(name, "output")
         self._output_queues.clear()

@@ -25,6 +25,7 @@ from ..core.uow import UnitOfWork
 from ..errors import HarbormqError
 from ..log.records import Message
 from .frames import Frame, escape
+from .topics import PUBLICATION_PROPERTIES, TOPIC_PREFIX, publication_headers
 from .transport import MAX_HELD, ProtocolError
 
 _SELECTOR = re.compile(r"^\s*(JMSCorrelationID|JMSMessageID)\s*=\s*'((?:[^']|'')*)'\s*$",
@@ -35,6 +36,8 @@ _MESSAGE_HEADERS = frozenset({
     "persistent", "priority", "timestamp", "expires", "correlation-id", "reply-to",
     "content-type", "content-length",
 })
+#: a publication's: its topic and retained mark travel as headers of their own
+_PUBLICATION_HEADERS = _MESSAGE_HEADERS | PUBLICATION_PROPERTIES
 #: deliveries sent in one go before other connections get a turn
 _PUMP_BATCH = 64
 
@@ -60,6 +63,8 @@ class Subscription:
     listener: object = None
     #: "MESSAGE", then its subscription and destination headers
     frame_prefix: str = ""
+    #: a topic subscription's queue: each MESSAGE names its topic (topics.py)
+    topic: bool = False
 
 
 class DeliveryMixin:
@@ -78,7 +83,21 @@ class DeliveryMixin:
             self._pump(sub)
 
     def on_subscribe(self, frame: Frame):
+        if frame.headers.get("destination", "").startswith(TOPIC_PREFIX):
+            return self._subscribe_topic(frame)     # topics.py
         name = self._queue_name(frame)
+        sub_id, ack = self._new_subscription(frame)
+        self._authorize(name, "get")
+        define = self._needs_define(name)
+        if define is not None:
+            return define
+        self._open_subscription(frame, sub_id, ack, name,
+                                f"destination:{escape('/queue/' + name, self.version)}\n")
+        return None
+
+    def _new_subscription(self, frame: Frame) -> tuple[str, str]:
+        """A SUBSCRIBE's subscription id and ack mode, checked: the id free,
+        the connection under its limit."""
         sub_id = frame.headers.get("id")
         if sub_id is None:
             if self.version != "1.0":
@@ -94,23 +113,26 @@ class DeliveryMixin:
         if ack not in ("auto", "client", "client-individual"):
             raise ProtocolError(f"ack mode {ack!r} is not one of auto, client, "
                                 "client-individual")
-        self._authorize(name, "get")
-        define = self._needs_define(name)
-        if define is not None:
-            return define
+        return sub_id, ack
+
+    def _open_subscription(self, frame: Frame, sub_id: str, ack: str, queue: str,
+                           destination: str, *, topic: bool = False) -> Subscription:
+        """Start delivering from ``queue`` (it exists) to subscription ``sub_id``;
+        ``destination``: the MESSAGE frames' destination header line, or "" when
+        each message names its own (``topic``: a topic subscription's queue)."""
         prefetch = self._prefetch(frame)
         match = self._selector(frame.headers.get("selector"))
-        q = self.core.queue(name)
-        sub = Subscription(sub_id, name, ack, prefetch, match)
+        q = self.core.queue(queue)
+        sub = Subscription(sub_id, queue, ack, prefetch, match, topic=topic)
         sub.frame_prefix = (f"MESSAGE\nsubscription:{escape(sub_id, self.version)}\n"
-                            f"destination:{escape('/queue/' + name, self.version)}\n")
+                            + destination)
         sub.listener = lambda s=sub: self._pump(s)
         q.listeners.append(sub.listener)
         self.subscriptions[sub_id] = sub
-        self.info.open(name, "input")
+        self.info.open(queue, "input")
         self._receipt(frame, None)
         self._pump(sub)
-        return None
+        return sub
 
     def _prefetch(self, frame: Frame) -> int:
         raw = frame.headers.get("prefetch-count", frame.headers.get("activemq.prefetchSize"))
@@ -144,6 +166,8 @@ class DeliveryMixin:
         return MessageMatch(correl_id=value.encode())
 
     def on_unsubscribe(self, frame: Frame):
+        if self._is_topic_unsubscribe(frame):
+            return self._unsubscribe_topic(frame)   # topics.py
         sub_id = frame.headers.get("id")
         if sub_id is None:
             if self.version != "1.0":
@@ -237,6 +261,9 @@ class DeliveryMixin:
                      f"expires:{msg.expiry_ns // 1_000_000}\n")
         version = self.version
         taken = _MESSAGE_HEADERS
+        if sub.topic:
+            parts += publication_headers(msg, version)
+            taken = _PUBLICATION_HEADERS
         if msg.correl_id:
             value = msg.correl_id.decode("utf-8", "backslashreplace")
             parts += ("correlation-id:", escape(value, version), "\n")

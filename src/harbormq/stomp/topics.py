@@ -1,0 +1,281 @@
+"""Publish/subscribe over STOMP: ``/topic/<topic string>`` destinations.
+
+* SEND to ``/topic/...`` publishes through the queue manager's ``PubSub``
+  service (``core.pubsub``, pubsub/service.py): in the SEND's transaction
+  when it names one, else on its own with its RECEIPT once it is on disk.
+  ``retain:true`` makes it the topic's retained publication. Persistence and
+  priority are the SEND's headers, else the topic's DEFPSIST and DEFPRTY.
+* SUBSCRIBE to ``/topic/...`` (MQ's wildcards ``#`` and ``+`` allowed) makes
+  a subscription whose queue the connection then reads like any queue
+  (delivery.py: ack modes, prefetch, redelivery unchanged). It is
+  non-durable (ended by UNSUBSCRIBE or the connection's end) unless the
+  SUBSCRIBE follows one of the two durable conventions:
+
+  - RabbitMQ's: ``durable:true`` (or ``persistent:true``), the subscription
+    named by its ``id``;
+  - ActiveMQ's: ``activemq.subscriptionName:NAME`` with ``client-id`` on
+    CONNECT, the subscription named ``<client-id>:<NAME>``.
+
+  A durable subscription outlives its connection and the queue manager;
+  subscribing again under its name resumes it, with what was published
+  meanwhile. UNSUBSCRIBE carrying the same durable headers deletes it (also
+  when it is not active on the connection); a plain UNSUBSCRIBE or the
+  connection's end only stops its deliveries. A durable subscription is
+  consumed by one subscriber at a time (MQRC 2429 SUBSCRIPTION_IN_USE).
+
+Each MESSAGE of a topic subscription names the topic it was published to in
+``destination``, and a retained publication carries ``retained:true``.
+
+Not here: the topic tree, the subscriptions and their queues (pubsub/), the
+deliveries themselves (delivery.py), the SEND headers' parsing (connection.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from ..errors import QueueManagerStopping, UnknownObject
+from .frames import Frame, escape
+from .transport import ProtocolError
+
+TOPIC_PREFIX = "/topic/"
+#: message properties of a publication (MQ's names, set by pubsub/), sent as
+#: the MESSAGE's destination and retained headers instead
+TOPIC_PROPERTY = "MQTopicString"
+RETAINED_PROPERTY = "MQIsRetained"
+PUBLICATION_PROPERTIES = frozenset({TOPIC_PROPERTY, RETAINED_PROPERTY})
+#: SUBSCRIBE / UNSUBSCRIBE headers of the two durable conventions
+DURABLE_HEADERS = ("durable", "persistent")          # RabbitMQ's (alias)
+ACTIVEMQ_NAME = "activemq.subscriptionName"          # ActiveMQ's, with CONNECT's client-id
+#: MQRC 2440 SUB_NAME_ERROR, as pubsub/ words it
+_NO_NAME = "(MQRC 2440 SUB_NAME_ERROR)"
+
+
+class SubscriptionNameError(ProtocolError):
+    """A durable subscription the headers do not name (MQRC 2440)."""
+    msgid = "HMQ2440E"
+    reason = 2440
+
+
+class SubscriptionInUse(ProtocolError):
+    """A durable subscription another subscriber is consuming (MQRC 2429)."""
+    msgid = "HMQ2429E"
+    reason = 2429
+
+
+@dataclass
+class TopicSubscription:
+    """A STOMP subscription id's subscription in pubsub/."""
+    name: str
+    durable: bool
+
+
+def publication_headers(msg, version: str) -> list[str]:
+    """The MESSAGE header lines a publication adds: the topic it was published
+    to (the subscription's string may hold wildcards), and the retained mark."""
+    props = msg.properties
+    out = ["destination:", escape(TOPIC_PREFIX + str(props.get(TOPIC_PROPERTY, "")), version),
+           "\n"]
+    if props.get(RETAINED_PROPERTY):
+        out.append("retained:true\n")
+    return out
+
+
+def _flag(frame: Frame, name: str) -> bool:
+    value = frame.headers.get(name)
+    if value is None:
+        return False
+    lowered = value.lower()
+    if lowered not in ("true", "false"):
+        raise ProtocolError(f"{frame.command}: {name} {value!r} must be true or false")
+    return lowered == "true"
+
+
+class TopicsMixin:
+    """SEND, SUBSCRIBE and UNSUBSCRIBE on ``/topic/`` destinations (part of
+    StompConnection: the session supplies the core, the transactions, the
+    message building and the receipts; delivery.py the subscriptions)."""
+
+    def _init_topics(self) -> None:
+        #: CONNECT's client-id: the first part of ActiveMQ-style subscription names
+        self.client_id = ""
+        #: STOMP subscription id -> its pub/sub subscription
+        self.topic_subscriptions: dict[str, TopicSubscription] = {}
+
+    def _pubsub(self):
+        pubsub = getattr(self.core, "pubsub", None)
+        if pubsub is None:
+            raise UnknownObject(f"queue manager {self.core.name} has no publish/subscribe "
+                                "service running: /topic/ destinations are not available")
+        return pubsub
+
+    @staticmethod
+    def _topic_string(frame: Frame) -> str:
+        # the topic string is checked by pubsub/ (empty levels, wildcards in a
+        # publication, its length), each failure naming MQRC 2425
+        return frame.headers["destination"][len(TOPIC_PREFIX):]
+
+    # -- publish ----------------------------------------------------------------------
+
+    def _publish(self, frame: Frame):
+        pubsub = self._pubsub()
+        topic = self._topic_string(frame)
+        txn = self._transaction(frame) if "transaction" in frame.headers else None
+        retain = _flag(frame, "retain")
+        msg = self._message_from(frame, pubsub.topic_defaults, topic)
+        msg.properties.pop("retain", None)
+        if msg.persistent and self.core.log_space_short():
+            return self._wait_for_log_space()     # connection.py: then dispatched again
+        self._log_space_deadline = None
+        _count, forced = pubsub.publish_nowait(topic, msg, txn.uow if txn else None,
+                                               user=self._principal, retain=retain)
+        self._receipt(frame, forced)
+        return None
+
+    # -- subscribe --------------------------------------------------------------------
+
+    def _durable_name(self, frame: Frame, sub_id: str | None) -> str | None:
+        """The durable subscription the headers name (None: non-durable);
+        SubscriptionNameError when they ask for one without naming it."""
+        h = frame.headers
+        if ACTIVEMQ_NAME in h:
+            name = h[ACTIVEMQ_NAME]
+            if not name:
+                raise SubscriptionNameError(f"{frame.command}: {ACTIVEMQ_NAME} is empty: a "
+                                            f"durable subscription needs a name {_NO_NAME}")
+            if not self.client_id:
+                raise SubscriptionNameError(
+                    f"{frame.command}: a durable subscription named by {ACTIVEMQ_NAME} needs "
+                    f"a client-id header on CONNECT (its name is client-id:name) {_NO_NAME}")
+            return f"{self.client_id}:{name}"
+        if any(_flag(frame, k) for k in DURABLE_HEADERS):
+            if not sub_id:
+                raise SubscriptionNameError(
+                    f"{frame.command}: a durable subscription (durable:true) is named by its "
+                    f"id header, and this frame has none {_NO_NAME}")
+            return sub_id
+        return None
+
+    def _subscribe_topic(self, frame: Frame):
+        pubsub = self._pubsub()
+        sub_id, ack = self._new_subscription(frame)
+        topic = self._topic_string(frame)
+        name = self._durable_name(frame, frame.headers.get("id"))
+        if name is not None:
+            holder = self.service.durable_in_use.get(name)
+            if holder is not None:
+                raise SubscriptionInUse(f"durable subscription {name} is being consumed by "
+                                        f"another subscriber (MQRC 2429 SUBSCRIPTION_IN_USE)")
+            # taken now: a second SUBSCRIBE under the name while this one awaits is refused
+            self.service.durable_in_use[name] = self
+        return self._await_subscription(frame, pubsub, sub_id, ack, topic, name)
+
+    async def _await_subscription(self, frame: Frame, pubsub, sub_id: str, ack: str,
+                                  topic: str, name: str | None) -> None:
+        durable = name is not None
+        try:
+            sub = await pubsub.subscribe(topic, name=name, durable=durable,
+                                         user=self._principal, owner=self._owner)
+        except BaseException:
+            if durable and self.service.durable_in_use.get(name) is self:
+                del self.service.durable_in_use[name]
+            raise
+        if self._closing:
+            # the connection ended while the subscription was being made
+            self._release_topic_subscription(TopicSubscription(sub.name, durable))
+            return
+        self.topic_subscriptions[sub_id] = TopicSubscription(sub.name, durable)
+        self._open_subscription(frame, sub_id, ack, sub.dest, "", topic=True)
+
+    # -- unsubscribe ------------------------------------------------------------------
+
+    def _is_topic_unsubscribe(self, frame: Frame) -> bool:
+        h = frame.headers
+        return (h.get("id") in self.topic_subscriptions or ACTIVEMQ_NAME in h or
+                any(k in h for k in DURABLE_HEADERS))
+
+    def _unsubscribe_topic(self, frame: Frame):
+        sub_id = frame.headers.get("id")
+        if sub_id is None and self.version != "1.0":
+            self._required(frame, "id")
+        active = self.topic_subscriptions.pop(sub_id, None)
+        delete = self._durable_name(frame, sub_id)
+        if active is not None:
+            sub = self.subscriptions.get(sub_id)
+            if sub is not None:
+                self._end_subscription(sub)
+            if active.durable:
+                self._release_durable(active.name)
+            if delete is not None and delete != active.name:
+                raise ProtocolError(f"UNSUBSCRIBE: subscription {sub_id!r} is durable "
+                                    f"subscription {active.name}, not {delete}")
+            if not active.durable:
+                delete = active.name     # a non-durable subscription ends with its UNSUBSCRIBE
+        elif delete is None:
+            raise ProtocolError(f"UNSUBSCRIBE: no subscription {sub_id!r} on this connection")
+        elif self.service.durable_in_use.get(delete) not in (None, self):
+            raise SubscriptionInUse(f"durable subscription {delete} is being consumed by "
+                                    "another subscriber (MQRC 2429 SUBSCRIPTION_IN_USE)")
+        if delete is None:
+            self._receipt(frame, None)       # durable, kept: only its deliveries stop
+            return None
+        return self._delete_subscription(frame, delete)
+
+    async def _delete_subscription(self, frame: Frame, name: str) -> None:
+        await self._backouts_done()
+        await self._pubsub().unsubscribe(name, user=self._principal)
+        self._receipt(frame, None)
+
+    # -- the connection's end ---------------------------------------------------------
+
+    def _release_durable(self, name: str) -> None:
+        if self.service.durable_in_use.get(name) is self:
+            del self.service.durable_in_use[name]
+
+    def _release_topic_subscription(self, ts: TopicSubscription) -> None:
+        if ts.durable:
+            self._release_durable(ts.name)
+        else:
+            self._spawn_topic_work(self._unsubscribe_later(ts.name))
+
+    async def _unsubscribe_later(self, name: str) -> None:
+        await self._backouts_done()
+        await self._pubsub().unsubscribe(name)
+
+    def _end_topic_subscriptions(self) -> None:
+        """The connection ends (its deliveries already ended and backed out):
+        its durable subscriptions are free for another subscriber, its
+        non-durable ones end once the backouts are done."""
+        subs, self.topic_subscriptions = self.topic_subscriptions, {}
+        for ts in subs.values():
+            if ts.durable:
+                self._release_durable(ts.name)
+        if any(not ts.durable for ts in subs.values()):
+            self._spawn_topic_work(self._end_owner())
+
+    async def _end_owner(self) -> None:
+        await self._backouts_done()
+        await self._pubsub().end_owner(self._owner)
+
+    async def _backouts_done(self) -> None:
+        """The backouts of deliveries begun so far are over: a subscription's
+        queue is deleted only once no unit of work holds a message of it."""
+        pending = list(self.service.backouts)
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def _spawn_topic_work(self, coro) -> None:
+        task = self.loop.create_task(coro)
+        self.service.backouts.add(task)     # StompService.stop() awaits them too
+        task.add_done_callback(self._topic_work_done)
+
+    def _topic_work_done(self, task: asyncio.Task) -> None:
+        self.service.backouts.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        # a stopping queue manager ends every non-durable subscription anyway
+        if exc is not None and not isinstance(exc, QueueManagerStopping):
+            self.core.oplog.emit("HMQ9550W", f"STOMP connection {self.info.conn_id}: ending its "
+                                 f"topic subscriptions failed: {exc!r}")
