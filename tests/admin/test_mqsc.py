@@ -104,11 +104,12 @@ def test_unknown_object_type_names_position_and_expected_words():
     err = syntax_error("PING QMGR\n* note\nDISPLAY  FOO(X)")
     assert (err.line, err.column) == (3, 10)
     assert "expected QLOCAL, QUEUE, QSTATUS, CONN, QMSTATUS, QMGR, AUTHREC, LOG, UOW, " \
-           "QREMOTE, CHANNEL, CHSTATUS or LISTENER after DISPLAY" in str(err)
+           "QREMOTE, CHANNEL, CHSTATUS, LISTENER, TOPIC, SUB, SBSTATUS, TPSTATUS or PUBSUB " \
+           "after DISPLAY" in str(err)
     assert "found FOO" in str(err)
     assert err.expected == ("QLOCAL", "QUEUE", "QSTATUS", "CONN", "QMSTATUS", "QMGR",
                             "AUTHREC", "LOG", "UOW", "QREMOTE", "CHANNEL", "CHSTATUS",
-                            "LISTENER")
+                            "LISTENER", "TOPIC", "SUB", "SBSTATUS", "TPSTATUS", "PUBSUB")
 
 
 def test_unknown_verb():

@@ -81,7 +81,8 @@ def test_define_and_delete_of_dotdot_leaves_the_queue_manager_whole(tmp_path):
             frame = c.expect("ERROR")
             assert "not valid" in frame.headers["message"]
         assert sorted(p.name for p in (srv.qm_dir / "queues").iterdir()) == \
-            ["SYSTEM.CHANNEL.SYNCQ", "SYSTEM.DEAD.LETTER.QUEUE", "SYSTEM.DEFAULT.LOCAL.QUEUE"]
+            ["SYSTEM.CHANNEL.SYNCQ", "SYSTEM.DEAD.LETTER.QUEUE", "SYSTEM.DEFAULT.LOCAL.QUEUE",
+             "SYSTEM.DURABLE.SUBSCRIBER.QUEUE", "SYSTEM.RETAINED.PUB.QUEUE"]
     finally:
         srv.stop()
 

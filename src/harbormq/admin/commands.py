@@ -24,7 +24,8 @@ from ..log.records import PAGE_SIZE, extent_file_name, key_parts
 from ..qmgr.log_offline import deletion_plan
 from ..recovery.need import log_need_facts
 from . import mqsc
-from .mqsc import Command, MqscSyntaxError
+from .mqsc import Command, MqscSyntaxError, mq_date, mq_time
+from .pubsub_commands import PubSubCommands
 
 #: at most this many message keys are walked to find the oldest message (MSGAGE)
 MSGAGE_SCAN_LIMIT = 100_000
@@ -41,15 +42,6 @@ class MqscError(HarbormqError):
 
 # -- value formatting --------------------------------------------------------------------
 
-def mq_date(ns: int) -> str:
-    return time.strftime("%Y-%m-%d", time.localtime(ns / 1e9)) if ns else ""
-
-
-def mq_time(ns: int) -> str:
-    """MQ writes times as hh.mm.ss."""
-    return time.strftime("%H.%M.%S", time.localtime(ns / 1e9)) if ns else ""
-
-
 def megabytes(nbytes: int) -> str:
     """Sizes in MB as MQ shows them; below 10 MB with two decimals, so the small
     extents of a test queue manager do not all read 0."""
@@ -59,22 +51,12 @@ def megabytes(nbytes: int) -> str:
     return f"{mb:.2f}".rstrip("0").rstrip(".")
 
 
-def _select(cmd: Command, order: tuple, always: tuple, default: tuple | None = None) -> list:
-    """Attribute names to show, in display order: ``always`` first, then ALL or the
-    requested ones (and the WHERE keyword), else ``default``."""
-    if "ALL" in cmd.flags:
-        wanted = set(order)
-    else:
-        wanted = set(cmd.requested) if cmd.requested else set(default or ())
-    if cmd.where:
-        wanted.add(cmd.where[0])
-    wanted |= set(always)
-    return [a for a in order if a in wanted]
+_select = mqsc.select_attrs
 
 
 # -- the executor ------------------------------------------------------------------------
 
-class Executor:
+class Executor(PubSubCommands):
     def __init__(self, core: QueueManagerCore, security, qm_info: dict | None = None):
         self.core = core
         self.security = security
@@ -121,6 +103,7 @@ class Executor:
             ("STOP", "LISTENER"): self.channel_action,
             ("DISPLAY", "CHSTATUS"): self.display_chstatus,
         }
+        self.handlers.update(self.pubsub_handlers())
 
     async def execute(self, cmd: Command) -> list[str]:
         """Run one command; returns its output blocks; raises HarbormqError when

@@ -23,6 +23,7 @@ per line in columns of 40, and the closing "N MQSC commands read." lines.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ..core.objects import (
@@ -31,6 +32,7 @@ from ..core.objects import (
     QLOCAL_DEFAULTS,
     QMGR_DEFAULTS,
     QREMOTE_DEFAULTS,
+    TOPIC_DEFAULTS,
 )
 from ..errors import HarbormqError
 
@@ -65,7 +67,10 @@ OBJTYPES = {"QLOCAL": "QLOCAL", "QL": "QLOCAL", "QUEUE": "QUEUE", "Q": "QUEUE",
             "QMGR": "QMGR", "AUTHREC": "AUTHREC", "LOG": "LOG", "UOW": "UOW",
             "QREMOTE": "QREMOTE", "QR": "QREMOTE", "CHANNEL": "CHANNEL", "CHL": "CHANNEL",
             "CHSTATUS": "CHSTATUS", "CHS": "CHSTATUS", "LISTENER": "LISTENER",
-            "LSTR": "LISTENER"}
+            "LSTR": "LISTENER",
+            # publish/subscribe (admin/pubsub_commands.py)
+            "TOPIC": "TOPIC", "SUB": "SUB", "SBSTATUS": "SBSTATUS", "TPSTATUS": "TPSTATUS",
+            "PUBSUB": "PUBSUB", "TOPICSTR": "TOPICSTR"}
 
 QLOCAL_ATTRS = tuple(QLOCAL_DEFAULTS)
 QREMOTE_ATTRS = tuple(QREMOTE_DEFAULTS)
@@ -104,6 +109,21 @@ LOG_EXTENT_ATTRS = ("EXTENT", "STATUS", "ARCHIVED", "DELETED", "ONDISK", "NEEDED
 #: DISPLAY UOW: units of work in the log (dspmqtrn lists the in-doubt ones)
 UOW_ATTRS = ("UOWID", "STATE", "OWNER", "FIRSTLSN", "LASTLSN", "UOWLOGDA", "UOWLOGTI",
              "CHKPTS")
+
+#: publish/subscribe: TOPIC objects, subscriptions and their status (MQ's names)
+TOPIC_ATTRS = tuple(TOPIC_DEFAULTS)
+DISPLAY_TOPIC_ATTRS = ("TOPIC", "TYPE") + TOPIC_ATTRS
+SUB_ATTRS = ("TOPICSTR", "TOPICOBJ", "DEST", "DESTCLAS", "SELECTOR", "EXPIRY")
+DISPLAY_SUB_ATTRS = ("SUB", "SUBID") + SUB_ATTRS + ("DURABLE", "SUBTYPE", "SUBUSER", "CRDATE",
+                                                   "CRTIME", "ALTDATE", "ALTTIME")
+SBSTATUS_ATTRS = ("SUB", "SUBID", "DURABLE", "SUBTYPE", "TOPICSTR", "DEST", "LMSGDATE",
+                  "LMSGTIME", "NUMMSGS", "ACTCONN")
+TPSTATUS_TOPIC_ATTRS = ("TOPICSTR", "TYPE", "ADMIN", "DURSUB", "PUB", "SUB", "DEFPSIST",
+                        "DEFPRTY", "RETAINED", "SUBCOUNT", "PUBCOUNT")
+TPSTATUS_SUB_ATTRS = ("TOPICSTR", "TYPE", "SUBID", "SUB", "DURABLE", "SUBTYPE", "SUBUSER",
+                      "DEST", "LMSGDATE", "LMSGTIME", "NUMMSGS")
+TPSTATUS_PUB_ATTRS = ("TOPICSTR", "TYPE", "LPUBDATE", "LPUBTIME", "NUMPUBS")
+PUBSUB_ATTRS = ("QMNAME", "TYPE", "STATUS", "SUBCOUNT", "TPCOUNT", "RETCOUNT")
 
 WHERE_OPS = ("EQ", "NE", "LT", "GT", "LE", "GE", "LK", "NL", "CT", "EX")
 
@@ -179,6 +199,22 @@ SPECS: dict[tuple[str, str], Spec] = {
                                   DISPLAY_LISTENER_ATTRS + ("ALL",)),
     ("START", "LISTENER"): Spec("required"),
     ("STOP", "LISTENER"): Spec("required"),
+    ("DEFINE", "TOPIC"): Spec("required", TOPIC_ATTRS, ("REPLACE", "NOREPLACE"),
+                              exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("ALTER", "TOPIC"): Spec("required", TOPIC_ATTRS),
+    ("DELETE", "TOPIC"): Spec("required"),
+    ("DISPLAY", "TOPIC"): Spec("required", _DISPLAY_COMMON, DISPLAY_TOPIC_ATTRS + ("ALL",)),
+    ("DEFINE", "SUB"): Spec("required", SUB_ATTRS, ("REPLACE", "NOREPLACE"),
+                            exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("ALTER", "SUB"): Spec("required", ("DEST", "SELECTOR", "EXPIRY")),
+    ("DELETE", "SUB"): Spec("required"),
+    ("DISPLAY", "SUB"): Spec("required", _DISPLAY_COMMON, DISPLAY_SUB_ATTRS + ("ALL",)),
+    ("DISPLAY", "SBSTATUS"): Spec("required", _DISPLAY_COMMON, SBSTATUS_ATTRS + ("ALL",)),
+    ("DISPLAY", "TPSTATUS"): Spec("required", _DISPLAY_COMMON + ("TYPE",),
+                                  tuple(dict.fromkeys(TPSTATUS_TOPIC_ATTRS + TPSTATUS_SUB_ATTRS
+                                                      + TPSTATUS_PUB_ATTRS)) + ("ALL",)),
+    ("DISPLAY", "PUBSUB"): Spec("", ("TYPE",), PUBSUB_ATTRS + ("ALL",)),
+    ("CLEAR", "TOPICSTR"): Spec("required", ("CLRTYPE", "SCOPE")),
 }
 #: object types each verb takes, in the order error messages list them
 VERB_OBJTYPES: dict[str, tuple[str, ...]] = {}
@@ -576,6 +612,28 @@ def where_matches(where: tuple | None, attrs: dict) -> bool:
 
 
 # -- output --------------------------------------------------------------------------------
+
+def mq_date(ns: int) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(ns / 1e9)) if ns else ""
+
+
+def mq_time(ns: int) -> str:
+    """MQ writes times as hh.mm.ss."""
+    return time.strftime("%H.%M.%S", time.localtime(ns / 1e9)) if ns else ""
+
+
+def select_attrs(cmd: Command, order: tuple, always: tuple, default: tuple | None = None) -> list:
+    """Attribute names to show, in display order: ``always`` first, then ALL or the
+    requested ones (and the WHERE keyword), else ``default``."""
+    if "ALL" in cmd.flags:
+        wanted = set(order)
+    else:
+        wanted = set(cmd.requested) if cmd.requested else set(default or ())
+    if cmd.where:
+        wanted.add(cmd.where[0])
+    wanted |= set(always)
+    return [a for a in order if a in wanted]
+
 
 COLUMN = 40
 INDENT = "   "

@@ -28,9 +28,11 @@ from .objects import (
     QMGR_DEFAULTS,
     QMGR_OBJECT,
     QREMOTE_DEFAULTS,
+    TOPIC_DEFAULTS,
     channel_key,
     check_name,
     listener_key,
+    topic_key,
     validate,
 )
 from .queue import LocalQueue
@@ -201,7 +203,9 @@ class Definitions:
 
     DEFINITION_TYPES = {"QREMOTE": (QREMOTE_DEFAULTS, lambda n: n),
                         "CHANNEL": (CHANNEL_DEFAULTS, channel_key),
-                        "LISTENER": (LISTENER_DEFAULTS, listener_key)}
+                        "LISTENER": (LISTENER_DEFAULTS, listener_key),
+                        # topic objects (pubsub/ runs the tree they attach to)
+                        "TOPIC": (TOPIC_DEFAULTS, topic_key)}
 
     def definition(self, objtype: str, name: str) -> dict:
         key = self.DEFINITION_TYPES[objtype][1](name)

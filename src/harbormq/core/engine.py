@@ -137,6 +137,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         self.log_management = LogManagement(self)
         #: the channel initiator, once the server process has started it
         self.channels: ChannelCommands | None = None
+        #: the publish/subscribe service (pubsub/), once started after restart
+        self.pubsub = None
         self._init_definitions()
         self._init_checkpoints()
         self._init_log_space()

@@ -25,6 +25,11 @@ DEAD_LETTER_QUEUE = "SYSTEM.DEAD.LETTER.QUEUE"
 #: the channels' synchronisation data: one message per channel and side,
 #: replaced under each batch's unit of work (MQ's SYSTEM.CHANNEL.SYNCQ)
 CHANNEL_SYNCQ = "SYSTEM.CHANNEL.SYNCQ"
+#: publish/subscribe (pubsub/): durable and administrative subscriptions, and
+#: retained publications, each a message on its status queue (MQ's names)
+DURABLE_SUBSCRIBER_QUEUE = "SYSTEM.DURABLE.SUBSCRIBER.QUEUE"
+RETAINED_PUB_QUEUE = "SYSTEM.RETAINED.PUB.QUEUE"
+BASE_TOPIC = "SYSTEM.BASE.TOPIC"
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._/%]{1,48}$")
 
@@ -86,6 +91,26 @@ LISTENER_DEFAULTS = {
     "CONTROL": "MANUAL",       # QMGR: started and stopped with the queue manager
 }
 
+#: TOPIC: attributes attached to a node of the topic tree; ASPARENT takes the
+#: value of the closest administrative node above (pubsub/topics.py)
+TOPIC_DEFAULTS = {
+    "TOPICSTR": "",            # the node; set at DEFINE, never altered (as in MQ)
+    "DESCR": "",
+    "DURSUB": "ASPARENT",      # durable subscriptions allowed (YES/NO)
+    "PUB": "ASPARENT",         # ENABLED/INHIBITED
+    "SUB": "ASPARENT",         # ENABLED/INHIBITED
+    "DEFPSIST": "ASPARENT",    # a publication's persistence when its publisher left it
+    "DEFPRTY": "ASPARENT",     # 0..9
+}
+#: SYSTEM.BASE.TOPIC's: the root's, where every ASPARENT ends
+BASE_TOPIC_ATTRS = {"TOPICSTR": "", "DESCR": "base topic of the topic tree",
+                    "DURSUB": "YES", "PUB": "ENABLED", "SUB": "ENABLED", "DEFPSIST": "NO",
+                    "DEFPRTY": 0}
+TOPIC_CHOICES = {"DURSUB": ("YES", "NO", "ASPARENT"),
+                 "PUB": ("ENABLED", "INHIBITED", "ASPARENT"),
+                 "SUB": ("ENABLED", "INHIBITED", "ASPARENT"),
+                 "DEFPSIST": ("YES", "NO", "ASPARENT")}
+
 QMGR_DEFAULTS = {
     "DESCR": "",
     "DEADQ": DEAD_LETTER_QUEUE,
@@ -134,6 +159,10 @@ _NAMES = ("BOQNAME", "DEADQ", "RNAME", "RQMNAME", "XMITQ")
 CONNAME_RE = re.compile(r"^([A-Za-z0-9.\-:]+)\((\d{1,5})\)$")
 
 
+def topic_key(name: str) -> str:
+    return f"TOPIC:{name}"
+
+
 def channel_key(name: str) -> str:
     return f"CHANNEL:{name}"
 
@@ -162,6 +191,8 @@ def check_name(name: str, what: str = "queue") -> str:
 
 def validate(attrs: dict, defaults: dict, what: str) -> dict:
     """Normalise attribute names and values; raise naming the bad one."""
+    if defaults is TOPIC_DEFAULTS:
+        return _validate_topic(attrs, what)
     out = {}
     for raw_key, value in attrs.items():
         key = str(raw_key).upper()
@@ -201,6 +232,31 @@ def validate(attrs: dict, defaults: dict, what: str) -> dict:
                                        "absolute directory")
         else:
             out[key] = str(value)
+    return out
+
+
+def _validate_topic(attrs: dict, what: str) -> dict:
+    """A TOPIC's attributes: each may be ASPARENT (DEFPRTY too, else 0..9)."""
+    out = {}
+    for raw_key, value in attrs.items():
+        key = str(raw_key).upper()
+        if key not in TOPIC_DEFAULTS:
+            raise InvalidAttribute(f"{what} has no attribute {raw_key!r}; known: "
+                                   f"{', '.join(sorted(TOPIC_DEFAULTS))}")
+        v = str(value)
+        if key in TOPIC_CHOICES:
+            v = v.upper()
+            if v not in TOPIC_CHOICES[key]:
+                raise InvalidAttribute(f"{key}({value}) is not valid: choose one of "
+                                       f"{', '.join(TOPIC_CHOICES[key])}")
+        elif key == "DEFPRTY" and v.upper() != "ASPARENT":
+            if not v.isdigit() or not 0 <= int(v) <= 9:
+                raise InvalidAttribute(f"DEFPRTY({value}) is not valid: 0..9 or ASPARENT")
+            out[key] = int(v)
+            continue
+        elif key == "DEFPRTY":
+            v = "ASPARENT"
+        out[key] = v
     return out
 
 

@@ -35,6 +35,7 @@ from ..errors import ConfigError, QueueManagerExists, QueueManagerNotFound, Queu
 from ..fsutil import fsync_dir, make_dirs, make_private, name_of_file, remove_tree
 from ..log.manager import RecoveryLog
 from ..log.records import RecordType, encode_json
+from ..pubsub.service import PubSub
 from ..recovery import need
 from ..recovery.restart import Progress, Restart, RestartReport
 
@@ -255,6 +256,8 @@ class RunningQueueManager:
             await core.log.force()
             if core.log.state.images_needed:     # a new log (reset-log): images first
                 await _image_everything_after_reset(core)
+            # publish/subscribe's status queues read back before any listener opens
+            await PubSub.start(core)
         except BaseException:
             core.log.close()
             core.close_stores()

@@ -66,6 +66,9 @@ class QueueManagerServer:
         self.stop_mode = loop.create_future()
         self.running = await RunningQueueManager.start(self.config, console=self.console,
                                                       progress=self.progress)
+        pubsub = self.running.core.pubsub
+        pubsub.security = self.security
+        await pubsub.ready()     # the status queues exist before any client comes
         self.stomp = StompService(self.running.core, self.config, self.security)
         self.channels = ChannelInitiator(self.running.core, self.security)
         try:
