@@ -36,14 +36,13 @@ import asyncio
 from dataclasses import dataclass
 
 from ..errors import QueueManagerStopping, UnknownObject
+from ..pubsub.status import RETAINED_PROPERTY, TOPIC_PROPERTY
 from .frames import Frame, escape
 from .transport import ProtocolError
 
 TOPIC_PREFIX = "/topic/"
-#: message properties of a publication (MQ's names, set by pubsub/), sent as
-#: the MESSAGE's destination and retained headers instead
-TOPIC_PROPERTY = "MQTopicString"
-RETAINED_PROPERTY = "MQIsRetained"
+#: a publication's message properties (set by pubsub/), sent as the MESSAGE's
+#: destination and retained headers instead
 PUBLICATION_PROPERTIES = frozenset({TOPIC_PROPERTY, RETAINED_PROPERTY})
 #: SUBSCRIBE / UNSUBSCRIBE headers of the two durable conventions
 DURABLE_HEADERS = ("durable", "persistent")          # RabbitMQ's (alias)
@@ -102,9 +101,12 @@ class TopicsMixin:
         self.client_id = ""
         #: STOMP subscription id -> its pub/sub subscription
         self.topic_subscriptions: dict[str, TopicSubscription] = {}
+        #: (frame, result) of a SUBSCRIBE's or UNSUBSCRIBE's asynchronous step,
+        #: for the frame's second dispatch (transport.py dispatches it again)
+        self._topic_step: tuple[Frame, object] | None = None
 
     def _pubsub(self):
-        pubsub = getattr(self.core, "pubsub", None)
+        pubsub = self.core.pubsub
         if pubsub is None:
             raise UnknownObject(f"queue manager {self.core.name} has no publish/subscribe "
                                 "service running: /topic/ destinations are not available")
@@ -158,63 +160,88 @@ class TopicsMixin:
         return None
 
     def _subscribe_topic(self, frame: Frame):
+        """First pass: check, then return the coroutine that makes the
+        subscription (the frame is dispatched again once it is done); second
+        pass: deliver from its queue."""
         pubsub = self._pubsub()
         sub_id, ack = self._new_subscription(frame)
+        made = self._step_result(frame)
+        if made is not None:
+            self.topic_subscriptions[sub_id] = TopicSubscription(made.name, made.durable)
+            self._open_subscription(frame, sub_id, ack, made.dest, "", topic=True)
+            return None
         topic = self._topic_string(frame)
         name = self._durable_name(frame, frame.headers.get("id"))
         if name is not None:
-            holder = self.service.durable_in_use.get(name)
-            if holder is not None:
-                raise SubscriptionInUse(f"durable subscription {name} is being consumed by "
-                                        f"another subscriber (MQRC 2429 SUBSCRIPTION_IN_USE)")
-            # taken now: a second SUBSCRIBE under the name while this one awaits is refused
-            self.service.durable_in_use[name] = self
-        return self._await_subscription(frame, pubsub, sub_id, ack, topic, name)
+            self._claim_durable(name)
+        return self._make_subscription(frame, pubsub, topic, name)
 
-    async def _await_subscription(self, frame: Frame, pubsub, sub_id: str, ack: str,
-                                  topic: str, name: str | None) -> None:
+    def _claim_durable(self, name: str) -> None:
+        """One subscriber at a time per durable subscription, as MQ's
+        exclusive opens of it (MQRC 2429)."""
+        holder = self.service.durable_in_use.get(name)
+        if holder is not None:
+            raise SubscriptionInUse(f"durable subscription {name} is being consumed by "
+                                    "another subscriber (MQRC 2429 SUBSCRIPTION_IN_USE)")
+        # taken now: another SUBSCRIBE under the name while this one awaits is refused
+        self.service.durable_in_use[name] = self
+
+    async def _make_subscription(self, frame: Frame, pubsub, topic: str,
+                                 name: str | None) -> None:
         durable = name is not None
         try:
             sub = await pubsub.subscribe(topic, name=name, durable=durable,
                                          user=self._principal, owner=self._owner)
         except BaseException:
-            if durable and self.service.durable_in_use.get(name) is self:
-                del self.service.durable_in_use[name]
+            if durable:
+                self._release_durable(name)
             raise
         if self._closing:
             # the connection ended while the subscription was being made
             self._release_topic_subscription(TopicSubscription(sub.name, durable))
             return
-        self.topic_subscriptions[sub_id] = TopicSubscription(sub.name, durable)
-        self._open_subscription(frame, sub_id, ack, sub.dest, "", topic=True)
+        self._topic_step = (frame, sub)
+
+    def _step_result(self, frame: Frame):
+        """What the asynchronous step of ``frame`` left (None: it has not run)."""
+        step = self._topic_step
+        if step is not None and step[0] is frame:
+            self._topic_step = None
+            return step[1]
+        return None
 
     # -- unsubscribe ------------------------------------------------------------------
 
     def _is_topic_unsubscribe(self, frame: Frame) -> bool:
         h = frame.headers
         return (h.get("id") in self.topic_subscriptions or ACTIVEMQ_NAME in h or
-                any(k in h for k in DURABLE_HEADERS))
+                any(k in h for k in DURABLE_HEADERS) or self._topic_step is not None)
 
     def _unsubscribe_topic(self, frame: Frame):
+        if self._step_result(frame) is not None:
+            self._receipt(frame, None)      # the deletion is done
+            return None
         sub_id = frame.headers.get("id")
         if sub_id is None and self.version != "1.0":
             self._required(frame, "id")
-        active = self.topic_subscriptions.pop(sub_id, None)
         delete = self._durable_name(frame, sub_id)
+        active = self.topic_subscriptions.get(sub_id)
         if active is not None:
+            if delete is not None and delete != active.name:
+                raise ProtocolError(f"UNSUBSCRIBE: subscription {sub_id!r} is "
+                                    f"{'durable subscription ' if active.durable else ''}"
+                                    f"{active.name}, not {delete}")
+            del self.topic_subscriptions[sub_id]
             sub = self.subscriptions.get(sub_id)
             if sub is not None:
                 self._end_subscription(sub)
             if active.durable:
                 self._release_durable(active.name)
-            if delete is not None and delete != active.name:
-                raise ProtocolError(f"UNSUBSCRIBE: subscription {sub_id!r} is durable "
-                                    f"subscription {active.name}, not {delete}")
-            if not active.durable:
+            else:
                 delete = active.name     # a non-durable subscription ends with its UNSUBSCRIBE
         elif delete is None:
             raise ProtocolError(f"UNSUBSCRIBE: no subscription {sub_id!r} on this connection")
-        elif self.service.durable_in_use.get(delete) not in (None, self):
+        elif self.service.durable_in_use.get(delete) is not None:
             raise SubscriptionInUse(f"durable subscription {delete} is being consumed by "
                                     "another subscriber (MQRC 2429 SUBSCRIPTION_IN_USE)")
         if delete is None:
@@ -223,9 +250,9 @@ class TopicsMixin:
         return self._delete_subscription(frame, delete)
 
     async def _delete_subscription(self, frame: Frame, name: str) -> None:
-        await self._backouts_done()
+        await self._backouts_done(list(self.service.backouts))
         await self._pubsub().unsubscribe(name, user=self._principal)
-        self._receipt(frame, None)
+        self._topic_step = (frame, name)
 
     # -- the connection's end ---------------------------------------------------------
 
@@ -237,10 +264,10 @@ class TopicsMixin:
         if ts.durable:
             self._release_durable(ts.name)
         else:
-            self._spawn_topic_work(self._unsubscribe_later(ts.name))
+            self._spawn_topic_work(lambda before: self._unsubscribe_later(ts.name, before))
 
-    async def _unsubscribe_later(self, name: str) -> None:
-        await self._backouts_done()
+    async def _unsubscribe_later(self, name: str, before: list) -> None:
+        await self._backouts_done(before)
         await self._pubsub().unsubscribe(name)
 
     def _end_topic_subscriptions(self) -> None:
@@ -252,21 +279,24 @@ class TopicsMixin:
             if ts.durable:
                 self._release_durable(ts.name)
         if any(not ts.durable for ts in subs.values()):
-            self._spawn_topic_work(self._end_owner())
+            self._spawn_topic_work(self._end_owner)
 
-    async def _end_owner(self) -> None:
-        await self._backouts_done()
+    async def _end_owner(self, before: list) -> None:
+        await self._backouts_done(before)
         await self._pubsub().end_owner(self._owner)
 
-    async def _backouts_done(self) -> None:
-        """The backouts of deliveries begun so far are over: a subscription's
-        queue is deleted only once no unit of work holds a message of it."""
-        pending = list(self.service.backouts)
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+    @staticmethod
+    async def _backouts_done(before: list) -> None:
+        """The backouts begun ``before`` are over: a subscription's queue is
+        deleted only once no unit of work holds a message of it."""
+        if before:
+            await asyncio.gather(*before, return_exceptions=True)
 
-    def _spawn_topic_work(self, coro) -> None:
-        task = self.loop.create_task(coro)
+    def _spawn_topic_work(self, make) -> None:
+        """Run ``make(before)`` as a task StompService.stop() awaits; ``before``
+        lists the tasks begun until now (awaited in creation order, never in
+        a circle)."""
+        task = self.loop.create_task(make(list(self.service.backouts)))
         self.service.backouts.add(task)     # StompService.stop() awaits them too
         task.add_done_callback(self._topic_work_done)
 
