@@ -12,7 +12,7 @@ with nothing lost.
 
 Every test uses topic strings and subscription names of its own, so tests
 sharing the session's server do not see each other's publications.
-Not here: crashes (tests/pubsub_stomp/), the topic tree itself (tests/pubsub/).
+Not here: SIGKILLs (test_stomp_pubsub_crash.py), the topic tree itself (tests/pubsub/).
 """
 
 from __future__ import annotations
@@ -313,6 +313,9 @@ def test_bad_input_gets_an_error_naming_it_and_loses_nothing(server, conns):
         ("SUBSCRIBE", {"destination": "/topic/ps11/a", "id": "x",
                        "activemq.subscriptionName": ""}, ["2440"]),
         ("UNSUBSCRIBE", {"id": "never-made", "durable": "true"}, ["2428", "never-made"]),
+        # a selector belongs to the subscription: pub/sub has none yet
+        ("SUBSCRIBE", {"destination": "/topic/ps11/a", "id": "x",
+                       "selector": "JMSCorrelationID = 'c'"}, ["2459", "SELECTOR"]),
     ]
     for command, headers, fragments in cases:
         c = conns.raw(server.port)

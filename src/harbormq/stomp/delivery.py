@@ -121,7 +121,8 @@ class DeliveryMixin:
         ``destination``: the MESSAGE frames' destination header line, or "" when
         each message names its own (``topic``: a topic subscription's queue)."""
         prefetch = self._prefetch(frame)
-        match = self._selector(frame.headers.get("selector"))
+        # a topic subscription's selector is the subscription's own (pubsub/)
+        match = None if topic else self._selector(frame.headers.get("selector"))
         q = self.core.queue(queue)
         sub = Subscription(sub_id, queue, ack, prefetch, match, topic=topic)
         sub.frame_prefix = (f"MESSAGE\nsubscription:{escape(sub_id, self.version)}\n"

@@ -191,6 +191,7 @@ class TopicsMixin:
         durable = name is not None
         try:
             sub = await pubsub.subscribe(topic, name=name, durable=durable,
+                                         selector=frame.headers.get("selector", ""),
                                          user=self._principal, owner=self._owner)
         except BaseException:
             if durable:
