@@ -94,3 +94,42 @@ def test_a_backup_restored_elsewhere_keeps_subscriptions_and_retained(make_qm, h
         assert ps.retained()["t/x"].body == b"one"
         assert ps.topics.resolve("t/x", "DEFPSIST") == "YES"
         assert qm._call(ps.publish("t/y", Message(b"two", persistent=True))) == 1
+
+
+def test_dump_config_writes_topics_and_subscriptions_back_as_mqsc(make_qm, home):
+    from harbormq.admin.commands import run_mqsc
+    from harbormq.config import QMConfig
+    from harbormq.pubsub.status import subscription_attrs
+    from harbormq.security import Security
+    from harbormq.unload.definitions import dump_config
+
+    make_qm()
+    with QueueManager.open("QM1", home=home) as qm:
+        ps = qm.core.pubsub
+        qm.define_queue("PROV.Q", DEFPSIST="YES")
+        qm._call(ps.define_topic("SPORT", {"TOPICSTR": "sport", "DEFPRTY": 4,
+                                           "DESCR": "it's sport"}))
+        qm._call(ps.subscribe("sport/#", name="MANAGED.ONE", durable=True))
+        qm._call(ps.subscribe("sport/+/x", name="it's provided", durable=True,
+                              dest="PROV.Q"))
+        qm._call(ps.subscribe("sport/gone", name="GONE", durable=True))
+        qm._call(ps.unsubscribe("GONE"))
+        qm._call(ps.subscribe("sport/np", owner="conn"))       # non-durable: not dumped
+    script = dump_config(QMConfig.load("QM1", home), subscription=subscription_attrs)
+    assert "DEFINE TOPIC('SPORT') DEFPRTY(4) " in script
+    assert "DESCR('it''s sport')" in script and "TOPICSTR('sport') REPLACE" in script
+    assert "DEFINE SUB('MANAGED.ONE') TOPICSTR('sport/#') REPLACE" in script
+    assert ("DEFINE SUB('it''s provided') TOPICSTR('sport/+/x') DEST('PROV.Q') "
+            "DESTCLAS('PROVIDED') REPLACE") in script
+    assert "GONE" not in script and "SYSTEM.MANAGED." not in script
+    assert script.index("DEFINE QLOCAL('PROV.Q')") < script.index("DEFINE SUB(")
+    # replayed into an empty queue manager, it gives the same topics and subscriptions
+    make_qm("QM2")
+    with QueueManager.open("QM2", home=home) as qm:
+        r = qm._call(run_mqsc(qm.core, script, security=Security.for_config(qm.config)))
+        assert r["errors"] == 0, r["output"]
+        ps = qm.core.pubsub
+        assert sorted(ps.subs) == ["MANAGED.ONE", "it's provided"]
+        assert ps.subs["it's provided"].dest == "PROV.Q"
+        assert ps.subs["MANAGED.ONE"].dest.startswith("SYSTEM.MANAGED.DURABLE.")
+        assert ps.topics.resolve("sport/a", "DEFPRTY") == 4

@@ -26,7 +26,7 @@ def tree_of(*patterns: str) -> TopicTree:
 
 
 def matched(tree: TopicTree, topic: str) -> list[str]:
-    return sorted(tree.match(topic.split("/")))
+    return sorted(tree.match(topic))
 
 
 @pytest.mark.parametrize("pattern, topic, expected", [
@@ -61,23 +61,39 @@ def test_a_publication_finds_every_matching_subscription_once():
 def test_non_matching_subscriptions_are_never_visited():
     """The walk follows the publication's levels only: 50,000 subscriptions
     elsewhere in the tree change neither the result nor the nodes walked."""
-    tree = tree_of("news/sport", "news/#")
+    tree = tree_of("news/sport", "news/#", "news/+/x")
     before = matched(tree, "news/sport")
     walked = tree.walked
     for i in range(50_000):
-        tree.add(f"other/{i}/x", f"o{i}")
+        tree.add(f"other/{i}/+", f"o{i}")
         tree.add(f"news/{i}", f"n{i}")
+        tree.add(f"news/{i}/#", f"w{i}")
     assert matched(tree, "news/sport") == before == ["news/#", "news/sport"]
     assert tree.walked == walked
-    assert tree.count == 100_002
+    assert tree.count == 150_003
+
+
+def test_several_items_on_one_string_and_their_removal():
+    tree = TopicTree()
+    tree.add("a/b", "k1", 1)
+    tree.add("a/b", "k1", 11)          # the same key again replaces it
+    assert tree.match("a/b") == [11] and tree.count == 1
+    tree.add("a/b", "k2", 2)
+    assert sorted(tree.match("a/b")) == [2, 11] and tree.count == 2
+    tree.remove("a/b", "k1")
+    tree.remove("a/b", "nope")
+    assert tree.match("a/b") == [2] and tree.count == 1
+    tree.remove("a/b", "k2")
+    assert tree.exact == {} and tree.count == 0
 
 
 def test_removing_a_subscription_prunes_its_empty_nodes():
-    tree = tree_of("a/b/c", "a/b")
-    tree.remove("a/b/c", "a/b/c")
-    assert "c" not in tree.root.children["a"].children["b"].children
+    tree = tree_of("a/+/c", "a/+", "a/b")
+    tree.remove("a/+/c", "a/+/c")
+    assert "c" not in tree.root.children["a"].children["+"].children
+    tree.remove("a/+", "a/+")
     tree.remove("a/b", "a/b")
-    assert tree.root.children == {} and tree.count == 0
+    assert tree.root.children == {} and tree.exact == {} and tree.count == 0
     tree.remove("x/y", "x/y")      # absent: nothing happens
     assert tree.count == 0
 

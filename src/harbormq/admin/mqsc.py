@@ -206,7 +206,7 @@ SPECS: dict[tuple[str, str], Spec] = {
     ("DISPLAY", "TOPIC"): Spec("required", _DISPLAY_COMMON, DISPLAY_TOPIC_ATTRS + ("ALL",)),
     ("DEFINE", "SUB"): Spec("required", SUB_ATTRS, ("REPLACE", "NOREPLACE"),
                             exclusive=(("REPLACE", "NOREPLACE"),)),
-    ("ALTER", "SUB"): Spec("required", ("DEST", "SELECTOR", "EXPIRY")),
+    ("ALTER", "SUB"): Spec("required", SUB_ATTRS),
     ("DELETE", "SUB"): Spec("required"),
     ("DISPLAY", "SUB"): Spec("required", _DISPLAY_COMMON, DISPLAY_SUB_ATTRS + ("ALL",)),
     ("DISPLAY", "SBSTATUS"): Spec("required", _DISPLAY_COMMON, SBSTATUS_ATTRS + ("ALL",)),

@@ -149,7 +149,7 @@ class PubSubCommands:
         expiry = "UNLIMITED"
         if s.expires_ns:
             expiry = max(0, (s.expires_ns - time.time_ns()) // 100_000_000)
-        return {"SUB": s.name, "SUBID": s.sub_id.hex().upper(), "TOPICSTR": s.topic,
+        return {"SUB": s.name, "SUBID": s.sub_id, "TOPICSTR": s.topic,
                 "TOPICOBJ": s.topicobj, "DEST": s.dest, "DESTCLAS": s.destclass,
                 "SELECTOR": s.selector, "EXPIRY": expiry,
                 "DURABLE": "YES" if s.durable else "NO", "SUBTYPE": s.subtype,

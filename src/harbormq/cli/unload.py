@@ -68,8 +68,10 @@ def load(qm, queue, from_file):
 def dump_config_cmd(qm, at_time, to_file):
     """Every definition as an MQSC script (dmpmqcfg); 'harbormq sc' replays it."""
     from ..fsutil import atomic_write
+    from ..pubsub.status import subscription_attrs
     from ..unload.definitions import dump_config
-    text = dump_config(QMConfig.load(qm), parse_time(at_time) if at_time else None)
+    text = dump_config(QMConfig.load(qm), parse_time(at_time) if at_time else None,
+                       subscription=subscription_attrs)
     if to_file is None:
         sys.stdout.write(text)
     else:

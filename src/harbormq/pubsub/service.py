@@ -54,6 +54,7 @@ from ..core.objects import (
     BASE_TOPIC,
     BASE_TOPIC_ATTRS,
     DURABLE_SUBSCRIBER_QUEUE,
+    MANAGED_QUEUE_PREFIX,
     QLOCAL_DEFAULTS,
     RETAINED_PUB_QUEUE,
 )
@@ -79,6 +80,7 @@ from .status import (
     TOPIC_PROPERTY,
     Subscription,
     read_all,
+    read_bodies,
     retained_msg_id,
     status_message,
     subscription_msg_id,
@@ -98,8 +100,8 @@ if TYPE_CHECKING:
     from ..core.uow import UnitOfWork
     from ..security import Principal
 
-MANAGED_DURABLE = "SYSTEM.MANAGED.DURABLE."
-MANAGED_NDURABLE = "SYSTEM.MANAGED.NDURABLE."
+MANAGED_DURABLE = MANAGED_QUEUE_PREFIX + "DURABLE."
+MANAGED_NDURABLE = MANAGED_QUEUE_PREFIX + "NDURABLE."
 #: a managed queue takes its attributes from this queue when it is defined
 #: (MQ's model for durable subscriptions), else from the defaults below
 DURABLE_MODEL = "SYSTEM.DURABLE.MODEL.QUEUE"
@@ -193,14 +195,15 @@ class PubSub:
             return 0
         q = self.core.queue(DURABLE_SUBSCRIBER_QUEUE)
         n = 0
-        for msg in read_all(q):
+        decode, attach = Subscription.decode, self._attach
+        for body in read_bodies(q):
             try:
-                sub = Subscription.decode(msg.body)
-            except (ValueError, KeyError) as exc:
+                sub = decode(body)
+            except (ValueError, IndexError, UnicodeDecodeError) as exc:
                 self.core.oplog.emit("HMQ5802E", f"a message on {DURABLE_SUBSCRIBER_QUEUE} is "
                                      f"not a subscription ({exc!r}); it is left there")
                 continue
-            self._attach(sub)
+            attach(sub)
             n += 1
         return n
 
@@ -322,7 +325,7 @@ class PubSub:
         now = time.time_ns()
         kept, passed_over = [], []      # queues taking the message as it is / non-persistent
         delivered = []
-        for sub in self.tree.match(levels):
+        for sub in self.tree.match(topic, levels):
             if sub.expires_ns and sub.expires_ns <= now:
                 self._expire(sub)
                 continue
@@ -447,9 +450,10 @@ class PubSub:
         if durable and not name:
             raise SubNameError("a durable subscription needs a name (MQRC 2440 "
                                "SUB_NAME_ERROR)")
-        if name is not None and (not isinstance(name, str) or not name or len(name) > 10_240):
+        if name is not None and (not isinstance(name, str) or not name or len(name) > 10_240
+                                 or "\0" in name):
             raise SubNameError(f"subscription name {str(name)[:40]!r} is not valid: 1 to "
-                               "10240 characters (MQRC 2440 SUB_NAME_ERROR)")
+                               "10240 characters, no NUL (MQRC 2440 SUB_NAME_ERROR)")
         existing = self.subs.get(name) if name else None
         if existing is not None:
             if existing.durable == durable and existing.topic == topic:
@@ -487,7 +491,7 @@ class PubSub:
         sub = Subscription(name, topic, dest or "", destclass, durable, subtype,
                            expires_ns=time.time_ns() + expiry * 100_000_000 if expiry else 0,
                            user=user.user if user else "", owner="" if durable else owner,
-                           topicobj=topicobj or "", sub_id=os.urandom(24))
+                           topicobj=topicobj or "", sub_id=os.urandom(24).hex().upper())
         self._busy.add(name)
         try:
             if sub.managed:

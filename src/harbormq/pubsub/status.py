@@ -13,20 +13,23 @@ logged, imaged, recreated, backed up, restored, replayed by a standby and
 read by the pipeline like any other. Both have INDXTYPE(MSGID), so a
 replacement finds the old message through the index.
 
-``read_all`` reads a whole status queue back at start: keys from the queue,
-messages from its store in batches of ``READ_BATCH`` per transaction.
+``read_bodies`` reads a whole status queue back at start, straight from its
+store; ``read_all`` reads one through the queue (keys from the queue,
+messages from its store in batches of ``READ_BATCH`` per transaction).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..core.objects import DURABLE_SUBSCRIBER_QUEUE, RETAINED_PUB_QUEUE
 from ..core.queue import LocalQueue
-from ..log.records import Message
+from ..log.records import MSG_FIXED, Message
+from ..store.stores import unseal
 
 READ_BATCH = 10_000
 STATUS_QUEUE_ATTRS = {"DEFPSIST": "YES", "INDXTYPE": "MSGID", "MAXDEPTH": 999_999_999}
@@ -43,7 +46,13 @@ def retained_msg_id(topic: str) -> bytes:
     return hashlib.sha256(b"RETAINED\0" + topic.encode()).digest()[:24]
 
 
-@dataclass
+#: a status message's body: these fields joined by NUL (no topic string,
+#: name or user holds one), the first being the layout's version
+FIELDS_V1 = "S1"
+_SEP = "\0"
+
+
+@dataclass(slots=True, eq=False)
 class Subscription:
     """One subscription. ``dest`` is the queue its publications are put on
     (the managed queue's name for DESTCLAS(MANAGED)): what a consumer reads."""
@@ -61,25 +70,31 @@ class Subscription:
     #: a non-durable subscription's owner (a connection id): it ends with it
     owner: str = ""
     topicobj: str = ""
-    sub_id: bytes = b""
+    #: MQ's SUBID (48 hex digits)
+    sub_id: str = ""
     created_ns: int = field(default_factory=time.time_ns)
     altered_ns: int = 0
     #: run time only (DISPLAY SBSTATUS): publications delivered, the last one's time
-    delivered: int = field(default=0, compare=False)
-    last_ns: int = field(default=0, compare=False)
+    delivered: int = 0
+    last_ns: int = 0
 
     def encode(self) -> bytes:
-        return json.dumps({"n": self.name, "t": self.topic, "d": self.dest,
-                           "c": self.destclass, "y": self.subtype, "s": self.selector,
-                           "e": self.expires_ns, "u": self.user, "o": self.topicobj,
-                           "i": self.sub_id.hex(), "ct": self.created_ns,
-                           "at": self.altered_ns}, separators=(",", ":")).encode()
+        return _SEP.join((FIELDS_V1, self.name, self.topic, self.dest, self.destclass,
+                          self.subtype, self.selector, str(self.expires_ns), self.user,
+                          self.topicobj, self.sub_id, str(self.created_ns),
+                          str(self.altered_ns))).encode()
 
     @classmethod
     def decode(cls, body: bytes) -> "Subscription":
-        r = json.loads(body)
-        return cls(r["n"], r["t"], r["d"], r["c"], True, r["y"], r["s"], r["e"], r["u"], "",
-                   r["o"], bytes.fromhex(r["i"]), r["ct"], r["at"])
+        f = body.decode().split(_SEP)
+        if f[0] != FIELDS_V1 or len(f) != 13:
+            raise ValueError(f"not a subscription of layout {FIELDS_V1}: {body[:40]!r}")
+        # (a million of these are read at a start: the few distinct values of
+        # dest, destclass and subtype are shared, and "0" needs no int())
+        intern = sys.intern
+        return cls(f[1], f[2], intern(f[3]), intern(f[4]), True, intern(f[5]), f[6],
+                   int(f[7]) if f[7] != "0" else 0, f[8], "", f[9], f[10], int(f[11]),
+                   int(f[12]) if f[12] != "0" else 0)
 
     @property
     def managed(self) -> bool:
@@ -115,4 +130,38 @@ def read_all(q: LocalQueue) -> list[Message]:
     return out
 
 
+def read_bodies(q: LocalQueue) -> Iterator[bytes]:
+    """The body of every committed message of ``q``, in no particular order:
+    at start (every store flushed by restart) straight from the store in one
+    read transaction, each value's seal checked and its body sliced out of
+    the message's layout (``MSG_FIXED``) without decoding the rest; else
+    through ``read_all``."""
+    store = q.store
+    if q.dirty or q.flushing or q.store_hidden:
+        yield from (m.body for m in read_all(q))
+        return
+    fixed, size = MSG_FIXED.unpack_from, MSG_FIXED.size
+    with store.pinned() as env, env.begin(db=store.db("msgs"), buffers=True) as txn:
+        for key, value in txn.cursor():
+            raw = unseal(key, value, store.path)
+            *_, lmid, lcid, lrep, lfmt, lprops, lbody = fixed(raw, 0)
+            start = size + lmid + lcid + lrep + lfmt + lprops
+            yield raw[start:start + lbody]
+
+
 STATUS_QUEUES = (DURABLE_SUBSCRIBER_QUEUE, RETAINED_PUB_QUEUE)
+
+
+
+def subscription_attrs(body: bytes) -> tuple[str, dict]:
+    """A status message as the name and MQSC attributes that define its
+    subscription again (``harbormq dump-config``)."""
+    sub = Subscription.decode(body)
+    attrs = {"TOPICSTR": sub.topic}
+    if not sub.managed:
+        attrs.update(DEST=sub.dest, DESTCLAS="PROVIDED")
+    if sub.selector:
+        attrs["SELECTOR"] = sub.selector
+    if sub.expires_ns:
+        attrs["EXPIRY"] = max(1, (sub.expires_ns - time.time_ns()) // 100_000_000)
+    return sub.name, attrs

@@ -10,36 +10,45 @@ definitions as they were at a past time, from the log alone: the log must
 then reach back to the queue manager's creation (a linear log kept whole, or
 its extents recalled from the archive).
 
-The script holds, in order: every local queue, remote queue, listener and
-channel as DEFINE ... REPLACE (system queues too: REPLACE makes them equal);
-ALTER QMGR (after the queues: its DEADQ names one); every authority record
-as SET AUTHREC. Names and strings are
+The script holds, in order: every local queue, remote queue, listener,
+channel and topic as DEFINE ... REPLACE (system queues too: REPLACE makes
+them equal); the durable subscriptions as DEFINE SUB, when the caller gives
+``subscription`` (publish/subscribe's reading of a message of its status
+queue, whose committed messages ``queue_messages`` reads the same way,
+without the queue manager); ALTER QMGR (after the queues: its DEADQ names one); every
+authority record as SET AUTHREC. Names and strings are
 quoted (an unquoted MQSC name is folded to upper case).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ..config import QMConfig
 from ..core.objects import (
     CHANNEL_DEFAULTS,
+    DURABLE_SUBSCRIBER_QUEUE,
     LISTENER_DEFAULTS,
+    MANAGED_QUEUE_PREFIX,
     QLOCAL_DEFAULTS,
     QMGR_DEFAULTS,
     QMGR_OBJECT,
     QREMOTE_DEFAULTS,
+    TOPIC_DEFAULTS,
 )
 from ..errors import HarbormqError, LogMissing
 from ..log.manager import RecoveryLog
-from ..log.records import RecordType, decode_json
+from ..log.records import LogRecord, Message, RecordType, decode_json
+from ..log.replay import CommitRule, PendingOp
 from ..security import AuthorityStore
-from ..store.stores import CatalogStore
+from ..store.stores import CatalogStore, QueueStore
 
 #: the order definitions come in (a channel's transmission queue before it)
-_ORDER = {"QLOCAL": 0, "QREMOTE": 1, "LISTENER": 2, "CHANNEL": 3}
+_ORDER = {"QLOCAL": 0, "QREMOTE": 1, "LISTENER": 2, "CHANNEL": 3, "TOPIC": 4}
 _DEFAULTS = {"QLOCAL": QLOCAL_DEFAULTS, "QREMOTE": QREMOTE_DEFAULTS,
-             "LISTENER": LISTENER_DEFAULTS, "CHANNEL": CHANNEL_DEFAULTS}
+             "LISTENER": LISTENER_DEFAULTS, "CHANNEL": CHANNEL_DEFAULTS,
+             "TOPIC": TOPIC_DEFAULTS}
 
 
 class DumpError(HarbormqError):
@@ -106,16 +115,92 @@ def _apply_records(objects: dict, log: RecoveryLog, from_lsn: int,
     return objects
 
 
-def dump_config(config: QMConfig, at_ns: int | None = None) -> str:
+class _QueueContents:
+    """The commit rule's effects on one queue, kept as a dict of messages."""
+
+    def __init__(self, name: str, object_id: int, from_lsn: int, msgs: dict[bytes, Message]):
+        self.name, self.object_id, self.from_lsn, self.msgs = name, object_id, from_lsn, msgs
+
+    def target(self, rec: LogRecord):
+        return self if rec.object_name == self.name and rec.object_id == self.object_id \
+            else None
+
+    def due(self, target, lsn: int) -> bool:
+        return lsn >= self.from_lsn
+
+    def seen_put(self, target, msg: Message) -> None:
+        pass
+
+    def opened(self, op: PendingOp, rec: LogRecord) -> bool:
+        return True
+
+    def closed(self, op: PendingOp, applied: bool) -> None:
+        pass
+
+    def put(self, target, msg: Message, lsn: int) -> None:
+        self.msgs[msg.key] = msg
+
+    def delete(self, target, key: bytes, lsn: int, op: PendingOp | None) -> None:
+        self.msgs.pop(key, None)
+
+    def backed_out(self, op: PendingOp, backout_count: int, lsn: int) -> None:
+        pass
+
+
+def queue_messages(config: QMConfig, objects: dict[str, dict], name: str,
+                   at_ns: int | None = None) -> list[Message]:
+    """The committed messages of local queue ``name`` (as of ``at_ns``), read
+    without the queue manager: its store, then the log after the store's
+    recovery LSN through the commit rule (at a past time: the log alone,
+    from the queue's creation)."""
+    d = objects.get(name)
+    if d is None or d["type"] != "QLOCAL":
+        return []
+    msgs: dict[bytes, Message] = {}
+    from_lsn = d.get("create_lsn", 0)
+    if at_ns is None:
+        store = QueueStore(config.queue_dir(name))
+        try:
+            from_lsn = store.recovery_lsn
+            for key in store.iter_keys():
+                msg = store.get(key)
+                if msg is not None:
+                    msgs[key] = msg
+        finally:
+            store.close()
+    rule = CommitRule(_QueueContents(name, d["object_id"], from_lsn, msgs))
+    log = RecoveryLog(config.log_dir, config.name, config.log_dual_dir)
+    log.open(repair=False)
+    try:
+        for rec in log.read_from(from_lsn):
+            if at_ns is not None and rec.timestamp_ns > at_ns:
+                break
+            rule.feed(rec)
+    except LogMissing as exc:
+        raise DumpError(f"queue {name} cannot be read up to date: {exc.message}") from None
+    return [msgs[k] for k in sorted(msgs)]
+
+
+def dump_config(config: QMConfig, at_ns: int | None = None, *,
+                subscription: Callable[[bytes], tuple[str, dict]] | None = None) -> str:
+    """``subscription``: a status message of SYSTEM.DURABLE.SUBSCRIBER.QUEUE as
+    the name and attributes of its DEFINE SUB (``pubsub/status.py``)."""
     objects = definitions(config, at_ns)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((at_ns or time.time_ns()) / 1e9))
     lines = [f"* harbormq dump-config of queue manager {config.name}, definitions as of {when}",
              "* replay with: harbormq sc QM < this file"]
-    for d in sorted((d for d in objects.values() if d["type"] in _ORDER),
+    # a subscription's managed queue comes with its DEFINE SUB, not on its own
+    for d in sorted((d for d in objects.values() if d["type"] in _ORDER and not (
+            d["type"] == "QLOCAL" and d["name"].startswith(MANAGED_QUEUE_PREFIX))),
                     key=lambda d: (_ORDER[d["type"]], d["name"])):
         known = _DEFAULTS[d["type"]]
         attrs = " ".join(f"{k}({quote(v)})" for k, v in d["attrs"].items() if k in known)
         lines.append(f"DEFINE {d['type']}({quote(d['name'])}) {attrs} REPLACE")
+    if subscription is not None:
+        for m in queue_messages(config, objects, DURABLE_SUBSCRIBER_QUEUE, at_ns):
+            name, attrs = subscription(m.body)
+            lines.append(f"DEFINE SUB({quote(name)}) " + " ".join(
+                f"{k}({quote(v)})" for k, v in attrs.items()) + " REPLACE")
     # after the queues: DEADQ must name a queue that is already defined
     qmgr = objects.get(QMGR_OBJECT)
     if qmgr is not None:
