@@ -18,9 +18,10 @@ came (``LocalQueue.producers``). A persistent SEND is held the same way while
 the circular log has no spare extent, until a checkpoint frees one
 (``core/log_space.py``).
 
-The connection is three parts: ``transport.py`` (bytes and frames, order,
+The connection is four parts: ``transport.py`` (bytes and frames, order,
 held frames, backpressure, heart-beats), ``delivery.py`` (subscriptions,
-deliveries, ACK and NACK) and this module, the session: CONNECT and
+deliveries, ACK and NACK), ``topics.py`` (SEND, SUBSCRIBE and UNSUBSCRIBE on
+``/topic/``: publish/subscribe) and this module, the session: CONNECT and
 authentication, SEND, transactions, DISCONNECT, and what a lost connection
 leaves to back out. While the client is not reading, the server stops reading
 from it too, so a slow consumer or a flood of sends cannot make the server's

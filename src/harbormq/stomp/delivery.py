@@ -11,6 +11,10 @@ as one of the transaction's records), or, from a queue with HARDENBO(YES),
 when it is delivered: only then does a crash count the backout. At most
 ``prefetch-count`` deliveries of a subscription await acknowledgement; with
 ``ack:auto`` the transport's write buffer is the window.
+
+A subscription to a ``/topic/`` destination is made by ``topics.py`` and
+read here from its subscription's queue like any other; its MESSAGEs name
+the topic each was published to and mark a retained publication.
 """
 
 from __future__ import annotations
