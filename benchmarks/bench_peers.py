@@ -590,19 +590,21 @@ async def run_workload(broker: Broker, wl: str, messages: int, tag: str,
     }
 
 
-def median_of(runs: list[dict]) -> dict:
+def median_of(runs: list[dict], rates=("send_msgs_per_s", "recv_msgs_per_s"),
+              cpu_per="server_cpu_us_per_msg") -> dict:
+    """The median of each figure over the runs; ``rates`` and ``cpu_per`` name
+    the workload's own figures (the fan-out counts deliveries)."""
     def med(get):
         vals = [v for v in (get(r) for r in runs) if v is not None]
         return round(statistics.median(vals), 3) if vals else None
     return {
-        "send_msgs_per_s": med(lambda r: r["send_msgs_per_s"]),
-        "recv_msgs_per_s": med(lambda r: r["recv_msgs_per_s"]),
+        **{key: med(lambda r, key=key: r[key]) for key in rates},
         "receipt_p50_ms": med(lambda r: r["receipt_latency_ms"].get("p50")),
         "receipt_p99_ms": med(lambda r: r["receipt_latency_ms"].get("p99")),
         "e2e_p50_ms": med(lambda r: r["e2e_latency_ms"].get("p50")),
         "e2e_p99_ms": med(lambda r: r["e2e_latency_ms"].get("p99")),
         "server_cpu_util": med(lambda r: r["server_cpu_util"]),
-        "server_cpu_us_per_msg": med(lambda r: r["server_cpu_us_per_msg"]),
+        cpu_per: med(lambda r: r[cpu_per]),
         "host_busy_pct": med(lambda r: r["host_cpu"]["busy_pct"]),
         "loadavg_1m_before": med(lambda r: r["loadavg_before"][0]),
     }
@@ -711,23 +713,6 @@ async def run_fanout(broker: Broker, publications: int, tag: str) -> dict:
         "server_rss_mb": tree_rss_mb(broker.proc.pid),
         "loadavg_before": la0, "loadavg_after": loadavg(),
         "host_cpu": host_cpu_share(host0, host1),
-    }
-
-
-def fanout_median(runs: list[dict]) -> dict:
-    def med(get):
-        vals = [v for v in (get(r) for r in runs) if v is not None]
-        return round(statistics.median(vals), 3) if vals else None
-    return {
-        "deliveries_per_s": med(lambda r: r["deliveries_per_s"]),
-        "publications_per_s": med(lambda r: r["publications_per_s"]),
-        "receipt_p50_ms": med(lambda r: r["receipt_latency_ms"].get("p50")),
-        "receipt_p99_ms": med(lambda r: r["receipt_latency_ms"].get("p99")),
-        "e2e_p50_ms": med(lambda r: r["e2e_latency_ms"].get("p50")),
-        "e2e_p99_ms": med(lambda r: r["e2e_latency_ms"].get("p99")),
-        "server_cpu_util": med(lambda r: r["server_cpu_util"]),
-        "server_cpu_us_per_delivery": med(lambda r: r["server_cpu_us_per_delivery"]),
-        "host_busy_pct": med(lambda r: r["host_cpu"]["busy_pct"]),
     }
 
 
@@ -909,8 +894,9 @@ async def fanout_rounds(live: list[Broker], args, results: dict, attempt) -> Non
                      f"{r['server_cpu_util']}, host busy {r['host_cpu']['busy_pct']}%")
             runs[b.name].append(r)
     for b in live:
-        results[b.name]["workloads"][FANOUT] = {"median": fanout_median(runs[b.name]),
-                                                "runs": runs[b.name]}
+        median = median_of(runs[b.name], ("deliveries_per_s", "publications_per_s"),
+                           "server_cpu_us_per_delivery")
+        results[b.name]["workloads"][FANOUT] = {"median": median, "runs": runs[b.name]}
 
 
 async def profile(broker: Broker, wl: str, n: int, runs: list[dict], args) -> dict:

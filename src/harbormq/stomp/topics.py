@@ -36,6 +36,7 @@ import asyncio
 from dataclasses import dataclass
 
 from ..errors import QueueManagerStopping, UnknownObject
+from ..pubsub.errors import SubNameError, SubscriptionError
 from ..pubsub.status import RETAINED_PROPERTY, TOPIC_PROPERTY
 from .frames import Frame, escape
 from .transport import ProtocolError
@@ -51,13 +52,7 @@ ACTIVEMQ_NAME = "activemq.subscriptionName"          # ActiveMQ's, with CONNECT'
 _NO_NAME = "(MQRC 2440 SUB_NAME_ERROR)"
 
 
-class SubscriptionNameError(ProtocolError):
-    """A durable subscription the headers do not name (MQRC 2440)."""
-    msgid = "HMQ2440E"
-    reason = 2440
-
-
-class SubscriptionInUse(ProtocolError):
+class SubscriptionInUse(SubscriptionError):
     """A durable subscription another subscriber is consuming (MQRC 2429)."""
     msgid = "HMQ2429E"
     reason = 2429
@@ -139,21 +134,21 @@ class TopicsMixin:
 
     def _durable_name(self, frame: Frame, sub_id: str | None) -> str | None:
         """The durable subscription the headers name (None: non-durable);
-        SubscriptionNameError when they ask for one without naming it."""
+        SubNameError when they ask for one without naming it."""
         h = frame.headers
         if ACTIVEMQ_NAME in h:
             name = h[ACTIVEMQ_NAME]
             if not name:
-                raise SubscriptionNameError(f"{frame.command}: {ACTIVEMQ_NAME} is empty: a "
+                raise SubNameError(f"{frame.command}: {ACTIVEMQ_NAME} is empty: a "
                                             f"durable subscription needs a name {_NO_NAME}")
             if not self.client_id:
-                raise SubscriptionNameError(
+                raise SubNameError(
                     f"{frame.command}: a durable subscription named by {ACTIVEMQ_NAME} needs "
                     f"a client-id header on CONNECT (its name is client-id:name) {_NO_NAME}")
             return f"{self.client_id}:{name}"
         if any(_flag(frame, k) for k in DURABLE_HEADERS):
             if not sub_id:
-                raise SubscriptionNameError(
+                raise SubNameError(
                     f"{frame.command}: a durable subscription (durable:true) is named by its "
                     f"id header, and this frame has none {_NO_NAME}")
             return sub_id
@@ -215,8 +210,12 @@ class TopicsMixin:
 
     def _is_topic_unsubscribe(self, frame: Frame) -> bool:
         h = frame.headers
-        return (h.get("id") in self.topic_subscriptions or ACTIVEMQ_NAME in h or
-                any(k in h for k in DURABLE_HEADERS) or self._topic_step is not None)
+        sub_id = h.get("id")
+        if sub_id in self.topic_subscriptions or self._topic_step is not None:
+            return True
+        # a durable subscription not active here, deleted by name
+        return sub_id not in self.subscriptions and (
+            ACTIVEMQ_NAME in h or any(k in h for k in DURABLE_HEADERS))
 
     def _unsubscribe_topic(self, frame: Frame):
         if self._step_result(frame) is not None:
@@ -225,13 +224,13 @@ class TopicsMixin:
         sub_id = frame.headers.get("id")
         if sub_id is None and self.version != "1.0":
             self._required(frame, "id")
-        delete = self._durable_name(frame, sub_id)
         active = self.topic_subscriptions.get(sub_id)
+        # (a non-durable subscription ends whatever durable headers say)
+        delete = None if active and not active.durable else self._durable_name(frame, sub_id)
         if active is not None:
             if delete is not None and delete != active.name:
-                raise ProtocolError(f"UNSUBSCRIBE: subscription {sub_id!r} is "
-                                    f"{'durable subscription ' if active.durable else ''}"
-                                    f"{active.name}, not {delete}")
+                raise ProtocolError(f"UNSUBSCRIBE: subscription {sub_id!r} is durable "
+                                    f"subscription {active.name}, not {delete}")
             del self.topic_subscriptions[sub_id]
             sub = self.subscriptions.get(sub_id)
             if sub is not None:
