@@ -46,6 +46,16 @@ Workloads (prefetch 64; 100 for the transactional one):
   ACKs) and counted (``recovered``: nothing receipted may be missing;
   ``--no-drain`` skips it). ``--settle S`` waits S seconds between the kill
   and the restart, for the load of the queueing to die down.
+* ``f`` publish/subscribe fan-out: 1 publisher, each persistent 1 KiB SEND to
+  a topic waits for its RECEIPT; 10 durable subscribers, ``client-individual``
+  ACK per MESSAGE. Durable subscriptions each broker's way: harbormq and
+  RabbitMQ ``durable:true`` named by the subscription ``id`` (RabbitMQ's
+  ``/topic/`` durable queues, with ``auto-delete:false``), ActiveMQ's durable
+  topic subscribers (``client-id`` on CONNECT, ``activemq.subscriptionName``
+  on SUBSCRIBE). Fresh subscriptions and topic per run, deleted at its end
+  (UNSUBSCRIBE with the same headers). The headline is deliveries/s (first
+  SEND to the last MESSAGE of any subscriber; ``--fanout-publications`` per
+  run, 10 deliveries each).
 
 For a–d: ``--runs`` (3) measured runs after one warm-up run, each on fresh
 connections; the median of each figure. The headline is end-to-end msgs/s
@@ -58,6 +68,7 @@ Server CPU is the broker's whole process tree (utime+stime from /proc).
     .venv/bin/python benchmarks/bench_peers.py                       # all, quick sizes
     .venv/bin/python benchmarks/bench_peers.py --only harbormq --workloads a,b
     .venv/bin/python benchmarks/bench_peers.py --scale 5 --restart-messages 1000000
+    .venv/bin/python benchmarks/bench_peers.py --workloads f          # pub/sub fan-out
 
 Not part of CI (minutes, installs packages, needs root for apt-get). The
 machine's load average is recorded before and after every run; on a shared
@@ -118,6 +129,10 @@ WORKLOADS = {
           "send_msgs_per_s"),
 }
 RESTART = "e"
+#: publish/subscribe fan-out: (what, subscribers, quick publications, headline)
+FANOUT = "f"
+FANOUT_WORKLOAD = ("1 publisher, RECEIPT per persistent SEND to a topic, 10 durable "
+                   "subscribers, ACK per MESSAGE", 10, 2_000, "deliveries_per_s")
 PREFETCH = 64
 
 
@@ -206,6 +221,18 @@ class Broker:
     host = "localhost"
     connect_extra = b""
     subscribe_extra = b""
+
+    def durable_headers(self, name: bytes) -> bytes:
+        """SUBSCRIBE (and deleting UNSUBSCRIBE) headers of the durable topic
+        subscription ``name`` (its ``id`` too): RabbitMQ's convention, which
+        harbormq follows."""
+        return b"durable:true\n"
+
+    def delete_frames(self, name: bytes) -> bytes:
+        """The frames that delete the durable subscription ``name``, the last
+        with ``receipt:unsub``: one UNSUBSCRIBE carrying the durable headers."""
+        return (b"UNSUBSCRIBE\nid:" + name + b"\n" + self.durable_headers(name) +
+                b"receipt:unsub\n\n\0")
 
     def __init__(self, scratch: Path):
         self.dir = scratch / self.name
@@ -374,6 +401,10 @@ class RabbitMQ(Broker):
     host = "/"                          # RabbitMQ reads CONNECT's host as the vhost
     connect_extra = b"login:guest\npasscode:guest\n"
     subscribe_extra = b""               # prefetch-count is RabbitMQ's own header
+
+    def durable_headers(self, name: bytes) -> bytes:
+        # a durable queue per subscription, named from the id, kept across reconnects
+        return b"durable:true\nauto-delete:false\n"
     LIB = Path("/usr/lib/rabbitmq")
 
     def __init__(self, scratch: Path):
@@ -456,6 +487,16 @@ class ActiveMQ(Broker):
 </beans>
 """)
         self.subscribe_extra = b"activemq.prefetchSize:%d\n" % PREFETCH
+
+    def durable_headers(self, name: bytes) -> bytes:
+        # a durable topic subscriber: CONNECT's client-id (the consumer's name) and this
+        return b"activemq.subscriptionName:" + name + b"\n"
+
+    def delete_frames(self, name: bytes) -> bytes:
+        # ActiveMQ refuses to delete an active durable subscriber ("Durable
+        # consumer is in use"): first end the consumer, then remove it by name
+        return (b"UNSUBSCRIBE\nid:" + name + b"\n\n\0" + b"UNSUBSCRIBE\nid:" + name + b"\n" +
+                self.durable_headers(name) + b"receipt:unsub\n\n\0")
 
     def command(self):
         d = self.dir
@@ -549,21 +590,129 @@ async def run_workload(broker: Broker, wl: str, messages: int, tag: str,
     }
 
 
-def median_of(runs: list[dict]) -> dict:
+def median_of(runs: list[dict], rates=("send_msgs_per_s", "recv_msgs_per_s"),
+              cpu_per="server_cpu_us_per_msg") -> dict:
+    """The median of each figure over the runs; ``rates`` and ``cpu_per`` name
+    the workload's own figures (the fan-out counts deliveries)."""
     def med(get):
         vals = [v for v in (get(r) for r in runs) if v is not None]
         return round(statistics.median(vals), 3) if vals else None
     return {
-        "send_msgs_per_s": med(lambda r: r["send_msgs_per_s"]),
-        "recv_msgs_per_s": med(lambda r: r["recv_msgs_per_s"]),
+        **{key: med(lambda r, key=key: r[key]) for key in rates},
         "receipt_p50_ms": med(lambda r: r["receipt_latency_ms"].get("p50")),
         "receipt_p99_ms": med(lambda r: r["receipt_latency_ms"].get("p99")),
         "e2e_p50_ms": med(lambda r: r["e2e_latency_ms"].get("p50")),
         "e2e_p99_ms": med(lambda r: r["e2e_latency_ms"].get("p99")),
         "server_cpu_util": med(lambda r: r["server_cpu_util"]),
-        "server_cpu_us_per_msg": med(lambda r: r["server_cpu_us_per_msg"]),
+        cpu_per: med(lambda r: r[cpu_per]),
         "host_busy_pct": med(lambda r: r["host_cpu"]["busy_pct"]),
         "loadavg_1m_before": med(lambda r: r["loadavg_before"][0]),
+    }
+
+
+# ---------------------------------------------------------------------- pub/sub fan-out
+
+class FanOutRun(Run):
+    """A run whose every publication is delivered once to each of ``fanout``
+    subscribers: ``total`` counts deliveries, ``publications`` the SENDs."""
+
+    def __init__(self, loop, broker: Broker, publications: int, fanout: int):
+        super().__init__(loop, publications * fanout, host=broker.host,
+                         connect_extra=broker.connect_extra,
+                         subscribe_extra=broker.subscribe_extra)
+        self.publications = publications
+
+    def on_receipted(self, n: int) -> None:
+        self.receipted += n
+        self.t_last_receipt = stomp_load._now()
+        if self.receipted >= self.publications and not self.all_receipted.done():
+            self.all_receipted.set_result(None)
+
+
+class TopicSubscriber(Consumer):
+    """A durable topic subscriber: SUBSCRIBE with the broker's durable headers,
+    the subscription named by the connection's name (also its ``id`` and, on
+    CONNECT, its ``client-id``); ``delete()`` ends it for good."""
+
+    def __init__(self, run: Run, name: str, dest: str, broker: Broker, **kw):
+        super().__init__(run, name, dest, **kw)
+        self.broker = broker
+        self.durable = broker.durable_headers(name.encode())
+        self.deleted = run.loop.create_future()
+
+    def subscribe(self) -> asyncio.Future:
+        self.transport.write(b"SUBSCRIBE\nid:" + self.name.encode() + b"\ndestination:" +
+                             self.dest.encode() + b"\nack:" + self.ack.encode() +
+                             b"\nreceipt:sub\nprefetch-count:%d\n" % self.prefetch +
+                             self.durable + self.run.subscribe_extra + b"\n\0")
+        self.t_start = stomp_load._now()
+        return self.subscribed
+
+    def delete(self) -> asyncio.Future:
+        self.transport.write(self.broker.delete_frames(self.name.encode()))
+        return self.deleted
+
+    def other_receipt(self, rid) -> None:
+        if rid == b"unsub":
+            if not self.deleted.done():
+                self.deleted.set_result(None)
+            return
+        super().other_receipt(rid)
+
+
+async def run_fanout(broker: Broker, publications: int, tag: str) -> dict:
+    """One measured fan-out run on fresh connections, subscriptions and topic."""
+    what, n_subs, _quick, _head = FANOUT_WORKLOAD
+    dest = f"/topic/PEERS.F.{tag}"
+    loop = asyncio.get_running_loop()
+    run = FanOutRun(loop, broker, publications, n_subs)
+    for i in range(n_subs):
+        name = f"{tag}s{i}"
+        c = TopicSubscriber(run, name, dest, broker, ack="client-individual",
+                            prefetch=PREFETCH)
+        c.port = broker.port
+        run.consumers.append(c)
+    p = Producer(run, f"{tag}p", dest, publications, 1024, window=1)
+    p.port = broker.port
+    run.producers.append(p)
+    conns = run.consumers + run.producers
+    await asyncio.gather(*(open_conn(loop, c) for c in conns))
+    # every subscription exists before the first publication
+    await asyncio.wait_for(asyncio.gather(*(c.subscribe() for c in run.consumers)), 60)
+
+    la0 = loadavg()
+    srv0 = broker.cpu()
+    host0 = host_cpu()
+    t0 = time.perf_counter()
+    run.t0 = stomp_load._now()
+    p.start()
+    await watch(run, 60.0)
+    t1 = time.perf_counter()
+    srv1 = broker.cpu()
+    host1 = host_cpu()
+    for c in run.consumers:
+        c.flush_acks()
+    # the subscriptions go with the run: the next run starts from an empty broker
+    await asyncio.wait_for(asyncio.gather(*(c.delete() for c in run.consumers)), 60)
+    await asyncio.wait_for(asyncio.gather(*(x.disconnect() for x in conns)), 60)
+    for x in conns:
+        x.transport.close()
+    if run.error:
+        raise run.error
+    t_rcpt = (run.t_last_receipt - run.t0) / 1e9
+    t_msg = (run.t_last_message - run.t0) / 1e9
+    cpu = {k: round(srv1[k] - srv0[k], 2) for k in srv0}
+    return {
+        "publications": publications, "subscribers": n_subs, "deliveries": run.received,
+        "seconds": round(t1 - t0, 3),
+        "deliveries_per_s": round(run.received / t_msg, 1),
+        "publications_per_s": round(publications / t_rcpt, 1),
+        "receipt_latency_ms": pct(run.send_lat), "e2e_latency_ms": pct(run.e2e_lat),
+        "server_cpu_s": cpu, "server_cpu_util": round(cpu["total"] / (t1 - t0), 2),
+        "server_cpu_us_per_delivery": round(cpu["total"] / run.received * 1e6, 1),
+        "server_rss_mb": tree_rss_mb(broker.proc.pid),
+        "loadavg_before": la0, "loadavg_after": loadavg(),
+        "host_cpu": host_cpu_share(host0, host1),
     }
 
 
@@ -684,6 +833,9 @@ async def bench_all(brokers: list[Broker], args, workloads: list[str], results: 
     for wl in workloads:
         if wl == RESTART:
             continue
+        if wl == FANOUT:
+            await fanout_rounds(live, args, results, attempt)
+            continue
         what, *_rest, quick, _head = WORKLOADS[wl]
         n = int(quick * args.scale)
         warm = max(200, n // 5)
@@ -718,6 +870,33 @@ async def bench_all(brokers: list[Broker], args, workloads: list[str], results: 
                 progress(f"  accept {r['accept_s']} s, first message {r['first_message_s']} s, "
                          f"recovered {r.get('recovered')}")
                 results[b.name]["workloads"][RESTART] = r
+
+
+async def fanout_rounds(live: list[Broker], args, results: dict, attempt) -> None:
+    """The fan-out workload (f): a warm-up run, then ``--runs`` rounds, each
+    broker in turn in every round."""
+    n = int(args.fanout_publications * args.scale)
+    warm = max(100, n // 5)
+    progress(f"({FANOUT}) {FANOUT_WORKLOAD[0]}: warm-up {warm}, then {args.runs} rounds of "
+             f"{n} publications")
+    runs: dict[str, list] = {b.name: [] for b in live}
+    for b in list(live):
+        await attempt(b, run_fanout(b, warm, "w"))
+    for i in range(args.runs):
+        for b in list(live):
+            r = await attempt(b, run_fanout(b, n, f"r{i}"))
+            if r is None:
+                continue
+            progress(f"  {b.name} run {i + 1}: {r['deliveries_per_s']} deliveries/s, "
+                     f"{r['publications_per_s']} publications/s, receipt p50/p99 "
+                     f"{r['receipt_latency_ms'].get('p50')}/"
+                     f"{r['receipt_latency_ms'].get('p99')} ms, server CPU "
+                     f"{r['server_cpu_util']}, host busy {r['host_cpu']['busy_pct']}%")
+            runs[b.name].append(r)
+    for b in live:
+        median = median_of(runs[b.name], ("deliveries_per_s", "publications_per_s"),
+                           "server_cpu_us_per_delivery")
+        results[b.name]["workloads"][FANOUT] = {"median": median, "runs": runs[b.name]}
 
 
 async def profile(broker: Broker, wl: str, n: int, runs: list[dict], args) -> dict:
@@ -758,7 +937,8 @@ def summarize(results: dict, workloads: list[str]) -> dict:
                 row[key] = entry
             summary[wl] = row
             continue
-        head = WORKLOADS[wl][6]
+        what, head = (FANOUT_WORKLOAD[0], FANOUT_WORKLOAD[3]) if wl == FANOUT else \
+            (WORKLOADS[wl][0], WORKLOADS[wl][6])
         for key in (head, "receipt_p50_ms", "receipt_p99_ms", "server_cpu_util"):
             vals = {b: r["workloads"][wl]["median"][key] for b, r in results.items()
                     if wl in r.get("workloads", {})}
@@ -767,7 +947,7 @@ def summarize(results: dict, workloads: list[str]) -> dict:
             if key == head and vals.get("harbormq") and peers:
                 entry["harbormq_vs_best_peer"] = round(vals["harbormq"] / max(peers), 2)
             row[key] = entry
-        summary[wl] = {"workload": WORKLOADS[wl][0], "headline": head, **row}
+        summary[wl] = {"workload": what, "headline": head, **row}
     return summary
 
 
@@ -775,12 +955,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=",".join(BROKERS),
                     help="comma list of harbormq, rabbitmq, activemq (default: all three)")
-    ap.add_argument("--workloads", default="a,b,c,d,e", help="comma list of a, b, c, d, e")
+    ap.add_argument("--workloads", default="a,b,c,d,e,f",
+                    help="comma list of a, b, c, d, e, f")
     ap.add_argument("--runs", type=int, default=3, help="measured runs per workload (median)")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiplies the messages per run (a 5,000, b and c 40,000, d 20,000)")
     ap.add_argument("--restart-messages", type=int, default=100_000,
                     help="(e): messages queued before the kill -9 (the issue: 1,000,000)")
+    ap.add_argument("--fanout-publications", type=int, default=FANOUT_WORKLOAD[2],
+                    help="(f): publications per measured run, times --scale (each is "
+                         "delivered to the 10 subscribers)")
     ap.add_argument("--no-drain", action="store_true",
                     help="(e): do not drain and count the queue after the restart")
     ap.add_argument("--settle", type=float, default=0,
@@ -801,8 +985,8 @@ def main() -> None:
         if b not in BROKERS:
             ap.error(f"unknown broker {b!r} (one of {', '.join(BROKERS)})")
     for w in workloads:
-        if w not in WORKLOADS and w != RESTART:
-            ap.error(f"unknown workload {w!r} (a, b, c, d, e)")
+        if w not in WORKLOADS and w not in (RESTART, FANOUT):
+            ap.error(f"unknown workload {w!r} (a, b, c, d, e, f)")
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
     if not args.no_install:

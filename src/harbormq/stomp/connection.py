@@ -18,9 +18,10 @@ came (``LocalQueue.producers``). A persistent SEND is held the same way while
 the circular log has no spare extent, until a checkpoint frees one
 (``core/log_space.py``).
 
-The connection is three parts: ``transport.py`` (bytes and frames, order,
+The connection is four parts: ``transport.py`` (bytes and frames, order,
 held frames, backpressure, heart-beats), ``delivery.py`` (subscriptions,
-deliveries, ACK and NACK) and this module, the session: CONNECT and
+deliveries, ACK and NACK), ``topics.py`` (SEND, SUBSCRIBE and UNSUBSCRIBE on
+``/topic/``: publish/subscribe) and this module, the session: CONNECT and
 authentication, SEND, transactions, DISCONNECT, and what a lost connection
 leaves to back out. While the client is not reading, the server stops reading
 from it too, so a slow consumer or a flood of sends cannot make the server's
@@ -47,6 +48,7 @@ from ..log.records import Message
 from .delivery import Delivery, DeliveryMixin
 from .frames import CLIENT_COMMANDS, Frame, Limits, receipt_frame
 from .tempqueues import TempQueues
+from .topics import TOPIC_PREFIX, TopicsMixin
 from .transport import FrameTransport, ProtocolError
 
 if TYPE_CHECKING:
@@ -89,12 +91,13 @@ class HeldSend:
             self.waker.set_result(None)
 
 
-class StompConnection(DeliveryMixin, FrameTransport):
+class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
     def __init__(self, service: "StompService", listener_name: str):
         s = service.settings
         super().__init__(service.loop,
                          Limits(s.max_frame_bytes, s.max_headers, s.max_header_bytes))
         self._init_deliveries()
+        self._init_topics()
         self.service = service
         self.core = service.core
         self.settings = s
@@ -194,7 +197,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.version = version
         self.parser.version = version
         self.info.user = self.user
-        self.info.app = frame.headers.get("client-id") or frame.headers.get("host", "")
+        self.client_id = frame.headers.get("client-id", "")
+        self.info.app = self.client_id or frame.headers.get("host", "")
         self.core.connections.add(self.info)
         self._owner = f"STOMP {self.info.conn_id}"
         hb_headers = {}
@@ -282,6 +286,8 @@ class StompConnection(DeliveryMixin, FrameTransport):
     def on_send(self, frame: Frame):
         if (making := self.temp_queues.rewrite(frame, ("destination", "reply-to"))) is not None:
             return making
+        if frame.headers.get("destination", "").startswith(TOPIC_PREFIX):
+            return self._publish(frame)             # topics.py
         name = self._queue_name(frame)
         self._authorize(name, "put")
         define = self._needs_define(name)
@@ -375,6 +381,13 @@ class StompConnection(DeliveryMixin, FrameTransport):
     def _message(self, frame: Frame, queue: str) -> tuple[Message, PutTarget]:
         """The message a SEND puts, and where it goes (resolved once per SEND:
         the put itself and the flow control use the same answer)."""
+        target = self.core.output_queue(queue)
+        return self._message_from(frame, self.core.put_defaults, target.attrs), target
+
+    def _message_from(self, frame: Frame, defaults, where) -> Message:
+        """The message of a SEND's headers and body; ``defaults(where, priority,
+        persistent)`` fills in what the headers leave out (a queue's or a
+        topic's DEFPRTY and DEFPSIST)."""
         h = frame.headers
         priority = None
         if "priority" in h:
@@ -390,8 +403,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
             if value not in ("true", "false"):
                 raise ProtocolError(f"persistent {h['persistent']!r} must be true or false")
             persistent = value == "true"
-        target = self.core.output_queue(queue)
-        priority, persistent = self.core.put_defaults(target.attrs, priority, persistent)
+        priority, persistent = defaults(where, priority, persistent)
         expiry_ns = 0
         if h.get("expires", "0") not in ("", "0"):
             try:
@@ -404,7 +416,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
         return Message(body=frame.body, correl_id=h.get("correlation-id", "").encode(),
                        priority=priority, persistent=persistent, expiry_ns=expiry_ns,
                        reply_to=h.get("reply-to", ""), format=h.get("content-type", ""),
-                       properties=props), target
+                       properties=props)
 
     def _transaction(self, frame: Frame) -> Transaction:
         name = self._required(frame, "transaction")
@@ -476,6 +488,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.transactions.clear()
         for sub in list(self.subscriptions.values()):
             self._end_subscription(sub)
+        self._end_topic_subscriptions()
         for name in self._output_queues:
             self.info.close(name, "output")
         self._output_queues.clear()

@@ -17,6 +17,10 @@ queue (``LocalQueue.dispatch``), served one message at a time in turn among
 those with room, the one that made room first served first. A ``selector``
 header (SQL-92, ``core/selectors.py``) limits what a subscription takes;
 messages it does not select stay for the others.
+
+A subscription to a ``/topic/`` destination is made by ``topics.py`` and
+read here from its subscription's queue like any other; its MESSAGEs name
+the topic each was published to and mark a retained publication.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from ..core.uow import UnitOfWork
 from ..errors import HarbormqError
 from ..log.records import Message
 from .frames import Frame, escape
+from .topics import PUBLICATION_PROPERTIES, TOPIC_PREFIX, publication_headers
 from .transport import MAX_HELD, ProtocolError
 
 _SELECTOR = re.compile(r"^\s*(JMSCorrelationID|JMSMessageID)\s*=\s*'((?:[^']|'')*)'\s*$",
@@ -42,6 +47,8 @@ _MESSAGE_HEADERS = frozenset({
     "persistent", "priority", "timestamp", "expires", "correlation-id", "reply-to",
     "content-type", "content-length",
 })
+#: a publication's: its topic and retained mark travel as headers of their own
+_PUBLICATION_HEADERS = _MESSAGE_HEADERS | PUBLICATION_PROPERTIES
 
 
 @dataclass(slots=True)
@@ -69,6 +76,8 @@ class Subscription:
     q: LocalQueue | None = None
     #: "MESSAGE", then its subscription and destination headers
     frame_prefix: str = ""
+    #: a topic subscription's queue: each MESSAGE names its topic (topics.py)
+    topic: bool = False
 
     def has_room(self) -> bool:
         return self.conn._has_room(self)
@@ -100,7 +109,21 @@ class DeliveryMixin:
     def on_subscribe(self, frame: Frame):
         if (making := self.temp_queues.rewrite(frame, ("destination",))) is not None:
             return making
+        if frame.headers.get("destination", "").startswith(TOPIC_PREFIX):
+            return self._subscribe_topic(frame)     # topics.py
         name = self._queue_name(frame)
+        sub_id, ack = self._new_subscription(frame)
+        self._authorize(name, "get")
+        define = self._needs_define(name)
+        if define is not None:
+            return define
+        self._open_subscription(frame, sub_id, ack, name,
+                                f"destination:{escape('/queue/' + name, self.version)}\n")
+        return None
+
+    def _new_subscription(self, frame: Frame) -> tuple[str, str]:
+        """A SUBSCRIBE's subscription id and ack mode, checked: the id free,
+        the connection under its limit."""
         sub_id = frame.headers.get("id")
         if sub_id is None:
             if self.version != "1.0":
@@ -116,21 +139,25 @@ class DeliveryMixin:
         if ack not in ("auto", "client", "client-individual"):
             raise ProtocolError(f"ack mode {ack!r} is not one of auto, client, "
                                 "client-individual")
-        self._authorize(name, "get")
-        define = self._needs_define(name)
-        if define is not None:
-            return define
+        return sub_id, ack
+
+    def _open_subscription(self, frame: Frame, sub_id: str, ack: str, queue: str,
+                           destination: str, *, topic: bool = False) -> Subscription:
+        """Start delivering from ``queue`` (it exists) to subscription ``sub_id``;
+        ``destination``: the MESSAGE frames' destination header line, or "" when
+        each message names its own (``topic``: a topic subscription's queue)."""
         prefetch = self._prefetch(frame)
-        match = self._selector(frame.headers.get("selector"))
-        q = self.core.input_queue(name)       # an alias: its target, from now on
-        sub = Subscription(sub_id, q.name, ack, prefetch, match, self, q=q)
+        # a topic subscription's selector is the subscription's own (pubsub/)
+        match = None if topic else self._selector(frame.headers.get("selector"))
+        q = self.core.input_queue(queue)       # an alias: its target, from now on
+        sub = Subscription(sub_id, q.name, ack, prefetch, match, self, q=q, topic=topic)
         sub.frame_prefix = (f"MESSAGE\nsubscription:{escape(sub_id, self.version)}\n"
-                            f"destination:{escape('/queue/' + name, self.version)}\n")
+                            + destination)
         self.subscriptions[sub_id] = sub
         self.info.open(q.name, "input")
         self._receipt(frame, None)
         q.add_consumer(sub)
-        return None
+        return sub
 
     def _prefetch(self, frame: Frame) -> int:
         raw = frame.headers.get("prefetch-count", frame.headers.get("activemq.prefetchSize"))
@@ -169,6 +196,8 @@ class DeliveryMixin:
         return MessageMatch(correl_id=value.encode())
 
     def on_unsubscribe(self, frame: Frame):
+        if self._is_topic_unsubscribe(frame):
+            return self._unsubscribe_topic(frame)   # topics.py
         sub_id = frame.headers.get("id")
         if sub_id is None:
             if self.version != "1.0":
@@ -253,6 +282,9 @@ class DeliveryMixin:
                      f"expires:{msg.expiry_ns // 1_000_000}\n")
         version = self.version
         taken = _MESSAGE_HEADERS
+        if sub.topic:
+            parts += publication_headers(msg, version)
+            taken = _PUBLICATION_HEADERS
         if msg.correl_id:
             value = msg.correl_id.decode("utf-8", "backslashreplace")
             parts += ("correlation-id:", escape(value, version), "\n")

@@ -34,6 +34,8 @@ class StompService:
         self.bound: list[dict] = []
         #: backouts of closed connections' units of work, awaited by stop()
         self.backouts: set[asyncio.Task] = set()
+        #: durable subscription name -> the connection consuming it (topics.py)
+        self.durable_in_use: dict[str, StompConnection] = {}
 
     def check_listeners(self) -> None:
         """Refuse a configuration that would accept anonymous remote clients."""
