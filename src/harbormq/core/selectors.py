@@ -353,50 +353,36 @@ class _Parser:
         return node
 
     def or_expr(self) -> _Node:
-        # a chain of ORs (or ANDs) is one node over a list: a long chain must
-        # not nest one closure per operand (evaluation would recurse as deep)
-        first = self.and_expr()
-        parts = [first]
-        while self.at("KEYWORD", "OR"):
-            self.next()
-            parts.append(self.condition(self.and_expr(), "after OR"))
-        if len(parts) == 1:
-            return first
-        self.condition(first, "before OR")
-        fns = tuple(p.fn for p in parts)
-
-        def either(m):
-            unknown = False
-            for fn in fns:
-                v = _as_bool(fn(m))
-                if v is True:
-                    return True
-                if v is None:
-                    unknown = True
-            return None if unknown else False
-        return _Node(either, "bool", first.pos)
+        return self.chain("OR", self.and_expr, decisive=True)
 
     def and_expr(self) -> _Node:
-        first = self.not_expr()
+        return self.chain("AND", self.not_expr, decisive=False)
+
+    def chain(self, keyword: str, operand, decisive: bool) -> _Node:
+        """``a OR b OR ...`` (decided by the first TRUE) or ``a AND b AND ...``
+        (by the first FALSE), UNKNOWN if an operand was and none decided. One
+        node over a list: a long chain must not nest a closure per operand
+        (evaluating it would recurse as deep)."""
+        first = operand()
         parts = [first]
-        while self.at("KEYWORD", "AND"):
+        while self.at("KEYWORD", keyword):
             self.next()
-            parts.append(self.condition(self.not_expr(), "after AND"))
+            parts.append(self.condition(operand(), f"after {keyword}"))
         if len(parts) == 1:
             return first
-        self.condition(first, "before AND")
+        self.condition(first, f"before {keyword}")
         fns = tuple(p.fn for p in parts)
 
-        def both(m):
+        def combined(m):
             unknown = False
             for fn in fns:
                 v = _as_bool(fn(m))
-                if v is False:
-                    return False
+                if v is decisive:
+                    return decisive
                 if v is None:
                     unknown = True
-            return None if unknown else True
-        return _Node(both, "bool", first.pos)
+            return None if unknown else not decisive
+        return _Node(combined, "bool", first.pos)
 
     def not_expr(self) -> _Node:
         if self.at("KEYWORD", "NOT"):
@@ -538,21 +524,17 @@ class _Parser:
         return _Node(lambda m: fn(m) is None, "bool", left.pos)
 
     def sum(self) -> _Node:
-        left = self.product()
-        while self.peek().kind == "OP" and self.peek().value in ("+", "-"):
-            op = self.next().value
-            right = self.arithmetic(self.product(), op)
-            self.arithmetic(left, op)
-            lf, rf = left.fn, right.fn
-            left = _Node(lambda m, op=op, lf=lf, rf=rf: _arith(op, lf(m), rf(m)), "num",
-                         left.pos)
-        return left
+        return self.arithmetic_chain(("+", "-"), self.product)
 
     def product(self) -> _Node:
-        left = self.unary()
-        while self.peek().kind == "OP" and self.peek().value in ("*", "/"):
+        return self.arithmetic_chain(("*", "/"), self.unary)
+
+    def arithmetic_chain(self, ops: tuple, operand) -> _Node:
+        """``a op b op c ...``, left to right, for operators of one precedence."""
+        left = operand()
+        while self.peek().kind == "OP" and self.peek().value in ops:
             op = self.next().value
-            right = self.arithmetic(self.unary(), op)
+            right = self.arithmetic(operand(), op)
             self.arithmetic(left, op)
             lf, rf = left.fn, right.fn
             left = _Node(lambda m, op=op, lf=lf, rf=rf: _arith(op, lf(m), rf(m)), "num",
