@@ -119,8 +119,11 @@ async def responder(broker: Broker, stop: asyncio.Event, ready: asyncio.Event) -
 
 async def requester(broker: Broker, n: int, latencies: list[float]) -> None:
     c = await Conn.open(broker)
-    c.send(b"SUBSCRIBE", {"destination": "/temp-queue/replies", "id": "rep", "ack": "auto"},
-           extra=broker.subscribe_extra)
+    if not isinstance(broker, RabbitMQ):
+        # RabbitMQ subscribes a connection to its /temp-queue/ at the SEND that names it
+        # in reply-to (a SUBSCRIBE to one is refused); harbormq and ActiveMQ need one
+        c.send(b"SUBSCRIBE", {"destination": "/temp-queue/replies", "id": "rep",
+                              "ack": "auto"}, extra=broker.subscribe_extra)
     for i in range(n):
         t0 = time.perf_counter()
         c.send(b"SEND", {"destination": f"/queue/{REQUESTS_QUEUE}", "persistent": "false",

@@ -12,9 +12,11 @@ whose record could still be lost (the write-ahead rule).
 The parts, each in a module of its own that declares in a ``Protocol`` what
 it uses of the rest: ``definitions.py`` (objects and definitions),
 ``uow.py`` (units of work), ``checkpoints.py`` (flushes and checkpoints),
-``shunting.py`` (log space). They are mixed into the one object, not held as
-helpers: a put, a get or a commit calls into units of work and flushes for
+``shunting.py`` (log space), ``dynamic.py`` (model and dynamic queues),
+``triggering.py`` (trigger messages). They are mixed into the one object,
+not held as helpers: a put, a get or a commit calls into units of work and flushes for
 every message, and through a helper each call would take one more look-up.
+Alias and remote queues are resolved here (``aliases.py``, ``remote.py``).
 Besides the message path, this module holds the state the parts share, the
 methods through which recovery sets the core up, and what the core knows of
 the channel initiator (``ChannelCommands``). Not here: a queue in memory
@@ -62,8 +64,10 @@ from .uow import UnitOfWork, UnitsOfWork, UowOp
 if TYPE_CHECKING:
     from .checkpoints import CheckpointHost
     from .definitions import DefinitionsHost
+    from .dynamic import DynamicHost
     from .log_management import LogManagementHost
     from .shunting import ShuntingHost
+    from .triggering import TriggeringHost
     from .uow import UnitsOfWorkHost
 
 
@@ -526,7 +530,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
 
 if TYPE_CHECKING:
     def _hosts(core: QueueManagerCore) -> tuple[DefinitionsHost, UnitsOfWorkHost, CheckpointHost,
-                                                ShuntingHost, LogManagementHost]:
+                                                ShuntingHost, LogManagementHost, DynamicHost,
+                                                TriggeringHost]:
         """The core is the host each of its parts declares (for a type checker)."""
-        return core, core, core, core, core
+        return core, core, core, core, core, core, core
 
