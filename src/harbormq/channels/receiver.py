@@ -264,6 +264,10 @@ class ReceiverSession:
                 raise _undeliverable(f"it is addressed to queue manager {header.rqm}, not "
                                      f"{core.name} (MQRC 2087 UNKNOWN_REMOTE_Q_MGR)", 2087)
             target = core.objects.get(header.rq)
+            if target is not None and target["type"] == "QALIAS":
+                # MQ's name resolution: an alias stands for its target (authority and
+                # PUT(DISABLED) are the alias's, checked here and by the put)
+                target = core.objects.get(target["attrs"]["TARGET"]) or target
             if target is not None and (target["type"] != "QLOCAL" or
                                        target["attrs"].get("USAGE") == "XMITQ" or
                                        header.rq == CHANNEL_SYNCQ):

@@ -47,7 +47,6 @@ class DynamicHost(Protocol):
     oplog: OperatorLog
     objects: dict[str, dict]
     queues: dict[str, LocalQueue]
-    started_ns: int
 
     async def define_queue(self, name: str, attrs: dict | None = None, *,
                            like: str | None = None, replace: bool = False) -> dict: ...

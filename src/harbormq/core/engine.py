@@ -13,9 +13,11 @@ The parts, each in a module of its own that declares in a ``Protocol`` what
 it uses of the rest: ``definitions.py`` (objects and definitions),
 ``uow.py`` (units of work), ``checkpoints.py`` (flushes and checkpoints),
 ``shunting.py`` (log space), ``publish.py`` (a message put on several
-queues with one record). They are mixed into the one object, not held as
-helpers: a put, a get or a commit calls into units of work and flushes for
+queues with one record), ``dynamic.py`` (model and dynamic queues),
+``triggering.py`` (trigger messages). They are mixed into the one object,
+not held as helpers: a put, a get or a commit calls into units of work and flushes for
 every message, and through a helper each call would take one more look-up.
+Alias and remote queues are resolved here (``aliases.py``, ``remote.py``).
 Besides the message path, this module holds the state the parts share, the
 methods through which recovery sets the core up, and what the core knows of
 the channel initiator (``ChannelCommands``). Not here: a queue in memory
@@ -63,9 +65,11 @@ from .uow import UnitOfWork, UnitsOfWork, UowOp
 if TYPE_CHECKING:
     from .checkpoints import CheckpointHost
     from .definitions import DefinitionsHost
+    from .dynamic import DynamicHost
     from .log_management import LogManagementHost
     from .publish import PublishingHost
     from .shunting import ShuntingHost
+    from .triggering import TriggeringHost
     from .uow import UnitsOfWorkHost
 
 
@@ -525,7 +529,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
 
 if TYPE_CHECKING:
     def _hosts(core: QueueManagerCore) -> tuple[DefinitionsHost, UnitsOfWorkHost, CheckpointHost,
-                                                ShuntingHost, LogManagementHost, PublishingHost]:
+                                                ShuntingHost, LogManagementHost, PublishingHost,
+                                                DynamicHost, TriggeringHost]:
         """The core is the host each of its parts declares (for a type checker)."""
-        return core, core, core, core, core, core
+        return core, core, core, core, core, core, core, core
 
