@@ -65,12 +65,10 @@ class Dropped(HarbormqError):
 
 
 class Admission:
-    def __init__(self, settings: StompSettings, security: Security, oplog: OperatorLog,
-                 loop: asyncio.AbstractEventLoop):
+    def __init__(self, settings: StompSettings, security: Security, oplog: OperatorLog):
         self.settings = settings
         self.security = security
         self.oplog = oplog
-        self.loop = loop
         #: sockets that have not completed CONNECT, oldest first (a dict keeps order)
         self.waiting: dict[Admitted, None] = {}
         #: of those, the ones whose password is being checked: kept
@@ -99,7 +97,8 @@ class Admission:
                         "(stomp.max_unauthenticated): try again")
             self.left(idle)
             idle.fail(f"dropped without a CONNECT: {limit} connections were waiting for "
-                      "theirs (stomp.max_unauthenticated) and this one had waited longest")
+                      "theirs (stomp.max_unauthenticated) and this one had waited longest",
+                      linger=False)
         self.waiting[conn] = None
         return None
 
@@ -143,7 +142,7 @@ class Admission:
                                               peer=peer, local=local)
         try:
             if not login:       # an anonymous client's OS user: a quick /proc lookup
-                return await self.loop.run_in_executor(None, check)
+                return await asyncio.get_running_loop().run_in_executor(None, check)
             self._check_rate(host)
             async with self._peer_turn(host):
                 if conn not in self.waiting:
@@ -151,7 +150,8 @@ class Admission:
                 self._check_rate(host)          # failures before it, meanwhile
                 self.authenticating.add(conn)
                 try:
-                    return await self.loop.run_in_executor(self._executor, check)
+                    return await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                                            check)
                 except NotAuthorized:
                     self.failures.failed(host)
                     raise
@@ -203,7 +203,8 @@ class Admission:
         if entry is None:
             entry = self._unreported[host] = [0, set(), set()]
             if self._summary_timer is None:
-                self._summary_timer = self.loop.call_later(self.window_s, self._summarise)
+                self._summary_timer = asyncio.get_running_loop().call_later(
+                    self.window_s, self._summarise)
         written = entry[2]
         if what not in written and len(written) < _LINES_PER_PEER:
             written.add(what)
@@ -227,7 +228,8 @@ class Admission:
                             f"{'; '.join(sorted(whats))}{'; ...' if count > len(whats) else ''}")
             entry[0], entry[1] = 0, set()     # what was written stays written
         if self._unreported:
-            self._summary_timer = self.loop.call_later(self.window_s, self._summarise)
+            self._summary_timer = asyncio.get_running_loop().call_later(
+                self.window_s, self._summarise)
 
     def close(self) -> None:
         if self._summary_timer is not None:

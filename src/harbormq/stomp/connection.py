@@ -127,7 +127,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
         # not max_connections (admission.py)
         refusal = self.service.admission.arrived(self)
         if refusal is not None:
-            self.fail(refusal)
+            self.fail(refusal, linger=False)
             return
         self.service.connections.add(self)
         # a client that never sends CONNECT is dropped

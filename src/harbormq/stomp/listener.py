@@ -39,7 +39,7 @@ class StompService:
         self.bound: list[dict] = []
         #: backouts of closed connections' units of work, awaited by stop()
         self.backouts: set[asyncio.Task] = set()
-        self.admission: Admission | None = None
+        self.admission = Admission(self.settings, security, core.oplog)
         self.memory: MemoryReturn | None = None
 
     def check_listeners(self) -> None:
@@ -50,7 +50,6 @@ class StompService:
     async def start(self) -> list[dict]:
         self.check_listeners()
         self.loop = asyncio.get_running_loop()
-        self.admission = Admission(self.settings, self.security, self.core.oplog, self.loop)
         self.memory = MemoryReturn(self.loop)
         self.memory.start()
         for li in self.config.listeners:
@@ -90,8 +89,7 @@ class StompService:
         await asyncio.sleep(0)      # let connection_lost run: it starts the backouts
         if self.backouts:
             await asyncio.gather(*list(self.backouts), return_exceptions=True)
-        if self.admission is not None:
-            self.admission.close()
+        self.admission.close()
         if self.memory is not None:
             self.memory.stop()
         try:

@@ -4,9 +4,11 @@ A burst of messages (200,000 SENDs, a flood of receipts, a slow consumer's
 backlog read at last) leaves the process's heap at its high-water mark: the
 message bodies and frames were allocated by glibc's malloc, and freed memory
 inside its heap is kept for reuse rather than returned. Every
-``CHECK_INTERVAL_S`` the resident size is read (``/proc/self/statm``); when
-it is ``GROWTH_BYTES`` above what it was after the last return, and no longer
-growing (the burst has drained), ``malloc_trim(0)`` hands the free pages back
+``CHECK_INTERVAL_S`` the process's anonymous resident size (its heap, not
+the file pages of the stores and the log, which the kernel reclaims by
+itself) is read from ``/proc/self/status``; when it is ``GROWTH_BYTES`` above
+what it was after the last return, and no longer growing (the burst has
+drained), ``malloc_trim(0)`` hands the free pages of every malloc arena back
 (glibc only; elsewhere nothing is done). It runs on the event loop and takes
 a few milliseconds for hundreds of megabytes.
 
@@ -19,11 +21,10 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
-import os
 
 CHECK_INTERVAL_S = 5.0
 #: growth since the last return that is worth a trim
-GROWTH_BYTES = 32 * 1024 * 1024
+GROWTH_BYTES = 16 * 1024 * 1024
 
 
 def _load_trim():
@@ -38,13 +39,17 @@ def _load_trim():
     return trim
 
 
-def resident_bytes() -> int:
-    """This process's resident set size (0 where /proc is not there)."""
+def anonymous_bytes() -> int:
+    """This process's anonymous resident memory, RssAnon (0 where /proc is not
+    there)."""
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        return 0
+        pass
+    return 0
 
 
 def return_memory() -> bool:
@@ -64,7 +69,7 @@ class MemoryReturn:
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self.baseline = resident_bytes()
+        self.baseline = anonymous_bytes()
         self._last = self.baseline
         self._timer: asyncio.TimerHandle | None = None
         #: how many times memory was returned (for tests and DISPLAY)
@@ -80,11 +85,11 @@ class MemoryReturn:
             self._timer = None
 
     def _check(self) -> None:
-        now = resident_bytes()
+        now = anonymous_bytes()
         if now > self.baseline + GROWTH_BYTES and now <= self._last:
             return_memory()
             self.returns += 1
-            self.baseline = resident_bytes()
+            self.baseline = anonymous_bytes()
             now = self.baseline
         elif now < self.baseline:
             self.baseline = now

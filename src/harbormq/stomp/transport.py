@@ -271,12 +271,16 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
                 self.transport.close()
 
     def fail(self, message: str, *, frame: Frame | None = None, detail: str = "",
-             reason: int | None = None, receipt: str | None = None) -> None:
+             reason: int | None = None, receipt: str | None = None,
+             linger: bool = True) -> None:
         """Send ERROR and close; nothing more is read from this connection.
 
         The ERROR carries ``receipt-id`` when the frame that failed had a
         receipt, and ``reason-code``, the MQ reason code (``reason``, or the
-        ``MQRC nnnn`` its message names), where one applies."""
+        ``MQRC nnnn`` its message names), where one applies. ``linger`` False
+        closes at once instead of reading the client's rest away (a socket
+        pushed out of a budget: holding it LINGER_S longer would defeat the
+        budget)."""
         if self._closing:
             return
         self._closing = True
@@ -292,7 +296,10 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         self._send(error)
         self._flush()
         if self.transport is not None:
-            self._close_politely()
+            if linger:
+                self._close_politely()
+            else:
+                self.transport.close()
 
     def _close_politely(self) -> None:
         """End our side after the ERROR and read the client's rest away (dropped:
