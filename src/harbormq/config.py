@@ -66,6 +66,14 @@
     full_queue_wait_ms = 10000  # a SEND to a full queue holds its producer this long,
                                 #   then fails with MQRC 2053 (0 = at once, as MQPUT)
     connauth = "optional"       # or "required": every connection logs in
+    max_unauthenticated = 100   # sockets that have not completed CONNECT (apart from
+                                #   max_connections); a new one pushes out the oldest idle
+    connect_timeout_ms = 5000   # a socket without a whole CONNECT frame by then is dropped
+    frame_timeout_ms = 30000    # a frame started and not finished by then is cut
+    auth_threads = 2            # threads checking passwords (scrypt), apart from the rest
+    login_failure_limit = 10    # failed logins from one address within the window, then
+    login_failure_window_ms = 60000  # refused at once until the window has passed (0 = off);
+                                #   also the period of the refusals' summary in the log
 """
 
 from __future__ import annotations
@@ -186,6 +194,18 @@ class StompSettings:
     #: with MQRC 2053; 0 fails at once, as MQ's MQPUT does
     full_queue_wait_ms: int = _opt(10_000, lo=0, hi=86_400_000)
     connauth: str = _opt("optional", choices=("optional", "required"))
+    #: hostile clients (docs/stomp.md#hostile-clients): sockets that have not
+    #: completed CONNECT have a budget of their own, a deadline for their CONNECT
+    #: and, once connected, for finishing any frame they start
+    max_unauthenticated: int = _opt(100, lo=1, hi=1_000_000)
+    connect_timeout_ms: int = _opt(5000, lo=100, hi=86_400_000)
+    frame_timeout_ms: int = _opt(30_000, lo=100, hi=86_400_000)
+    #: password checks (scrypt) run on this many threads of their own
+    auth_threads: int = _opt(2, lo=1, hi=64)
+    #: failed logins from one address within the window before it is refused at
+    #: once (0 = no limit); the window is also the period of the summary line
+    login_failure_limit: int = _opt(10, lo=0, hi=1_000_000)
+    login_failure_window_ms: int = _opt(60_000, lo=100, hi=86_400_000)
 
 
 @dataclass

@@ -324,8 +324,10 @@ class RawStomp:
     """A blocking STOMP client over a plain socket: exact bytes out, frames in."""
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 20.0,
-                 tls: ssl.SSLContext | None = None):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+                 tls: ssl.SSLContext | None = None, source: str | None = None):
+        # ``source``: the local address to connect from (127.0.0.N: a peer of its own)
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         if tls is not None:
             self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.timeout = timeout

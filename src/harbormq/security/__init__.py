@@ -8,6 +8,7 @@ by job:
   every operation (``authrecs.json``);
 * ``peers.py``: the loopback rule and the OS user at the other end of a
   loopback TCP connection (``/proc/net/tcp``);
+* ``login_limits.py``: the rate limit of failed logins per peer address;
 * ``files.py``: the JSON files both stores keep; ``errors.py``: the errors.
 
 Here: ``Security``, the facade a queue manager holds (its users, its
@@ -45,13 +46,15 @@ from typing import Callable
 
 from .authority import ADMIN_GROUP, AuthorityStore
 from .errors import InvalidAuthority, NotAuthorized, SecurityError, UnknownUser, UserExists
+from .login_limits import LoginFailures
 from .peers import PeerUnknown, check_listener, is_loopback, loopback_peer_uid
 from .users import UserStore
 
 #: what other layers use: the facade, its stores, the errors, the listener check;
 #: anything else is imported from the module that holds it
 __all__ = [
-    "AuthorityStore", "InvalidAuthority", "NotAuthorized", "PeerUnknown", "Principal",
+    "AuthorityStore", "InvalidAuthority", "LoginFailures", "NotAuthorized", "PeerUnknown",
+    "Principal",
     "Security", "SecurityError", "UnknownUser", "UserExists", "UserStore", "check_listener",
     "loopback_peer_uid", "os_owner",
 ]

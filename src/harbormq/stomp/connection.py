@@ -49,7 +49,7 @@ from .delivery import Delivery, DeliveryMixin
 from .frames import CLIENT_COMMANDS, Frame, Limits, receipt_frame
 from .tempqueues import TempQueues
 from .topics import TOPIC_PREFIX, TopicsMixin
-from .transport import FrameTransport, ProtocolError
+from .transport import WRITE_HIGH, WRITE_LOW, FrameTransport, ProtocolError, error_parts
 
 if TYPE_CHECKING:
     from .listener import StompService
@@ -95,7 +95,8 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
     def __init__(self, service: "StompService", listener_name: str):
         s = service.settings
         super().__init__(service.loop,
-                         Limits(s.max_frame_bytes, s.max_headers, s.max_header_bytes))
+                         Limits(s.max_frame_bytes, s.max_headers, s.max_header_bytes),
+                         frame_timeout_s=s.frame_timeout_ms / 1000)
         self._init_deliveries()
         self._init_topics()
         self.service = service
@@ -127,19 +128,22 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
         self.info = Connection(new_conn_id(), "stomp", peer=peer_text,
                                listener=self.listener_name, uows=self._owned_uows,
                                stop=self.stop)
-        transport.set_write_buffer_limits(high=256 * 1024, low=64 * 1024)
-        if len(self.service.connections) >= self.settings.max_connections:
-            self.fail(f"the queue manager has reached its limit of "
-                      f"{self.settings.max_connections} connections (stomp.max_connections)")
+        transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
+        # until its CONNECT is done it counts against stomp.max_unauthenticated,
+        # not max_connections (admission.py)
+        refusal = self.service.admission.arrived(self)
+        if refusal is not None:
+            self.fail(refusal, linger=False)
             return
         self.service.connections.add(self)
         # a client that never sends CONNECT is dropped
         self._timers["connect"] = self.loop.call_later(
-            max(5.0, self.settings.heartbeat_ms / 1000), self._connect_deadline)
+            self.settings.connect_timeout_ms / 1000, self._connect_deadline)
 
     def _connect_deadline(self) -> None:
         if self.version is None and not self.closed:
-            self.fail("no CONNECT frame arrived in time")
+            self.fail(f"no CONNECT frame arrived within {self.settings.connect_timeout_ms} ms "
+                      "(stomp.connect_timeout_ms)")
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -147,6 +151,7 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
         for t in self._timers.values():
             t.cancel()
         self.service.connections.discard(self)
+        self.service.admission.left(self)
         self.core.connections.remove(self.info)
         self._release_everything()
 
@@ -178,18 +183,24 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
         common = [v for v in SUPPORTED_VERSIONS if v in offered]
         if not common:
             self.version = "1.2"
-            headers = {"version": ",".join(SUPPORTED_VERSIONS),
-                       "message": f"unsupported STOMP version(s) {accepted}; this server "
-                                  f"speaks {', '.join(SUPPORTED_VERSIONS)}"}
-            self._send(self._frame("ERROR", headers, b"unsupported protocol version\n"))
+            headers, body = error_parts(f"unsupported STOMP version(s) {accepted}; this "
+                                        f"server speaks {', '.join(SUPPORTED_VERSIONS)}",
+                                        frame)
+            headers = {"version": ",".join(SUPPORTED_VERSIONS), **headers}
+            self._send(self._frame("ERROR", headers, body))
             self._closing = True
             self._flush()
             self.transport.close()
             return None
         version = common[-1]
         if self._principal is None:
+            timer = self._timers.pop("connect", None)
+            if timer is not None:        # its CONNECT is here: authenticated, not dropped
+                timer.cancel()
+            self.service.admission.connect_started(self)
             # scrypt takes tens of milliseconds: never on the event loop
             return self._authenticate(frame, version)
+        self.service.admission.admit(self)
         principal = self._principal
         self.user = principal.user
         self.groups = list(principal.groups)
@@ -215,28 +226,20 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
                                                              self._check_alive, recv_ms)
         self._send(self._frame("CONNECTED", {"version": version, "server": SERVER_NAME,
                                              "session": self.info.conn_id, **hb_headers}))
-        # frames the client sent behind CONNECT, now parsed in the agreed version
-        self._pending_frames.extend(self.parser.feed(b""))
+        # the frames the client sent behind CONNECT are parsed from here on in the
+        # agreed version (the transport takes them from the parser one by one)
         return None
 
     async def _authenticate(self, frame: Frame, version: str) -> None:
-        login = frame.headers.get("login")
+        """Who the CONNECT is (admission.py: the password check's own threads,
+        the rate limit, the refusal in the operator log)."""
         peer, local = self._addresses
         try:
-            # an anonymous connection's OS user is looked up in /proc: not on the loop either
-            self._principal = await self.loop.run_in_executor(None, lambda: (
-                self.service.security.authenticate(
-                    login, frame.headers.get("passcode", ""), connauth=self.settings.connauth,
-                    peer=peer, local=local)))
-        except HarbormqError as exc:
+            self._principal = await self.service.admission.authenticate(
+                self, frame.headers.get("login"), frame.headers.get("passcode", ""), peer=peer,
+                local=local)
+        except HarbormqError:
             self.version = version
-            if exc.msgid == "HMQ5540E":           # anonymous, its OS user not identified
-                self.core.oplog.emit("HMQ5540E", f"STOMP connection from {self.info.peer} "
-                                     f"refused: {exc.message}")
-            else:
-                self.core.oplog.emit("HMQ5534E", f"STOMP connection from {self.info.peer} "
-                                     f"refused: {'user ' + repr(login) if login else 'anonymous'}"
-                                     " failed authentication")
             raise
 
     def _queue_name(self, frame: Frame) -> str:

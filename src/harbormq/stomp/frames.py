@@ -37,7 +37,17 @@ class Limits:
 
 
 class FrameError(Exception):
-    """A frame broke the protocol or a limit; the message is for the client."""
+    """A frame broke the protocol or a limit; the message is for the client.
+
+    ``frames`` are the whole frames that came before the bad one in the same
+    feed: they are applied before the ERROR, so what a client sent does not
+    depend on how TCP split it. ``receipt`` is the bad frame's receipt header
+    when its headers could be read (the ERROR's ``receipt-id``)."""
+
+    def __init__(self, message: str, *, receipt: str | None = None):
+        super().__init__(message)
+        self.frames: list[Frame] = []
+        self.receipt = receipt
 
 
 @dataclass(slots=True)
@@ -78,7 +88,10 @@ def _unescape(text: str, version: str) -> str:
 
 
 _NEEDS_ESCAPE = re.compile(r"[\\:\n\r]")
-_DIGITS = re.compile(r"[0-9]{1,12}")
+_DIGITS = re.compile(r"[0-9]+")
+#: more digits than this is more than any frame size limit (and than int() of
+#: a digit string of header size should be asked to convert)
+_MAX_LENGTH_DIGITS = 18
 
 
 def escape(text: str, version: str, *, name: bool = False) -> str:
@@ -110,17 +123,33 @@ class FrameParser:
         #: bytes searched for a body's end, in all (linear in the bytes received)
         self.bytes_searched = 0
 
-    def feed(self, data: bytes) -> list[Frame]:
-        """The whole frames now buffered. Bytes are consumed by moving a read
-        position, and the buffer is compacted once per call, so a burst of many
-        frames costs time linear in its size."""
+    def push(self, data: bytes) -> None:
+        """Buffer ``data``; ``next_frame`` takes the frames out one at a time.
+        Bytes are consumed by moving a read position, and the buffer is
+        compacted once per push, so a burst of many frames costs time linear
+        in its size."""
         if self.pos:
             del self.buf[:self.pos]
             self.pos = 0
         self.buf += data
-        frames = []
+
+    def next_frame(self) -> Frame | None:
+        """The next whole frame buffered, or None. A connection takes frames one
+        at a time, as it applies them: what it has not yet applied stays here
+        as bytes (and in order: a malformed frame raises only once the frames
+        before it are taken)."""
+        return self._next()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """``push``, then the whole frames now buffered, up to a CONNECT."""
+        self.push(data)
+        frames: list[Frame] = []
         while True:
-            frame = self._next()
+            try:
+                frame = self._next()
+            except FrameError as exc:
+                exc.frames = frames
+                raise
             if frame is None:
                 break
             frames.append(frame)
@@ -129,6 +158,12 @@ class FrameParser:
                 # caller sets ``version`` and calls feed(b"") for the rest
                 break
         return frames
+
+    @property
+    def unparsed(self) -> int:
+        """Bytes received and not yet returned as a frame: a frame on its way
+        (or frames behind a CONNECT, until the connection reads them)."""
+        return len(self.buf) - self.pos
 
     def _next(self) -> Frame | None:
         buf = self.buf
@@ -205,20 +240,25 @@ class FrameParser:
                 headers[name] = value
         length = headers.get("content-length")
         if length is not None:
+            receipt = headers.get("receipt")
             if not _DIGITS.fullmatch(length):
                 what = "is negative" if length.strip().startswith("-") else "is not a number"
                 raise FrameError(f"content-length {length!r} {what}: it must be a byte count "
-                                 "in decimal digits")
+                                 "in decimal digits", receipt=receipt)
+            if len(length) > _MAX_LENGTH_DIGITS:
+                raise FrameError(f"{command} frame's content-length of {len(length)} digits "
+                                 f"exceeds the frame size limit of {limits.max_frame_bytes} "
+                                 "bytes", receipt=receipt)
             size = int(length)
             if body_start - start + size > limits.max_frame_bytes:
                 raise FrameError(f"{command} frame of {body_start - start + size} bytes "
                                  f"exceeds the frame size limit of {limits.max_frame_bytes} "
-                                 "bytes")
+                                 "bytes", receipt=receipt)
             if n < body_start + size + 1:
                 return None
             if buf[body_start + size] != 0:
                 raise FrameError(f"{command} frame body is not followed by NUL at "
-                                 f"content-length {size}")
+                                 f"content-length {size}", receipt=receipt)
             body = bytes(buf[body_start:body_start + size])
             self.pos = body_start + size + 1
         else:
@@ -229,7 +269,8 @@ class FrameParser:
             if nul == -1:
                 if n - start > limits.max_frame_bytes:
                     raise FrameError(f"{command} frame exceeds the frame size limit of "
-                                     f"{limits.max_frame_bytes} bytes without ending")
+                                     f"{limits.max_frame_bytes} bytes without ending",
+                                     receipt=headers.get("receipt"))
                 self._no_nul = search_to - start
                 return None
             body = bytes(buf[body_start:nul])

@@ -5,7 +5,10 @@ names a certificate and key. A listener that is not on a loopback address is
 refused unless ``stomp.connauth = "required"``: anonymous connections are only
 ever accepted from this machine. The addresses actually bound (a port of 0
 picks a free one) are written to ``qmgrs/<QM>/listeners.json`` for clients and
-tests to find.
+tests to find. The service holds the connections' admission (``admission.py``:
+the budget of sockets not yet connected, the password checks' threads) and,
+once a burst has passed, gives the memory it left back to the system
+(``memory.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from ..core.engine import QueueManagerCore
 from ..errors import ConfigError
 from ..fsutil import atomic_write
 from ..security import check_listener
+from .admission import Admission
 from .connection import StompConnection
+from .memory import MemoryReturn
 
 
 class StompService:
@@ -36,6 +41,8 @@ class StompService:
         self.backouts: set[asyncio.Task] = set()
         #: durable subscription name -> the connection consuming it (topics.py)
         self.durable_in_use: dict[str, StompConnection] = {}
+        self.admission = Admission(self.settings, security, core.oplog)
+        self.memory: MemoryReturn | None = None
 
     def check_listeners(self) -> None:
         """Refuse a configuration that would accept anonymous remote clients."""
@@ -45,6 +52,8 @@ class StompService:
     async def start(self) -> list[dict]:
         self.check_listeners()
         self.loop = asyncio.get_running_loop()
+        self.memory = MemoryReturn(self.loop)
+        self.memory.start()
         for li in self.config.listeners:
             tls = None
             if li.tls:
@@ -82,6 +91,9 @@ class StompService:
         await asyncio.sleep(0)      # let connection_lost run: it starts the backouts
         if self.backouts:
             await asyncio.gather(*list(self.backouts), return_exceptions=True)
+        self.admission.close()
+        if self.memory is not None:
+            self.memory.stop()
         try:
             self.config.listeners_path.unlink()
         except FileNotFoundError:

@@ -5,9 +5,17 @@ client sends and applies the frames strictly in arrival order, one at a time;
 a frame whose handler must wait (returns an awaitable) holds back the ones
 behind it and pauses reading. Frames out are batched per loop turn, and a
 frame that must wait for a log force (a RECEIPT, a delivery) is held, in
-order, until the force is done. A client that is not reading makes the server
-stop reading from it (backpressure both ways), and heart-beats are sent and
-checked here. An error is one ERROR frame, then the connection is closed.
+order, until the force is done. Heart-beats are sent and checked here. An
+error is one ERROR frame, then the connection is closed.
+
+What a connection owes its client is bounded, whatever kind of frame is owed:
+while MAX_HELD frames wait for a force (receipts, deliveries), or the client
+has not taken WRITE_HIGH bytes, nothing more is read or applied from it;
+reading resumes once the held frames are down to RESUME_HELD and the unsent
+bytes to WRITE_LOW (backpressure both ways). Bytes before a malformed frame
+are applied, in order, before its ERROR, however TCP split them; a frame that
+is started and not finished within ``frame_timeout_s`` is cut (the client is
+dribbling), whatever heart-beats were agreed.
 
 What a frame does is the subclass's business (``_dispatch``); so is what to
 send once the client can take more (``_writable``).
@@ -17,14 +25,20 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import re
 import time
 from collections import deque
 
 from ..errors import HarbormqError
 from .frames import Frame, FrameError, FrameParser, Limits, encode_frame, receipt_frame
 
-#: frames waiting for a force, at most, before deliveries pause (memory bound)
+#: frames waiting for a force, at most, before deliveries and reading pause
+#: (memory bound); reading resumes when they are down to RESUME_HELD
 MAX_HELD = 512
+RESUME_HELD = MAX_HELD // 4
+#: bytes written and not yet taken by the client: above WRITE_HIGH nothing more
+#: is read or delivered until they are down to WRITE_LOW
+WRITE_HIGH, WRITE_LOW = 256 * 1024, 64 * 1024
 #: how long a connection closed with an ERROR reads on before it is dropped
 LINGER_S = 5.0
 
@@ -33,10 +47,24 @@ class ProtocolError(HarbormqError):
     msgid = "HMQ9501E"
 
 
+#: the MQ reason code an error's text names ("... (MQRC 2035 NOT_AUTHORIZED)")
+_MQRC = re.compile(r"\bMQRC (\d{4})\b")
+
+
 class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
-    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits):
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits,
+                 frame_timeout_s: float = 30.0):
         self.loop = loop
         self.parser = FrameParser(limits)
+        self.frame_timeout_s = frame_timeout_s
+        #: since when the frame being received has been on its way (None: none is)
+        self._partial_since: float | None = None
+        #: reading is paused because too much output is owed (held or unsent)
+        self._owed_full = False
+        self._out_bytes = 0
+        #: a malformed frame arrived: the frames before it are applied, then this
+        #: (message, receipt) is the ERROR
+        self._frame_error: tuple[str, str | None] | None = None
         self.transport: asyncio.Transport | None = None
         self.version: str | None = None      # set by CONNECT
         #: frames waiting for a log force: (future | None, frame bytes), in order
@@ -71,17 +99,58 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         """The client takes frames again (or held frames went out): send more."""
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self._closing or self._frame_error is not None:
             return
         self.last_recv = time.monotonic()
+        self.parser.push(data)
+        self._process_frames()
+        self._watch_partial_frame()
+
+    def _next_frame(self) -> Frame | None:
+        """The next frame to apply: one put back to be applied again, else the
+        parser's next. Frames are parsed as they are applied, so what is not yet
+        applied is held as bytes, and a malformed frame is found only once the
+        frames before it have been applied."""
+        if self._pending_frames:
+            return self._pending_frames.popleft()
         try:
-            frames = self.parser.feed(data)
+            frame = self.parser.next_frame()
         except FrameError as exc:
-            self.fail(str(exc))
+            self._frame_error = (str(exc), exc.receipt)
+            self._pause_reading()        # nothing after the malformed frame counts
+            return None
+        if frame is not None:
+            self._partial_since = None   # a frame was finished: the clock starts again
+        return frame
+
+    def _watch_partial_frame(self) -> None:
+        """Start the frame timeout when a frame is on its way (after CONNECT: the
+        CONNECT deadline covers the time before it)."""
+        if self.closed or self._closing or self.version is None:
             return
-        if frames:
-            self._pending_frames.extend(frames)
-            self._process_frames()
+        if not self.parser.unparsed:
+            self._partial_since = None
+            return
+        if self._partial_since is None:
+            self._partial_since = time.monotonic()
+            if "frame" not in self._timers:
+                self._timers["frame"] = self.loop.call_later(self.frame_timeout_s,
+                                                             self._frame_deadline)
+
+    def _frame_deadline(self) -> None:
+        self._timers.pop("frame", None)
+        if self.closed or self._closing or self._partial_since is None:
+            return
+        now = time.monotonic()
+        if self._reading_paused:
+            # we are not reading: the frame's delay is ours, not the client's
+            self._partial_since = now
+        elif now - self._partial_since >= self.frame_timeout_s:
+            self.fail(f"a frame was started and not finished within "
+                      f"{round(self.frame_timeout_s * 1000)} ms (stomp.frame_timeout_ms)")
+            return
+        self._timers["frame"] = self.loop.call_later(
+            max(0.01, self._partial_since + self.frame_timeout_s - now), self._frame_deadline)
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -89,9 +158,16 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if not self._blocked:
-            self._resume_reading()
+        self._resume_if_ready()
         self._writable()
+        self._process_frames()
+
+    def _resume_if_ready(self) -> None:
+        """Read again unless something still holds the connection: a frame
+        waiting for async work, a client not taking its output, too much owed."""
+        if not (self._blocked or self._write_paused or self._owed_full or
+                self._frame_error is not None):
+            self._resume_reading()
 
     def _pause_reading(self) -> None:
         if not self._reading_paused and self.transport is not None and not self.closed:
@@ -108,6 +184,7 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         if self.closed or self._eof_sent:
             return
         self._out.append(data)
+        self._out_bytes += len(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
@@ -118,6 +195,7 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
             self.transport.write(b"".join(self._out))
             self.last_send = time.monotonic()
         self._out.clear()
+        self._out_bytes = 0
 
     def _frame(self, command: str, headers, body: bytes = b"") -> bytes:
         return encode_frame(command, headers, body, self.version or "1.2")
@@ -183,22 +261,30 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         if self._held_full and not self._closing:
             self._held_full = False
             self._writable()
+        if self._owed_full and len(self._held) <= RESUME_HELD and not self._closing:
+            self._owed_full = False
+            self._resume_if_ready()
+            self._process_frames()
         if self._disconnecting:
             self._flush()
             if self.transport is not None:
                 self.transport.close()
 
-    def fail(self, message: str, *, frame: Frame | None = None, detail: str = "") -> None:
-        """Send ERROR and close; nothing more is read from this connection."""
+    def fail(self, message: str, *, frame: Frame | None = None, detail: str = "",
+             reason: int | None = None, receipt: str | None = None,
+             linger: bool = True) -> None:
+        """Send ERROR and close; nothing more is read from this connection.
+
+        The ERROR carries ``receipt-id`` when the frame that failed had a
+        receipt, and ``reason-code``, the MQ reason code (``reason``, or the
+        ``MQRC nnnn`` its message names), where one applies. ``linger`` False
+        closes at once instead of reading the client's rest away (a socket
+        pushed out of a budget: holding it LINGER_S longer would defeat the
+        budget)."""
         if self._closing:
             return
         self._closing = True
-        headers = {"message": message[:500].replace("\n", " ")}
-        if frame is not None and "receipt" in frame.headers:
-            headers["receipt-id"] = frame.headers["receipt"]
-        body = ((detail or message) + "\n").encode()
-        headers["content-type"] = "text/plain"
-        error = self._frame("ERROR", headers, body)
+        error = self._frame("ERROR", *error_parts(message, frame, detail, reason, receipt))
         self._pending_frames.clear()
         if self._held:
             # the frames before this one were applied and their RECEIPTs wait for
@@ -210,7 +296,10 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         self._send(error)
         self._flush()
         if self.transport is not None:
-            self._close_politely()
+            if linger:
+                self._close_politely()
+            else:
+                self.transport.close()
 
     def _close_politely(self) -> None:
         """End our side after the ERROR and read the client's rest away (dropped:
@@ -227,12 +316,15 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         self._timers["linger"] = self.loop.call_later(LINGER_S, t.close)
 
     def _process_frames(self) -> None:
-        while self._pending_frames and not self._blocked and not self._closing:
-            frame = self._pending_frames.popleft()
+        while (not self._blocked and not self._closing and not self._owed_full and
+               not self._write_paused and self._frame_error is None):
+            frame = self._next_frame()
+            if frame is None:
+                break
             try:
                 waiting = self._dispatch(frame)
             except (HarbormqError, FrameError) as exc:
-                self.fail(str(exc), frame=frame)
+                self.fail(str(exc), frame=frame, reason=getattr(exc, "reason", None))
                 return
             except Exception as exc:   # a bug must not take the queue manager down
                 self.core.oplog.emit("HMQ9502E", f"STOMP connection {self.info.conn_id}: "
@@ -244,21 +336,35 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
                 self._pause_reading()
                 self.loop.create_task(self._resume_after(waiting, frame))
                 return
+            self._check_owed()
+        if self._frame_error is not None and not self._blocked and not self._closing:
+            message, receipt = self._frame_error
+            self.fail(message, receipt=receipt)
+
+    def _check_owed(self) -> None:
+        """Stop reading and applying frames while too much output is owed: held
+        for a force (a pipelining producer's receipts, deliveries) or not yet
+        taken by the client. _release_held and resume_writing go on."""
+        if len(self._held) >= MAX_HELD:
+            self._owed_full = True
+            self._pause_reading()
+        elif self._out_bytes > WRITE_HIGH:
+            self._flush()               # the transport's buffer decides (pause_writing)
 
     async def _resume_after(self, coro, frame: Frame) -> None:
         try:
             await coro
         except HarbormqError as exc:
-            self.fail(str(exc), frame=frame)
+            self.fail(str(exc), frame=frame, reason=exc.reason)
             return
         except Exception as exc:
             self.fail(f"internal error processing {frame.command}: {exc!r}", frame=frame)
             return
         self._blocked = False
-        if not self._write_paused:
-            self._resume_reading()
+        self._resume_if_ready()
         self._pending_frames.appendleft(frame)   # now it can complete synchronously
         self._process_frames()
+        self._watch_partial_frame()
 
     @staticmethod
     def _required(frame: Frame, name: str) -> str:
@@ -298,6 +404,25 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
             return
         self._timers["alive"] = self.loop.call_later(every_ms / 1000, self._check_alive,
                                                      every_ms)
+
+
+def error_parts(message: str, frame: Frame | None = None, detail: str = "",
+                reason: int | None = None, receipt: str | None = None) -> tuple[dict, bytes]:
+    """The headers and body of an ERROR: ``message``, ``receipt-id`` (the failed
+    frame's receipt), ``reason-code`` (the MQ reason code), ``content-type``
+    text/plain, and a body saying it all again (``detail`` if given)."""
+    headers = {"message": message[:500].replace("\n", " ")}
+    if receipt is None and frame is not None:
+        receipt = frame.headers.get("receipt")
+    if receipt is not None:
+        headers["receipt-id"] = receipt
+    if reason is None:
+        found = _MQRC.search(message)
+        reason = int(found.group(1)) if found else None
+    if reason is not None:
+        headers["reason-code"] = str(reason)
+    headers["content-type"] = "text/plain"
+    return headers, ((detail or message) + "\n").encode()
 
 
 def _retrieve(fut: asyncio.Future) -> None:
