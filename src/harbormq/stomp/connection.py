@@ -103,6 +103,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.groups: list[str] = []
         self.is_admin = False                # the owner (anonymous, its uid): unchecked
         self._principal = None               # set by CONNECT's authentication
+        self._certified = None               # mutual TLS: the user its certificate maps to
         self._addresses: tuple = ((), None)  # (peer, local) as the socket sees them
         self.transactions: dict[str, Transaction] = {}
         self._output_queues: set[str] = set()
@@ -127,6 +128,11 @@ class StompConnection(DeliveryMixin, FrameTransport):
                       f"{self.settings.max_connections} connections (stomp.max_connections)")
             return
         self.service.connections.add(self)
+        # mutual TLS: who the client certificate makes it, or a refusal before any frame
+        self._certified, refusal = self.service.certificate_user(self.listener_name, transport)
+        if refusal is not None:
+            self.fail(refusal)
+            return
         # a client that never sends CONNECT is dropped
         self._timers["connect"] = self.loop.call_later(
             max(5.0, self.settings.heartbeat_ms / 1000), self._connect_deadline)
@@ -220,7 +226,7 @@ class StompConnection(DeliveryMixin, FrameTransport):
             self._principal = await self.loop.run_in_executor(None, lambda: (
                 self.service.security.authenticate(
                     login, frame.headers.get("passcode", ""), connauth=self.settings.connauth,
-                    peer=peer, local=local)))
+                    peer=peer, local=local, certified=self._certified)))
         except HarbormqError as exc:
             self.version = version
             if exc.msgid == "HMQ5540E":           # anonymous, its OS user not identified
