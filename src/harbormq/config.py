@@ -53,6 +53,14 @@
     port = 61613                # 0 = any free port (written to listeners.json at start)
     tls_cert = ""               # PEM certificate and key: TLS on this listener
     tls_key = ""
+    transport = "tcp"           # or "websocket": STOMP over WebSocket, path /ws
+    client_auth = "none"        # TLS: "optional" asks for a client certificate, "required"
+                                #   refuses a client without one (mutual TLS)
+    tls_ca = ""                 # PEM file of the CAs trusted to sign client certificates
+    [security]                  # client certificates to users (mutual TLS listeners)
+    certificate_users = [{subject = "CN=alice,O=Example", user = "alice"}]
+                                #   subject patterns as SSLPEER writes them, '*' at a
+                                #   value's start or end; the most specific match wins
     [stomp]
     max_frame_bytes = 4194304   # a frame's headers and body
     max_headers = 64
@@ -87,6 +95,7 @@ import tomli_w
 
 from .errors import ConfigError, QueueManagerNotFound
 from .fsutil import atomic_write, file_name, make_dirs
+from .security.certmap import SubjectPatternError, parse_subject_pattern
 
 
 def harbormq_home() -> Path:
@@ -172,10 +181,68 @@ class Listener:
     port: int = _opt(61613, lo=0, hi=65535)
     tls_cert: str = ""
     tls_key: str = ""
+    #: "tcp": STOMP over TCP; "websocket": STOMP over WebSocket at /ws (stomp/websocket.py)
+    transport: str = _opt("tcp", choices=("tcp", "websocket"))
+    #: mutual TLS: "optional" asks for a client certificate, "required" refuses a
+    #: client without one; either way one not signed by a CA of tls_ca is refused
+    client_auth: str = _opt("none", choices=("none", "optional", "required"))
+    tls_ca: str = ""
 
     @property
     def tls(self) -> bool:
         return bool(self.tls_cert)
+
+    def check_tls(self) -> None:
+        """TLS needs a certificate and its key; client certificates need TLS and the
+        CAs that sign them."""
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError(f"listener {self.name} needs both tls_cert and tls_key")
+        if self.client_auth != "none" and not (self.tls and self.tls_ca):
+            raise ConfigError(f"listener {self.name}: client_auth = {self.client_auth!r} "
+                              "needs TLS (tls_cert, tls_key) and tls_ca, the CAs trusted to "
+                              "sign client certificates")
+
+
+@dataclass(frozen=True)
+class CertificateUser:
+    """A client certificate subject pattern and the user it maps to
+    (``security/certmap.py``; MQ's CHLAUTH SSLPEERMAP rule)."""
+    subject: str
+    user: str
+
+
+@dataclass
+class SecuritySettings:
+    """qm.toml's ``[security]``: client certificates to users."""
+    certificate_users: list[CertificateUser] = field(default_factory=list)
+
+    @classmethod
+    def from_table(cls, table, where: str) -> "SecuritySettings":
+        table = _table(table, "security", where)
+        for key in set(table) - {"certificate_users"}:
+            raise ConfigError(f"{where}: unknown key security.{key}; known: "
+                              "certificate_users", path=where)
+        rules = table.get("certificate_users", [])
+        if not isinstance(rules, list):
+            raise ConfigError(f"{where}: security.certificate_users must be an array of "
+                              "tables {subject = \"CN=...\", user = \"...\"}", path=where)
+        out = []
+        for i, rule in enumerate(rules):
+            name = f"security.certificate_users[{i}]"
+            rule = _table(rule, name, where)
+            if set(rule) != {"subject", "user"}:
+                raise ConfigError(f"{where}: {name} must have exactly the keys subject and "
+                                  f"user, not {', '.join(sorted(rule)) or 'none'}", path=where)
+            for key in ("subject", "user"):
+                _check_value(f"{name}.{key}", rule[key], "str", None, where)
+            if not rule["user"]:
+                raise ConfigError(f"{where}: {name}.user is empty", path=where)
+            try:
+                parse_subject_pattern(rule["subject"])
+            except SubjectPatternError as exc:
+                raise ConfigError(f"{where}: {name}: {exc}", path=where) from None
+            out.append(CertificateUser(rule["subject"], rule["user"]))
+        return cls(out)
 
 
 @dataclass
@@ -223,6 +290,7 @@ class QMConfig:
     listeners: list[Listener] = field(default_factory=lambda: [Listener()])
     stomp: StompSettings = field(default_factory=StompSettings)
     image: ImageSettings = field(default_factory=ImageSettings)
+    security: SecuritySettings = field(default_factory=SecuritySettings)
     #: a trial restore's queue manager in scratch space (set by the code that
     #: made it, never read from qm.toml): its stores are never forced, as
     #: nothing relies on them, and removed unflushed they cost the disk nothing
@@ -336,7 +404,9 @@ class QMConfig:
                           "interval_minutes": self.image.interval_minutes,
                           "log_length_mb": self.image.log_length_mb},
                 "listeners": [dict(vars(li)) for li in self.listeners],
-                "stomp": dict(vars(self.stomp))}
+                "stomp": dict(vars(self.stomp)),
+                "security": {"certificate_users": [dict(vars(r)) for r in
+                                                   self.security.certificate_users]}}
 
     def save(self) -> None:
         make_dirs(self.qm_dir)
@@ -356,11 +426,12 @@ class QMConfig:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}", path=str(path)) from None
         where = str(path)
-        unknown = set(data) - {"name", "log", "tuning", "image", "listeners", "stomp"}
+        unknown = set(data) - {"name", "log", "tuning", "image", "listeners", "stomp",
+                               "security"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: "
-                              "name, [log], [tuning], [image], [[listeners]], [stomp]",
-                              path=where)
+                              "name, [log], [tuning], [image], [[listeners]], [stomp], "
+                              "[security]", path=where)
         if data.get("name") != name:
             raise ConfigError(f"{where}: name = {data.get('name')!r} does not match the queue "
                               f"manager's directory ({name!r})", path=where,
@@ -400,7 +471,8 @@ class QMConfig:
             image=_section(ImageSettings, data.get("image", {}), "image", where),
             listeners=[_section(Listener, li, f"listeners[{i}]", where)
                        for i, li in enumerate(listeners)],
-            stomp=_section(StompSettings, data.get("stomp", {}), "stomp", where))
+            stomp=_section(StompSettings, data.get("stomp", {}), "stomp", where),
+            security=SecuritySettings.from_table(data.get("security", {}), where))
         try:
             cfg.log.validate()
             cfg.check_log_management()
@@ -408,9 +480,10 @@ class QMConfig:
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc.message}", path=where) from None
         for li in cfg.listeners:
-            if li.tls_cert and not li.tls_key or li.tls_key and not li.tls_cert:
-                raise ConfigError(f"{where}: listener {li.name} needs both tls_cert and tls_key",
-                                  path=where)
+            try:
+                li.check_tls()
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc.message}", path=where) from None
         return cfg
 
 

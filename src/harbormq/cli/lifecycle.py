@@ -5,6 +5,7 @@
                        [--log-secondary N] [--log-path DIR] [--checkpoint-records N]
                        [--log-management manual|automatic|archive]
                        [--log-archive-path DIR ...] [--log-dual-path DIR] [--port P]
+                       [--ws-port P]
     harbormq start QM [--foreground]
     harbormq stop QM [--immediate | --preemptive] [--wait]
     harbormq delete QM
@@ -55,15 +56,19 @@ from .starting import start_in_background
                                  "extent and the control file) to this directory")
 @click.option("--port", type=click.IntRange(0, 65535), default=61613, show_default=True,
               help="STOMP listener port on 127.0.0.1 (0: any free port)")
+@click.option("--ws-port", type=click.IntRange(0, 65535), default=None,
+              help="also a STOMP over WebSocket listener (path /ws) on 127.0.0.1, this port "
+                   "(0: any free port)")
 def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
-           checkpoint_records, log_management, log_archive_paths, log_dual_path, port):
+           checkpoint_records, log_management, log_archive_paths, log_dual_path, port,
+           ws_port):
     """Create queue manager QM (crtmqm)."""
     from ..qmgr import lifecycle as qmgr
     config = qmgr.create(qm, log_type=log_type, log_file_pages=log_file_pages,
                          log_primary=log_primary, log_secondary=log_secondary,
                          log_path=log_path, checkpoint_records=checkpoint_records,
                          log_management=log_management, log_archive_paths=log_archive_paths,
-                         log_dual_path=log_dual_path, port=port)
+                         log_dual_path=log_dual_path, port=port, ws_port=ws_port)
     console.print(f"HMQ8001I Queue manager {qm} created in {config.qm_dir} "
                   f"({log_type} log in {config.log_dir}).")
 

@@ -114,8 +114,10 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
            log_file_pages: int = 4096, log_primary: int = 3, log_secondary: int = 2,
            log_path: Path | None = None, checkpoint_records: int = 10_000,
            log_management: str = "manual", log_archive_paths: list | tuple = (),
-           log_dual_path: Path | None = None, port: int = 61613, console=None) -> QMConfig:
-    """crtmqm: directories, configuration, preallocated log, default objects."""
+           log_dual_path: Path | None = None, port: int = 61613, ws_port: int | None = None,
+           console=None) -> QMConfig:
+    """crtmqm: directories, configuration, preallocated log, default objects; a
+    STOMP listener on ``port``, and one over WebSocket on ``ws_port`` if given."""
     check_name(name, "queue manager")
     home = Path(home) if home else harbormq_home()
     settings = LogSettings(log_type=log_type, pages=log_file_pages, primary=log_primary,
@@ -126,7 +128,9 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
                       log_management=log_management,
                       log_archive_paths=[Path(p).resolve() for p in log_archive_paths],
                       log_dual_path=Path(log_dual_path).resolve() if log_dual_path else None,
-                      listeners=[Listener(port=port)])
+                      listeners=[Listener(port=port)] + (
+                          [] if ws_port is None else
+                          [Listener(name="WS", port=ws_port, transport="websocket")]))
     if log_management not in ("manual", "automatic", "archive"):
         raise ConfigError(f"log management must be manual, automatic or archive, not "
                           f"{log_management!r}")

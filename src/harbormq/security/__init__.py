@@ -9,6 +9,8 @@ by job:
 * ``peers.py``: the loopback rule and the OS user at the other end of a
   loopback TCP connection (``/proc/net/tcp``);
 * ``login_limits.py``: the rate limit of failed logins per peer address;
+* ``certmap.py``: client certificates to users (subject patterns, the
+  mapping MQ's SSLPEERMAP rules make);
 * ``files.py``: the JSON files both stores keep; ``errors.py``: the errors.
 
 Here: ``Security``, the facade a queue manager holds (its users, its
@@ -32,6 +34,8 @@ Principal model (see docs/administration.md):
   The choice, against requiring a login by default: local tools, scripts and
   the tour keep working without passwords for the owner, and no other user
   can borrow the owner's authority;
+* a client of a mutual TLS listener whose certificate maps to a user
+  (``certmap.py``) acts as that user, as if it had logged in;
 * an authenticated user is checked against the authority records: no record,
   no authority, except for a member of the group ``mqm``, an administrator.
 """
@@ -45,6 +49,7 @@ from pathlib import Path
 from typing import Callable
 
 from .authority import ADMIN_GROUP, AuthorityStore
+from .certmap import CertificateMatch, PeerMapRule, map_certificate_user, subject_text
 from .errors import InvalidAuthority, NotAuthorized, SecurityError, UnknownUser, UserExists
 from .login_limits import LoginFailures
 from .peers import PeerUnknown, check_listener, is_loopback, loopback_peer_uid
@@ -53,10 +58,10 @@ from .users import UserStore
 #: what other layers use: the facade, its stores, the errors, the listener check;
 #: anything else is imported from the module that holds it
 __all__ = [
-    "AuthorityStore", "InvalidAuthority", "LoginFailures", "NotAuthorized", "PeerUnknown",
-    "Principal",
-    "Security", "SecurityError", "UnknownUser", "UserExists", "UserStore", "check_listener",
-    "loopback_peer_uid", "os_owner",
+    "AuthorityStore", "CertificateMatch", "InvalidAuthority", "LoginFailures",
+    "NotAuthorized", "PeerMapRule", "PeerUnknown", "Principal", "Security", "SecurityError",
+    "UnknownUser", "UserExists", "UserStore", "check_listener", "loopback_peer_uid",
+    "map_certificate_user", "os_owner", "subject_text",
 ]
 
 
@@ -112,13 +117,19 @@ class Security:
         return Principal(self.owner, (ADMIN_GROUP,), anonymous=True, owner=True)
 
     def authenticate(self, user: str | None, password: str | None, *, connauth: str,
-                     peer: tuple, local: tuple | None = None) -> Principal:
+                     peer: tuple, local: tuple | None = None,
+                     certified: CertificateMatch | None = None) -> Principal:
         """A STOMP CONNECT's login/passcode; ``peer`` and ``local`` are the
         connection's addresses as our socket sees them (``(host, port, ...)``).
 
-        With a login: that harbormq user, or MQRC 2035. Without one: refused
-        (MQRC 2035) unless connauth is optional and the peer is on loopback;
-        then the OS user at the other end (``anonymous_principal``)."""
+        With a client certificate mapped to a user (``certified``, mutual TLS):
+        that user, whatever connauth says; a login naming another user is
+        refused (MQRC 2035). With a login: that harbormq user, or MQRC 2035.
+        Without one: refused (MQRC 2035) unless connauth is optional and the
+        peer is on loopback; then the OS user at the other end
+        (``anonymous_principal``)."""
+        if certified is not None:
+            return self.certificate_principal(certified, user)
         if not user:
             peer_host = str(peer[0])
             if connauth != "optional" or not is_loopback(peer_host):
@@ -130,6 +141,22 @@ class Security:
             raise NotAuthorized(f"user id {user} authentication failed "
                                 "(MQRC 2035 NOT_AUTHORIZED)", msgid="HMQ5534E", user=user)
         return Principal(user, tuple(self.users.groups_of(user)))
+
+    def certificate_principal(self, certified: CertificateMatch,
+                              login: str | None) -> Principal:
+        """The user a client certificate maps to, with the groups of the harbormq
+        user of that name if there is one (else none: only the authority records
+        naming it). The certificate is the credential: a passcode is not
+        asked for, and a login must name the same user."""
+        if login and login != certified.user:
+            raise NotAuthorized(f"login {login} is not the user {certified.user} that the "
+                                f"client certificate ({certified.subject}) maps to "
+                                "(MQRC 2035 NOT_AUTHORIZED)", msgid="HMQ5534E", user=login)
+        try:
+            groups = self.users.groups_of(certified.user)
+        except UnknownUser:
+            groups = []
+        return Principal(certified.user, tuple(groups))
 
     def anonymous_principal(self, peer: tuple, local: tuple | None) -> Principal:
         """An anonymous loopback connection acts as the OS user at the other end,

@@ -44,7 +44,7 @@ from typing import Protocol
 from ..config import StompSettings
 from ..core.operator_log import OperatorLog
 from ..errors import HarbormqError
-from ..security import LoginFailures, NotAuthorized, Principal, Security
+from ..security import CertificateMatch, LoginFailures, NotAuthorized, Principal, Security
 
 #: refusals of a peer written at once in a window (each of a different kind)
 _LINES_PER_PEER = 10
@@ -131,7 +131,8 @@ class Admission:
     # -- authentication -----------------------------------------------------------------
 
     async def authenticate(self, conn: Admitted, login: str | None, passcode: str, *,
-                           peer: tuple, local: tuple | None) -> Principal:
+                           peer: tuple, local: tuple | None,
+                           certified: CertificateMatch | None = None) -> Principal:
         """Who a CONNECT's login (or, without one, its loopback peer) is; refused
         with NotAuthorized (MQRC 2035), the refusal summarised in the operator
         log."""
@@ -139,7 +140,7 @@ class Admission:
 
         def check() -> Principal:
             return self.security.authenticate(login, passcode, connauth=self.settings.connauth,
-                                              peer=peer, local=local)
+                                              peer=peer, local=local, certified=certified)
         try:
             if not login:       # an anonymous client's OS user: a quick /proc lookup
                 return await asyncio.get_running_loop().run_in_executor(None, check)

@@ -108,6 +108,7 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
         self.groups: list[str] = []
         self.is_admin = False                # the owner (anonymous, its uid): unchecked
         self._principal = None               # set by CONNECT's authentication
+        self._certified = None               # mutual TLS: the user its certificate maps to
         self._addresses: tuple = ((), None)  # (peer, local) as the socket sees them
         self.transactions: dict[str, Transaction] = {}
         self._output_queues: set[str] = set()
@@ -136,6 +137,11 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
             self.fail(refusal, linger=False)
             return
         self.service.connections.add(self)
+        # mutual TLS: who the client certificate makes it, or a refusal before any frame
+        self._certified, refusal = self.service.certificate_user(self.listener_name, transport)
+        if refusal is not None:
+            self.fail(refusal)
+            return
         # a client that never sends CONNECT is dropped
         self._timers["connect"] = self.loop.call_later(
             self.settings.connect_timeout_ms / 1000, self._connect_deadline)
@@ -237,7 +243,7 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
         try:
             self._principal = await self.service.admission.authenticate(
                 self, frame.headers.get("login"), frame.headers.get("passcode", ""), peer=peer,
-                local=local)
+                local=local, certified=self._certified)
         except HarbormqError:
             self.version = version
             raise
