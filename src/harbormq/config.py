@@ -53,6 +53,7 @@
     port = 61613                # 0 = any free port (written to listeners.json at start)
     tls_cert = ""               # PEM certificate and key: TLS on this listener
     tls_key = ""
+    channel = "SYSTEM.DEF.SVRCONN"  # its server-connection channel (CHLTYPE(SVRCONN))
     [stomp]
     max_frame_bytes = 4194304   # a frame's headers and body
     max_headers = 64
@@ -157,6 +158,10 @@ class ImageSettings:
 
 
 
+#: the server-connection channel of a STOMP listener that names none
+DEFAULT_SVRCONN = "SYSTEM.DEF.SVRCONN"
+
+
 @dataclass
 class Listener:
     name: str = "STOMP"
@@ -164,6 +169,8 @@ class Listener:
     port: int = _opt(61613, lo=0, hi=65535)
     tls_cert: str = ""
     tls_key: str = ""
+    #: its SVRCONN channel (MCAUSER, MAXINST, MAXINSTC, MAXMSGL; docs/security.md)
+    channel: str = DEFAULT_SVRCONN
 
     @property
     def tls(self) -> bool:

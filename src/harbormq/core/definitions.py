@@ -20,7 +20,9 @@ from ..log.records import RecordType, encode_json
 from ..store.dirs import set_aside
 from ..store.stores import QueueStore
 from .objects import (
+    AUTHINFO_DEFAULTS,
     CHANNEL_DEFAULTS,
+    CHLAUTH_DEFAULTS,
     DEAD_LETTER_QUEUE,
     DEFAULT_LOCAL_QUEUE,
     LISTENER_DEFAULTS,
@@ -28,7 +30,9 @@ from .objects import (
     QMGR_DEFAULTS,
     QMGR_OBJECT,
     QREMOTE_DEFAULTS,
+    authinfo_key,
     channel_key,
+    chlauth_key,
     check_name,
     listener_key,
     validate,
@@ -201,7 +205,9 @@ class Definitions:
 
     DEFINITION_TYPES = {"QREMOTE": (QREMOTE_DEFAULTS, lambda n: n),
                         "CHANNEL": (CHANNEL_DEFAULTS, channel_key),
-                        "LISTENER": (LISTENER_DEFAULTS, listener_key)}
+                        "LISTENER": (LISTENER_DEFAULTS, listener_key),
+                        "AUTHINFO": (AUTHINFO_DEFAULTS, authinfo_key),
+                        "CHLAUTH": (CHLAUTH_DEFAULTS, chlauth_key)}
 
     def definition(self, objtype: str, name: str) -> dict:
         key = self.DEFINITION_TYPES[objtype][1](name)

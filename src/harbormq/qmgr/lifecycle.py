@@ -36,6 +36,7 @@ from ..fsutil import fsync_dir, make_dirs, make_private, name_of_file, remove_tr
 from ..log.manager import RecoveryLog
 from ..log.records import RecordType, encode_json
 from ..recovery import need
+from .client_defaults import ensure_client_defaults
 from ..recovery.restart import Progress, Restart, RestartReport
 
 STOP_MODES = ("controlled", "immediate", "preemptive")
@@ -175,6 +176,7 @@ async def _first_start(config: QMConfig, console) -> None:
     await core.define_queue(DEFAULT_LOCAL_QUEUE, dict(QLOCAL_DEFAULTS))
     await core.define_queue(DEAD_LETTER_QUEUE, {"DESCR": "dead-letter queue",
                                                 "DEFPSIST": "YES", "MAXDEPTH": 999_999_999})
+    await ensure_client_defaults(core, created=True)
     core.oplog.emit("HMQ8001I", f"Queue manager {config.name} created "
                     f"({config.log.log_type} log, {config.log.pages} pages per extent)")
     await qm.stop("controlled")
@@ -255,6 +257,8 @@ class RunningQueueManager:
             await core.log.force()
             if core.log.state.images_needed:     # a new log (reset-log): images first
                 await _image_everything_after_reset(core)
+            if QMGR_OBJECT in core.objects:       # (not at creation: _first_start does it)
+                await ensure_client_defaults(core)
         except BaseException:
             core.log.close()
             core.close_stores()

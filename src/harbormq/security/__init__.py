@@ -8,7 +8,10 @@ by job:
   every operation (``authrecs.json``);
 * ``peers.py``: the loopback rule and the OS user at the other end of a
   loopback TCP connection (``/proc/net/tcp``);
-* ``files.py``: the JSON files both stores keep; ``errors.py``: the errors.
+* ``files.py``: the JSON files both stores keep; ``errors.py``: the errors;
+* ``chlauth.py``: channel authentication records (CHLAUTH) and their
+  precedence; ``svrconn.py``: a client connection admitted the MQ way (its
+  SVRCONN channel, CHLAUTH, CONNAUTH), the one call a STOMP CONNECT makes.
 
 Here: ``Security``, the facade a queue manager holds (its users, its
 authority records, and authentication of a connection), and ``Principal``,
@@ -44,16 +47,25 @@ from pathlib import Path
 from typing import Callable
 
 from .authority import ADMIN_GROUP, AuthorityStore
-from .errors import InvalidAuthority, NotAuthorized, SecurityError, UnknownUser, UserExists
+from .errors import (
+    ConnectionRefused,
+    InvalidAuthority,
+    NotAuthorized,
+    SecurityError,
+    UnknownUser,
+    UserExists,
+)
 from .peers import PeerUnknown, check_listener, is_loopback, loopback_peer_uid
+from .svrconn import CatalogView, ClientAdmission, ConnauthPolicy, listener_channels
 from .users import UserStore
 
 #: what other layers use: the facade, its stores, the errors, the listener check;
 #: anything else is imported from the module that holds it
 __all__ = [
-    "AuthorityStore", "InvalidAuthority", "NotAuthorized", "PeerUnknown", "Principal",
-    "Security", "SecurityError", "UnknownUser", "UserExists", "UserStore", "check_listener",
-    "loopback_peer_uid", "os_owner",
+    "AuthorityStore", "CatalogView", "ClientAdmission", "ConnauthPolicy", "ConnectionRefused",
+    "InvalidAuthority", "NotAuthorized", "PeerUnknown", "Principal", "Security",
+    "SecurityError", "UnknownUser", "UserExists", "UserStore", "check_listener",
+    "listener_channels", "loopback_peer_uid", "os_owner",
 ]
 
 
@@ -74,6 +86,9 @@ class Principal:
     anonymous: bool = False
     #: the queue manager's owner: every authority, never checked
     owner: bool = False
+    #: the server-connection channel it came through, and that channel's MAXMSGL
+    channel: str = ""
+    max_msg_length: int = 0
 
 
 class Security:
@@ -94,6 +109,15 @@ class Security:
         self.owner_uid = os.geteuid() if owner_uid is None else owner_uid
         self.authorities.owner = self.owner
         self.peer_uid = peer_uid
+        #: the connection authentication in force: read at start and by
+        #: REFRESH SECURITY (None: not read yet, OPTIONAL as before)
+        self.connauth: ConnauthPolicy | None = None
+
+    def refresh_connauth(self, catalog: CatalogView) -> ConnauthPolicy:
+        """REFRESH SECURITY TYPE(CONNAUTH): the queue manager's CONNAUTH and its
+        AUTHINFO read again; they apply to connections from now on."""
+        self.connauth = ConnauthPolicy.from_catalog(catalog)
+        return self.connauth
 
     @classmethod
     def for_config(cls, config) -> "Security":

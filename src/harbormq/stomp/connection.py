@@ -188,6 +188,10 @@ class StompConnection(DeliveryMixin, FrameTransport):
         self.user = principal.user
         self.groups = list(principal.groups)
         self.is_admin = principal.owner
+        if principal.max_msg_length:          # the SVRCONN channel's MAXMSGL
+            limits = self.parser.limits
+            limits.max_frame_bytes = min(limits.max_frame_bytes,
+                                         principal.max_msg_length + limits.max_header_bytes)
         self.version = version
         self.parser.version = version
         self.info.user = self.user
@@ -216,17 +220,16 @@ class StompConnection(DeliveryMixin, FrameTransport):
         login = frame.headers.get("login")
         peer, local = self._addresses
         try:
-            # an anonymous connection's OS user is looked up in /proc: not on the loop either
-            self._principal = await self.loop.run_in_executor(None, lambda: (
-                self.service.security.authenticate(
-                    login, frame.headers.get("passcode", ""), connauth=self.settings.connauth,
-                    peer=peer, local=local)))
+            # its SVRCONN channel, CHLAUTH and CONNAUTH (security/svrconn.py); the
+            # password and the anonymous OS user are checked off the loop
+            self._principal = await self.service.admission.admit(
+                self.info, login, frame.headers.get("passcode", ""), peer, local)
         except HarbormqError as exc:
             self.version = version
             if exc.msgid == "HMQ5540E":           # anonymous, its OS user not identified
                 self.core.oplog.emit("HMQ5540E", f"STOMP connection from {self.info.peer} "
                                      f"refused: {exc.message}")
-            else:
+            elif exc.msgid == "HMQ5534E":         # (CHLAUTH refusals are reported there)
                 self.core.oplog.emit("HMQ5534E", f"STOMP connection from {self.info.peer} "
                                      f"refused: {'user ' + repr(login) if login else 'anonymous'}"
                                      " failed authentication")

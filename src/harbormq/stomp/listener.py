@@ -16,9 +16,10 @@ import ssl
 
 from ..config import QMConfig
 from ..core.engine import QueueManagerCore
+from ..core.objects import SecurityCatalog
 from ..errors import ConfigError
 from ..fsutil import atomic_write
-from ..security import check_listener
+from ..security import ClientAdmission, check_listener, listener_channels
 from .connection import StompConnection
 
 
@@ -34,6 +35,11 @@ class StompService:
         self.bound: list[dict] = []
         #: backouts of closed connections' units of work, awaited by stop()
         self.backouts: set[asyncio.Task] = set()
+        #: who a connection is: its listener's SVRCONN channel, CHLAUTH, CONNAUTH
+        self.admission = ClientAdmission(
+            security, SecurityCatalog(core), listener_channels(config.listeners),
+            live=lambda: [c.info.conn_id for c in self.connections if c.info is not None],
+            connauth_floor=self.settings.connauth, emit=core.oplog.emit)
 
     def check_listeners(self) -> None:
         """Refuse a configuration that would accept anonymous remote clients."""
@@ -43,6 +49,7 @@ class StompService:
     async def start(self) -> list[dict]:
         self.check_listeners()
         self.loop = asyncio.get_running_loop()
+        self.security.refresh_connauth(SecurityCatalog(self.core))
         for li in self.config.listeners:
             tls = None
             if li.tls:
