@@ -18,13 +18,15 @@ import time
 from collections.abc import Callable
 
 from ..core.engine import ChannelCommands, QueueManagerCore
-from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS
+from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS, QMGR_DEFAULTS
 from ..errors import AdminRequestError, HarbormqError, ObjectExists, UnknownObject
 from ..log.records import PAGE_SIZE, extent_file_name, key_parts
 from ..qmgr.log_offline import deletion_plan
 from ..recovery.need import log_need_facts
 from . import mqsc
-from .mqsc import Command, MqscSyntaxError
+from .mqsc import Command, MqscSyntaxError, mq_date, mq_time
+from .mqsc import select_attrs as _select
+from .security_commands import SecurityCommands
 
 #: at most this many message keys are walked to find the oldest message (MSGAGE)
 MSGAGE_SCAN_LIMIT = 100_000
@@ -41,15 +43,6 @@ class MqscError(HarbormqError):
 
 # -- value formatting --------------------------------------------------------------------
 
-def mq_date(ns: int) -> str:
-    return time.strftime("%Y-%m-%d", time.localtime(ns / 1e9)) if ns else ""
-
-
-def mq_time(ns: int) -> str:
-    """MQ writes times as hh.mm.ss."""
-    return time.strftime("%H.%M.%S", time.localtime(ns / 1e9)) if ns else ""
-
-
 def megabytes(nbytes: int) -> str:
     """Sizes in MB as MQ shows them; below 10 MB with two decimals, so the small
     extents of a test queue manager do not all read 0."""
@@ -59,22 +52,9 @@ def megabytes(nbytes: int) -> str:
     return f"{mb:.2f}".rstrip("0").rstrip(".")
 
 
-def _select(cmd: Command, order: tuple, always: tuple, default: tuple | None = None) -> list:
-    """Attribute names to show, in display order: ``always`` first, then ALL or the
-    requested ones (and the WHERE keyword), else ``default``."""
-    if "ALL" in cmd.flags:
-        wanted = set(order)
-    else:
-        wanted = set(cmd.requested) if cmd.requested else set(default or ())
-    if cmd.where:
-        wanted.add(cmd.where[0])
-    wanted |= set(always)
-    return [a for a in order if a in wanted]
-
-
 # -- the executor ------------------------------------------------------------------------
 
-class Executor:
+class Executor(SecurityCommands):
     def __init__(self, core: QueueManagerCore, security, qm_info: dict | None = None):
         self.core = core
         self.security = security
@@ -121,6 +101,7 @@ class Executor:
             ("STOP", "LISTENER"): self.channel_action,
             ("DISPLAY", "CHSTATUS"): self.display_chstatus,
         }
+        self.handlers.update(self.security_handlers())
 
     async def execute(self, cmd: Command) -> list[str]:
         """Run one command; returns its output blocks; raises HarbormqError when
@@ -394,9 +375,7 @@ class Executor:
 
     def display_qmgr(self, cmd: Command) -> list[str]:
         core = self.core
-        connauth = self.qm_info.get("connauth") or \
-            getattr(getattr(core.config, "stomp", None), "connauth", "")
-        values = {"QMNAME": core.name, **core.qmgr_attrs, "CONNAUTH": connauth.upper()}
+        values = {"QMNAME": core.name, **QMGR_DEFAULTS, **core.qmgr_attrs}
         shown = _select(cmd, mqsc.DISPLAY_QMGR_ATTRS, ("QMNAME",), mqsc.DISPLAY_QMGR_ATTRS)
         return [mqsc.format_object("HMQ8408I", "Display Queue Manager details.",
                                    [(a, values.get(a)) for a in shown])]

@@ -23,9 +23,11 @@ per line in columns of 40, and the closing "N MQSC commands read." lines.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ..core.objects import (
+    AUTHINFO_DEFAULTS,
     CHANNEL_DEFAULTS,
     LISTENER_DEFAULTS,
     QLOCAL_DEFAULTS,
@@ -94,7 +96,7 @@ QMSTATUS_ATTRS = ("QMNAME", "STATUS", "CONNS", "STARTDA", "STARTTI", "CHKPTLSN")
 QMSTATUS_LOG_ATTRS = ("LOGTYPE", "LOGPATH", "LOGPRIM", "LOGSEC", "LOGEXTSZ", "CURRLOG",
                       "RECLOG", "RECSZ", "LOGINUSE", "REUSESZ", "MEDIALOG", "MEDIASZ",
                       "CURRLSN", "RECLSN", "MEDIALSN", "CKPTSPAN", "CKPTMAX", "LOGHELD")
-DISPLAY_QMGR_ATTRS = ("QMNAME",) + QMGR_ATTRS + ("CONNAUTH",)
+DISPLAY_QMGR_ATTRS = ("QMNAME",) + QMGR_ATTRS
 AUTHREC_ATTRS = ("PROFILE", "ENTITY", "ENTTYPE", "OBJTYPE", "AUTHLIST")
 #: DISPLAY LOG: the log as a whole (always shown), then one block per extent
 LOG_ATTRS = ("QMNAME", "LOGTYPE", "LOGMGMT", "LOGPATH", "ARCHPATH", "MAXARCH", "CURRLOG",
@@ -180,6 +182,64 @@ SPECS: dict[tuple[str, str], Spec] = {
     ("START", "LISTENER"): Spec("required"),
     ("STOP", "LISTENER"): Spec("required"),
 }
+# -- client-connection security, and MQ administrators' forms (admin/security_commands.py)
+VERBS.update({"REFRESH": "REFRESH", "REF": "REFRESH"})
+VERB_ORDER = VERB_ORDER[:-1] + ("REFRESH", "END")
+OBJTYPES.update({"AUTHINFO": "AUTHINFO", "CHLAUTH": "CHLAUTH", "SECURITY": "SECURITY"})
+AUTHINFO_ATTRS = tuple(AUTHINFO_DEFAULTS)
+DISPLAY_AUTHINFO_ATTRS = ("AUTHINFO",) + AUTHINFO_ATTRS
+#: SET CHLAUTH's keywords; DISPLAY CHLAUTH shows a record's (MQ's names)
+CHLAUTH_KEYWORDS = ("TYPE", "ADDRESS", "CLNTUSER", "SSLPEER", "USERLIST", "ADDRLIST",
+                    "USERSRC", "MCAUSER", "CHCKCLNT", "WARN", "DESCR", "ACTION")
+CHLAUTH_ATTRS = ("CHLAUTH", "TYPE", "DESCR", "ADDRESS", "CLNTUSER", "SSLPEER", "USERLIST",
+                 "ADDRLIST", "USERSRC", "MCAUSER", "CHCKCLNT", "WARN")
+#: DISPLAY CHSTATUS of a server-connection channel: one block per instance
+SVRCONN_CHSTATUS_ATTRS = ("CHANNEL", "CHLTYPE", "STATUS", "CONNAME", "CONN", "MCAUSER",
+                          "CHSTADA", "CHSTATI", "MAXMSGL")
+#: keywords harbormq accepts where MQ has them but that have no effect here:
+#: answered with HMQ8890W naming the keyword, not a syntax error
+NO_EFFECT = {
+    ("ALTER", "QMGR"): ("STATMQI", "STATQ", "STATCHL", "STATINT", "MONQ", "MONCHL", "MONACLS",
+                        "MAXHANDS", "MAXUMSGS", "ACTIVREC", "EXPRYINT", "PERFMEV", "SSLEV",
+                        "CHLEV", "AUTHOREV", "INHIBTEV", "LOCALEV", "REMOTEEV", "STRSTPEV",
+                        "CMDEV", "CONFIGEV", "LOGGEREV", "TRIGINT", "CHAD", "CHADEV",
+                        "MAXPROPL", "CCSID", "REVDNS", "ADOPTNEWMCA", "SSLFIPS"),
+    ("DEFINE", "CHANNEL"): ("SHARECNV", "MONCHL", "STATCHL", "KAINT", "CERTLABL", "PROPCTL"),
+    ("ALTER", "CHANNEL"): ("SHARECNV", "MONCHL", "STATCHL", "KAINT", "CERTLABL", "PROPCTL"),
+    ("DEFINE", "AUTHINFO"): ("AUTHENMD",),
+    ("ALTER", "AUTHINFO"): ("AUTHENMD",),
+}
+SPECS.update({
+    ("DEFINE", "AUTHINFO"): Spec("required", AUTHINFO_ATTRS + ("LIKE",) +
+                                NO_EFFECT[("DEFINE", "AUTHINFO")], ("REPLACE", "NOREPLACE"),
+                                exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("ALTER", "AUTHINFO"): Spec("required", AUTHINFO_ATTRS + NO_EFFECT[("ALTER", "AUTHINFO")]),
+    ("DELETE", "AUTHINFO"): Spec("required"),
+    ("DISPLAY", "AUTHINFO"): Spec("required", _DISPLAY_COMMON,
+                                  DISPLAY_AUTHINFO_ATTRS + ("ALL",)),
+    ("SET", "CHLAUTH"): Spec("required", CHLAUTH_KEYWORDS, lists=("USERLIST", "ADDRLIST")),
+    ("DISPLAY", "CHLAUTH"): Spec("required", _DISPLAY_COMMON + ("TYPE", "MATCH", "ADDRESS",
+                                                                "CLNTUSER", "SSLPEER"),
+                                 CHLAUTH_ATTRS + ("ALL",)),
+    ("REFRESH", "SECURITY"): Spec("optional", ("TYPE",)),
+    # LIKE and REPLACE/NOREPLACE on every DEFINE, IGNSTATE on START and STOP
+    ("DEFINE", "QREMOTE"): Spec("required", QREMOTE_ATTRS + ("LIKE",), ("REPLACE", "NOREPLACE"),
+                                exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("DEFINE", "CHANNEL"): Spec("required", CHANNEL_ATTRS + ("LIKE",) +
+                                NO_EFFECT[("DEFINE", "CHANNEL")], ("REPLACE", "NOREPLACE"),
+                                exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("ALTER", "CHANNEL"): Spec("required", CHANNEL_ATTRS + NO_EFFECT[("ALTER", "CHANNEL")]),
+    ("DEFINE", "LISTENER"): Spec("required", LISTENER_ATTRS + ("LIKE",),
+                                 ("REPLACE", "NOREPLACE"), exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("START", "CHANNEL"): Spec("required", ("IGNSTATE",)),
+    ("STOP", "CHANNEL"): Spec("required", ("IGNSTATE",)),
+    ("START", "LISTENER"): Spec("required", ("IGNSTATE",)),
+    ("STOP", "LISTENER"): Spec("required", ("IGNSTATE",)),
+    ("DISPLAY", "CHSTATUS"): Spec("required", _DISPLAY_COMMON, tuple(dict.fromkeys(
+        CHSTATUS_ATTRS + SVRCONN_CHSTATUS_ATTRS)) + ("ALL",)),
+    ("ALTER", "QMGR"): Spec("", QMGR_ATTRS + NO_EFFECT[("ALTER", "QMGR")]),
+})
+
 #: object types each verb takes, in the order error messages list them
 VERB_OBJTYPES: dict[str, tuple[str, ...]] = {}
 for (_v, _o) in SPECS:
@@ -402,7 +462,7 @@ class _Parser:
                             allowed)
         cmd.objtype = objtype
         spec = SPECS[(verb, objtype)]
-        if spec.name:
+        if spec.name and (spec.name == "required" or self.peek().kind == "("):
             if self.peek().kind != "(":
                 tok = self.peek()
                 raise self.fail(tok, f"expected ( and a name after {objtype}, {_found(tok)}",
@@ -579,6 +639,29 @@ def where_matches(where: tuple | None, attrs: dict) -> bool:
 
 COLUMN = 40
 INDENT = "   "
+
+
+def mq_date(ns: int) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(ns / 1e9)) if ns else ""
+
+
+def mq_time(ns: int) -> str:
+    """MQ writes times as hh.mm.ss."""
+    return time.strftime("%H.%M.%S", time.localtime(ns / 1e9)) if ns else ""
+
+
+def select_attrs(cmd: Command, order: tuple, always: tuple,
+                 default: tuple | None = None) -> list:
+    """DISPLAY: attribute names to show, in display order: ``always`` first, then
+    ALL or the requested ones (and the WHERE keyword), else ``default``."""
+    if "ALL" in cmd.flags:
+        wanted = set(order)
+    else:
+        wanted = set(cmd.requested) if cmd.requested else set(default or ())
+    if cmd.where:
+        wanted.add(cmd.where[0])
+    wanted |= set(always)
+    return [a for a in order if a in wanted]
 
 
 def format_value(value) -> str:

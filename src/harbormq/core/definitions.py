@@ -32,8 +32,8 @@ from .objects import (
     QREMOTE_DEFAULTS,
     authinfo_key,
     channel_key,
-    chlauth_key,
     check_name,
+    chlauth_key,
     listener_key,
     validate,
 )

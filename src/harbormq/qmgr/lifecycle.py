@@ -36,8 +36,8 @@ from ..fsutil import fsync_dir, make_dirs, make_private, name_of_file, remove_tr
 from ..log.manager import RecoveryLog
 from ..log.records import RecordType, encode_json
 from ..recovery import need
-from .client_defaults import ensure_client_defaults
 from ..recovery.restart import Progress, Restart, RestartReport
+from .client_defaults import ensure_client_defaults
 
 STOP_MODES = ("controlled", "immediate", "preemptive")
 

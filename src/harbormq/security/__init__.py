@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -56,6 +55,7 @@ from .errors import (
     UserExists,
 )
 from .peers import PeerUnknown, check_listener, is_loopback, loopback_peer_uid
+from .principal import Principal
 from .svrconn import CatalogView, ClientAdmission, ConnauthPolicy, listener_channels
 from .users import UserStore
 
@@ -75,20 +75,6 @@ def os_owner() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return str(os.getuid())
-
-
-@dataclass
-class Principal:
-    """Who a connection acts as."""
-    user: str
-    groups: tuple[str, ...] = ()
-    #: connected without a login (its OS user identified it)
-    anonymous: bool = False
-    #: the queue manager's owner: every authority, never checked
-    owner: bool = False
-    #: the server-connection channel it came through, and that channel's MAXMSGL
-    channel: str = ""
-    max_msg_length: int = 0
 
 
 class Security:
@@ -112,6 +98,8 @@ class Security:
         #: the connection authentication in force: read at start and by
         #: REFRESH SECURITY (None: not read yet, OPTIONAL as before)
         self.connauth: ConnauthPolicy | None = None
+        #: server-connection channels STOP CHANNEL stopped (until START CHANNEL)
+        self.stopped_channels: set[str] = set()
 
     def refresh_connauth(self, catalog: CatalogView) -> ConnauthPolicy:
         """REFRESH SECURITY TYPE(CONNAUTH): the queue manager's CONNAUTH and its

@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..config import DEFAULT_SVRCONN
 from .authority import ADMIN_GROUP
@@ -54,9 +54,8 @@ from .chlauth import (
 )
 from .errors import ConnectionRefused, NotAuthorized, UnknownUser
 from .peers import is_loopback
-
-if TYPE_CHECKING:
-    from . import Principal, Security
+from .principal import Principal
+from .users import UserStore
 
 
 class CatalogView(Protocol):
@@ -69,6 +68,18 @@ class CatalogView(Protocol):
     def authinfo_attrs(self, name: str) -> Mapping[str, object] | None: ...
 
     def chlauth_records(self) -> list[Mapping[str, object]]: ...
+
+
+class SecurityHost(Protocol):
+    """What admission uses of the ``Security`` facade."""
+    users: UserStore
+    owner: str
+    connauth: "ConnauthPolicy | None"
+    stopped_channels: set[str]
+
+    def owner_principal(self) -> Principal: ...
+
+    def anonymous_principal(self, peer: tuple, local: tuple | None) -> Principal: ...
 
 
 class ClientConnection(Protocol):
@@ -117,7 +128,7 @@ class ClientAdmission:
     channel are the admitted ones among them (so a closed connection frees
     its instance without telling anyone). ``emit`` writes an operator message."""
 
-    def __init__(self, security: "Security", catalog: CatalogView, channels: dict[str, str], *,
+    def __init__(self, security: SecurityHost, catalog: CatalogView, channels: dict[str, str], *,
                  live: Callable[[], Iterable[str]], connauth_floor: str = "optional",
                  emit: Callable[[str, str], None] = lambda msgid, text: None):
         self.security = security
@@ -140,7 +151,7 @@ class ClientAdmission:
 
     async def admit(self, conn: ClientConnection, login: str | None, passcode: str | None,
                     peer: tuple, local: tuple | None, *, sslpeer: str | None = None
-                    ) -> "Principal":
+                    ) -> Principal:
         """Admit a CONNECT (steps 1-6 of the module's docstring): the principal
         it acts as, or the refusal (a SecurityError naming why, with its MQRC)."""
         catalog = self.catalog
@@ -164,6 +175,10 @@ class ClientAdmission:
                                         msgid="HMQ2540E", hint="DEFINE CHANNEL(" + channel +
                                         ") CHLTYPE(SVRCONN), or name another channel in "
                                         "the listener's qm.toml entry")
+            if channel in self.security.stopped_channels:
+                raise ConnectionRefused(f"connection from {host} refused: channel {channel} "
+                                        "is stopped (MQRC 2537 CHANNEL_NOT_AVAILABLE)",
+                                        msgid="HMQ2537E", hint=f"START CHANNEL({channel})")
             attrs = dict(attrs)
             self._count_instance(conn.conn_id, channel, host, attrs)
         except ConnectionRefused as exc:
@@ -207,9 +222,8 @@ class ClientAdmission:
 
     def _identify(self, channel: str, chl: dict, rules: list[Rule] | None, login: str | None,
                   passcode: str | None, peer: tuple, local: tuple | None, sslpeer: str | None,
-                  where: str) -> "Principal":
+                  where: str) -> Principal:
         """Steps 3-6 (``rules`` None: CHLAUTH(DISABLED))."""
-        from . import Principal
         sec = self.security
         chlauth_on = rules is not None
         rules = rules or []
@@ -284,11 +298,10 @@ class ClientAdmission:
                              f"profile '{block.chlprof}' (MQRC 2035 NOT_AUTHORIZED)")
         return principal
 
-    def principal_named(self, name: str) -> "Principal":
+    def principal_named(self, name: str) -> Principal:
         """The principal an MCAUSER names: the owner's name is the owner; a
         harbormq user has its groups; the user mqm is in group mqm (MQ's
         administrator); any other name has exactly its own authority records."""
-        from . import Principal
         sec = self.security
         if name == sec.owner:
             p = sec.owner_principal()
