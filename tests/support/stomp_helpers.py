@@ -324,8 +324,11 @@ class RawStomp:
     """A blocking STOMP client over a plain socket: exact bytes out, frames in."""
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 20.0,
-                 tls: ssl.SSLContext | None = None):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+                 tls: ssl.SSLContext | None = None, source: str | None = None):
+        # source: the client's own address (another loopback one, 127.0.0.2, for
+        # the CHLAUTH address rules)
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         if tls is not None:
             self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.timeout = timeout

@@ -38,7 +38,9 @@ class StompService:
         #: who a connection is: its listener's SVRCONN channel, CHLAUTH, CONNAUTH
         self.admission = ClientAdmission(
             security, SecurityCatalog(core), listener_channels(config.listeners),
-            live=lambda: [c.info.conn_id for c in self.connections if c.info is not None],
+            # (a connection ended with an ERROR holds no instance while it drains)
+            live=lambda: [c.info.conn_id for c in self.connections
+                          if c.info is not None and not c._closing],
             connauth_floor=self.settings.connauth, emit=core.oplog.emit)
 
     def check_listeners(self) -> None:
