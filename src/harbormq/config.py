@@ -67,6 +67,9 @@
     full_queue_wait_ms = 10000  # a SEND to a full queue holds its producer this long,
                                 #   then fails with MQRC 2053 (0 = at once, as MQPUT)
     connauth = "optional"       # or "required": every connection logs in
+    [startup]                   # MQSC run at every start, before the listeners open
+    scripts = []                # files (relative to qmgrs/<QM>/); none: startup/*.mqsc
+    on_error = "continue"       # or "stop": a failing command fails the start
 """
 
 from __future__ import annotations
@@ -196,6 +199,18 @@ class StompSettings:
 
 
 @dataclass
+class StartupSettings:
+    """MQSC scripts run at every start, after restart recovery and before the
+    listeners open (MQ for z/OS's CSQINP2, MQ's AutoConfig)."""
+    #: the scripts in order (relative to the queue manager's directory); empty:
+    #: every ``startup/*.mqsc`` in name order
+    scripts: list = field(default_factory=list)
+    #: a failing command: "continue" (reported in the operator log) or "stop" (the
+    #: start fails)
+    on_error: str = _opt("continue", choices=("continue", "stop"))
+
+
+@dataclass
 class QMConfig:
     name: str
     home: Path
@@ -210,6 +225,7 @@ class QMConfig:
     listeners: list[Listener] = field(default_factory=lambda: [Listener()])
     stomp: StompSettings = field(default_factory=StompSettings)
     image: ImageSettings = field(default_factory=ImageSettings)
+    startup: StartupSettings = field(default_factory=StartupSettings)
     #: a trial restore's queue manager in scratch space (set by the code that
     #: made it, never read from qm.toml): its stores are never forced, as
     #: nothing relies on them, and removed unflushed they cost the disk nothing
@@ -323,7 +339,9 @@ class QMConfig:
                           "interval_minutes": self.image.interval_minutes,
                           "log_length_mb": self.image.log_length_mb},
                 "listeners": [dict(vars(li)) for li in self.listeners],
-                "stomp": dict(vars(self.stomp))}
+                "stomp": dict(vars(self.stomp)),
+                "startup": {"scripts": list(self.startup.scripts),
+                            "on_error": self.startup.on_error}}
 
     def save(self) -> None:
         make_dirs(self.qm_dir)
@@ -343,11 +361,12 @@ class QMConfig:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}", path=str(path)) from None
         where = str(path)
-        unknown = set(data) - {"name", "log", "tuning", "image", "listeners", "stomp"}
+        unknown = set(data) - {"name", "log", "tuning", "image", "listeners", "stomp",
+                               "startup"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: "
-                              "name, [log], [tuning], [image], [[listeners]], [stomp]",
-                              path=where)
+                              "name, [log], [tuning], [image], [[listeners]], [stomp], "
+                              "[startup]", path=where)
         if data.get("name") != name:
             raise ConfigError(f"{where}: name = {data.get('name')!r} does not match the queue "
                               f"manager's directory ({name!r})", path=where,
@@ -387,7 +406,8 @@ class QMConfig:
             image=_section(ImageSettings, data.get("image", {}), "image", where),
             listeners=[_section(Listener, li, f"listeners[{i}]", where)
                        for i, li in enumerate(listeners)],
-            stomp=_section(StompSettings, data.get("stomp", {}), "stomp", where))
+            stomp=_section(StompSettings, data.get("stomp", {}), "stomp", where),
+            startup=_section(StartupSettings, data.get("startup", {}), "startup", where))
         try:
             cfg.log.validate()
             cfg.check_log_management()
@@ -422,7 +442,8 @@ def _check_value(key: str, value, kind: str, choices, where: str, lo=None, hi=No
     """One setting: its TOML type, then its allowed values or range."""
     ok = {"int": isinstance(value, int) and not isinstance(value, bool),
           "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-          "bool": isinstance(value, bool), "str": isinstance(value, str)}[kind]
+          "bool": isinstance(value, bool), "str": isinstance(value, str),
+          "list": isinstance(value, list) and all(isinstance(v, str) for v in value)}[kind]
     if not ok:
         raise ConfigError(f"{where}: {key} = {value!r} is not {_KIND_TEXT[kind]}", path=where)
     if choices is not None and value not in choices:
@@ -434,7 +455,7 @@ def _check_value(key: str, value, kind: str, choices, where: str, lo=None, hi=No
 
 
 _KIND_TEXT = {"int": "a whole number", "float": "a number", "bool": "true or false",
-              "str": "a string"}
+              "str": "a string", "list": "a list of strings"}
 
 
 def _section(cls, table, section: str, where: str):
