@@ -108,6 +108,19 @@ class SecurityCommands:
                                        line=cmd.line, column=1, lines=cmd.lines)
         return attrs
 
+    @staticmethod
+    def _authinfo_warnings(cmd: Command) -> list[str]:
+        """Kept (dump-config writes them back) but without effect here."""
+        notes = {"CHCKLOCL": "there are no local bindings connections",
+                 "FAILDLAY": "a failed login is answered at once"}
+        out = [mqsc.format_message("HMQ8890W", f"{k} accepted: it has no effect on harbormq "
+                                   f"({why})") for k, why in notes.items() if k in cmd.attrs]
+        if str(cmd.attrs.get("ADOPTCTX", "")).upper() == "NO":
+            out.append(mqsc.format_message("HMQ8890W", "ADOPTCTX(NO) accepted: it has no "
+                                           "effect on harbormq (an authenticated user is "
+                                           "always the connection's context)"))
+        return out
+
     def _not_in_force_note(self, name: str) -> list[str]:
         if self.core.qmgr_attrs.get("CONNAUTH") == name:
             return [mqsc.format_message("HMQ8892I", f"AUTHINFO {name} is the queue manager's "
@@ -121,14 +134,16 @@ class SecurityCommands:
             attrs = {**self.core.definition("AUTHINFO", cmd.attrs["LIKE"])["attrs"], **attrs}
         replace = "REPLACE" in cmd.flags
         await self.core.define_object("AUTHINFO", cmd.name, attrs, replace=replace)
-        return [mqsc.format_message("HMQ8006I", "harbormq authentication information object "
-                                    "created" + (" (REPLACE)." if replace else "."))] + \
+        return self._authinfo_warnings(cmd) + [
+            mqsc.format_message("HMQ8006I", "harbormq authentication information object "
+                                "created" + (" (REPLACE)." if replace else "."))] + \
             self._not_in_force_note(cmd.name)
 
     async def alter_authinfo(self, cmd: Command) -> list[str]:
         await self.core.alter_object("AUTHINFO", cmd.name, self._authinfo_attrs(cmd))
-        return [mqsc.format_message("HMQ8008I", "harbormq authentication information object "
-                                    "changed.")] + self._not_in_force_note(cmd.name)
+        return self._authinfo_warnings(cmd) + [
+            mqsc.format_message("HMQ8008I", "harbormq authentication information object "
+                                "changed.")] + self._not_in_force_note(cmd.name)
 
     async def delete_authinfo(self, cmd: Command) -> list[str]:
         if self.core.qmgr_attrs.get("CONNAUTH") == cmd.name:

@@ -39,23 +39,25 @@ from .files import CachedJsonFile
 
 #: an administrator's group: every authority, no record needed
 ADMIN_GROUP = "mqm"
-OBJTYPES = ("QUEUE", "QMGR")
+OBJTYPES = ("QUEUE", "QMGR", "TOPIC")
 #: authorities that apply to each object type
 VALID = {
     "QUEUE": ("BROWSE", "GET", "INQ", "PUT", "SET", "CHG", "CLR", "DLT", "DSP", "CRT"),
     "QMGR": ("CONNECT", "INQ", "SET", "CHG", "DSP", "CTRL", "CRT"),
+    # topics (publish/subscribe checks them): records kept and shown as MQ's
+    "TOPIC": ("PUB", "SUB", "RESUME", "CHG", "CLR", "CTRL", "DLT", "DSP", "CRT"),
 }
 #: MQ's grouped authorities, expanded within what applies to the object type
 GROUPS = {
     "ALLADM": {"CHG", "CLR", "DLT", "DSP", "CTRL"},
-    "ALLMQI": {"CONNECT", "BROWSE", "GET", "INQ", "PUT", "SET"},
+    "ALLMQI": {"CONNECT", "BROWSE", "GET", "INQ", "PUT", "SET", "PUB", "SUB", "RESUME"},
     "ALL": {"CHG", "CLR", "DLT", "DSP", "CTRL", "CONNECT", "BROWSE", "GET", "INQ", "PUT",
-            "SET", "CRT"},
+            "SET", "CRT", "PUB", "SUB", "RESUME"},
     "NONE": set(),
 }
 #: display order (MQ's AUTHLIST order, roughly)
-ORDER = ("BROWSE", "CHG", "CLR", "CONNECT", "CRT", "CTRL", "DLT", "DSP", "GET", "INQ", "PUT",
-         "SET")
+ORDER = ("BROWSE", "CHG", "CLR", "CONNECT", "CRT", "CTRL", "DLT", "DSP", "GET", "INQ", "PUB",
+         "PUT", "RESUME", "SET", "SUB")
 #: alternative spellings accepted on input
 ALIASES = {"BROWSE": "BROWSE", "INQUIRE": "INQ", "INQ": "INQ", "ADMIN": "ALLADM",
            "DISPLAY": "DSP", "CHANGE": "CHG", "CLEAR": "CLR", "DELETE": "DLT",
@@ -203,7 +205,8 @@ class AuthorityStore:
     def _objtype(objtype: str) -> str:
         t = str(objtype).upper()
         if t not in OBJTYPES:
-            raise SecurityError(f"OBJTYPE({objtype}) is not supported: use QUEUE or QMGR")
+            raise SecurityError(f"OBJTYPE({objtype}) is not supported: use QUEUE, QMGR or "
+                                "TOPIC")
         return t
 
     def set(self, profile: str, objtype: str, principal: str | None = None,
