@@ -1,8 +1,8 @@
 """Media recovery of objects: ``harbormq image`` (rcdmqimg) and ``harbormq
 recreate`` (rcrmqobj), both through a running queue manager.
 
-    harbormq image QM [NAME] [--type all|qmgr|queue]
-    harbormq recreate QM [NAME] [--type all|qmgr|queue] [--dry-run]
+    harbormq image QM [NAME] [--type all|qmgr|queue|channel|authinfo]
+    harbormq recreate QM [NAME] [--type all|qmgr|queue|channel|authinfo] [--dry-run]
 
 ``register(cli)`` adds them to the main command group (``cli/main.py``).
 """
@@ -18,7 +18,7 @@ from .consoles import console, err_console
 
 #: the hint when image or recreate finds the queue manager stopped
 MEDIA_NEEDS = "media images and recreate need a running queue manager"
-_TYPES = click.Choice(["all", "qmgr", "queue"])
+_TYPES = click.Choice(["all", "qmgr", "queue", "channel", "authinfo"])
 
 
 def _print_progress(p: dict) -> None:

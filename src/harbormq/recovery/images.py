@@ -64,12 +64,24 @@ def require_linear(core: QueueManagerCore, what: str) -> None:
 
 
 def select_objects(core: QueueManagerCore, obj_type: str, pattern: str | None) -> list[str]:
-    """Object names for ``--type all|qmgr|queue`` and a generic name (``APP.*``)."""
-    if obj_type not in ("all", "qmgr", "queue"):
-        raise HarbormqError(f"--type must be all, qmgr or queue, not {obj_type!r}",
-                            msgid="HMQ8405E")
+    """Object names for ``--type all|qmgr|queue|channel|authinfo`` and a generic
+    name (``APP.*``). ``channel`` takes the channels and the CHLAUTH records
+    of the matching channel profiles."""
+    if obj_type not in ("all", "qmgr", "queue", "channel", "authinfo"):
+        raise HarbormqError(f"--type must be all, qmgr, queue, channel or authinfo, not "
+                            f"{obj_type!r}", msgid="HMQ8405E")
     if obj_type == "qmgr":
         return [QMGR_OBJECT]
+    if obj_type in ("channel", "authinfo"):
+        wanted = ("CHANNEL", "CHLAUTH") if obj_type == "channel" else ("AUTHINFO",)
+        pattern = pattern or "*"
+        names = sorted(key for key, d in core.objects.items() if d["type"] in wanted and
+                       fnmatch.fnmatchcase(d["attrs"]["CHLPROF"] if d["type"] == "CHLAUTH"
+                                           else d["name"], pattern))
+        if not names:
+            raise UnknownObject(f"no {obj_type} matches {pattern!r} on queue manager "
+                                f"{core.name} (MQRC 2085)", queue=pattern)
+        return names
     if obj_type == "queue" and not pattern:
         raise HarbormqError("--type queue needs a queue name (generic names like APP.* "
                             "are allowed)", msgid="HMQ8405E")

@@ -10,10 +10,11 @@ definitions as they were at a past time, from the log alone: the log must
 then reach back to the queue manager's creation (a linear log kept whole, or
 its extents recalled from the archive).
 
-The script holds, in order: every local queue, remote queue, listener and
-channel as DEFINE ... REPLACE (system queues too: REPLACE makes them equal);
-ALTER QMGR (after the queues: its DEADQ names one); every authority record
-as SET AUTHREC. Names and strings are
+The script holds, in order: every local queue, remote queue, listener,
+channel and AUTHINFO as DEFINE ... REPLACE (system queues too: REPLACE makes
+them equal); ALTER QMGR (after the queues: its DEADQ names one); every
+channel authentication record as SET CHLAUTH ... ACTION(REPLACE); every
+authority record as SET AUTHREC. Names and strings are
 quoted (an unquoted MQSC name is folded to upper case).
 """
 
@@ -23,6 +24,7 @@ import time
 
 from ..config import QMConfig
 from ..core.objects import (
+    AUTHINFO_DEFAULTS,
     CHANNEL_DEFAULTS,
     LISTENER_DEFAULTS,
     QLOCAL_DEFAULTS,
@@ -37,9 +39,13 @@ from ..security import AuthorityStore
 from ..store.stores import CatalogStore
 
 #: the order definitions come in (a channel's transmission queue before it)
-_ORDER = {"QLOCAL": 0, "QREMOTE": 1, "LISTENER": 2, "CHANNEL": 3}
+_ORDER = {"QLOCAL": 0, "QREMOTE": 1, "LISTENER": 2, "CHANNEL": 3, "AUTHINFO": 4}
 _DEFAULTS = {"QLOCAL": QLOCAL_DEFAULTS, "QREMOTE": QREMOTE_DEFAULTS,
-             "LISTENER": LISTENER_DEFAULTS, "CHANNEL": CHANNEL_DEFAULTS}
+             "LISTENER": LISTENER_DEFAULTS, "CHANNEL": CHANNEL_DEFAULTS,
+             "AUTHINFO": AUTHINFO_DEFAULTS}
+#: a CHLAUTH record's keywords in SET CHLAUTH (the lists quoted item by item)
+_CHLAUTH_KEYWORDS = ("TYPE", "ADDRESS", "CLNTUSER", "SSLPEER", "USERLIST", "ADDRLIST",
+                     "USERSRC", "MCAUSER", "CHCKCLNT", "WARN", "DESCR")
 
 
 class DumpError(HarbormqError):
@@ -53,6 +59,23 @@ def quote(value) -> str:
     if isinstance(value, int):
         return str(value)
     return "'" + str(value).replace("'", "''") + "'"
+
+
+def set_chlauth(attrs: dict) -> str:
+    """A CHLAUTH record as the SET CHLAUTH that makes it (ACTION(REPLACE))."""
+    words = [f"SET CHLAUTH({quote(attrs['CHLPROF'])})"]
+    for key in _CHLAUTH_KEYWORDS:
+        value = attrs.get(key, "")
+        if value == "" or (key == "WARN" and value == "NO") or \
+                (key == "CHCKCLNT" and value == "ASQMGR"):
+            continue
+        if key in ("USERLIST", "ADDRLIST"):
+            words.append(f"{key}(" + ",".join(quote(v) for v in str(value).split(",")) + ")")
+        elif key in ("TYPE", "USERSRC", "CHCKCLNT", "WARN"):
+            words.append(f"{key}({value})")
+        else:
+            words.append(f"{key}({quote(value)})")
+    return " ".join(words + ["ACTION(REPLACE)"])
 
 
 def definitions(config: QMConfig, at_ns: int | None = None) -> dict[str, dict]:
@@ -122,6 +145,10 @@ def dump_config(config: QMConfig, at_ns: int | None = None) -> str:
         attrs = {k: v for k, v in qmgr["attrs"].items() if k in QMGR_DEFAULTS}
         lines.append("ALTER QMGR " + " ".join(f"{k}({quote(v)})" for k, v in sorted(
             attrs.items())))
+    # channel authentication records, after the channels and the queue manager
+    for d in sorted((d for d in objects.values() if d["type"] == "CHLAUTH"),
+                    key=lambda d: (d["attrs"]["CHLPROF"], d["attrs"]["TYPE"], d["name"])):
+        lines.append(set_chlauth(d["attrs"]))
     if config.authrecs_path.exists():
         for r in AuthorityStore(config.authrecs_path, owner=None).records():
             who = "PRINCIPAL" if r.entity_type == "principal" else "GROUP"
