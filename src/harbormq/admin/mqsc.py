@@ -185,7 +185,13 @@ SPECS: dict[tuple[str, str], Spec] = {
 # -- client-connection security, and MQ administrators' forms (admin/security_commands.py)
 VERBS.update({"REFRESH": "REFRESH", "REF": "REFRESH"})
 VERB_ORDER = VERB_ORDER[:-1] + ("REFRESH", "END")
-OBJTYPES.update({"AUTHINFO": "AUTHINFO", "CHLAUTH": "CHLAUTH", "SECURITY": "SECURITY"})
+OBJTYPES.update({"AUTHINFO": "AUTHINFO", "CHLAUTH": "CHLAUTH", "SECURITY": "SECURITY",
+                 "USAGE": "USAGE"})
+#: DISPLAY USAGE (MQ for z/OS's page sets and log data sets): one block per
+#: store (a queue's, the catalog's), then one per log extent
+USAGE_STORE_ATTRS = ("STORE", "TYPE", "CURDEPTH", "FILESZ", "ALLOCSZ", "PATH")
+USAGE_EXTENT_ATTRS = ("EXTENT", "TYPE", "STATUS", "FIRSTLSN", "ENDLSN", "USEDSZ", "FILESZ",
+                      "ONDISK")
 AUTHINFO_ATTRS = tuple(AUTHINFO_DEFAULTS)
 DISPLAY_AUTHINFO_ATTRS = ("AUTHINFO",) + AUTHINFO_ATTRS
 #: SET CHLAUTH's keywords; DISPLAY CHLAUTH shows a record's (MQ's names)
@@ -222,6 +228,8 @@ SPECS.update({
                                                                 "CLNTUSER", "SSLPEER"),
                                  CHLAUTH_ATTRS + ("ALL",)),
     ("REFRESH", "SECURITY"): Spec("optional", ("TYPE",)),
+    ("DISPLAY", "USAGE"): Spec("", _DISPLAY_COMMON + ("TYPE",), tuple(dict.fromkeys(
+        USAGE_STORE_ATTRS + USAGE_EXTENT_ATTRS)) + ("ALL",)),
     # LIKE and REPLACE/NOREPLACE on every DEFINE, IGNSTATE on START and STOP
     ("DEFINE", "QREMOTE"): Spec("required", QREMOTE_ATTRS + ("LIKE",), ("REPLACE", "NOREPLACE"),
                                 exclusive=(("REPLACE", "NOREPLACE"),)),

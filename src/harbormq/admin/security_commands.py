@@ -9,7 +9,9 @@ that the rest of the executor does not: a mixin of ``commands.Executor``.
   STOMP connections of the listeners naming them), ``STOP CHANNEL`` ends them
   and refuses new ones until ``START CHANNEL``;
 * ``LIKE`` on DEFINE QREMOTE, CHANNEL, LISTENER and AUTHINFO; ``IGNSTATE``;
-  keywords accepted with no effect here (``mqsc.NO_EFFECT``: HMQ8890W).
+  keywords accepted with no effect here (``mqsc.NO_EFFECT``: HMQ8890W);
+* ``DISPLAY USAGE``: store and log space, per queue and per extent (MQ for
+  z/OS's page sets and log data sets).
 
 Not here: the checks made when a client connects (``security/svrconn.py``).
 """
@@ -61,6 +63,7 @@ class SecurityCommands:
             ("START", "CHANNEL"): self._svrconn_or(base[("START", "CHANNEL")],
                                                    self.start_svrconn),
             ("DISPLAY", "CHSTATUS"): self.display_chstatus_all,
+            ("DISPLAY", "USAGE"): self.display_usage,
         }
         self._base_chstatus = base[("DISPLAY", "CHSTATUS")]
         for key, words in mqsc.NO_EFFECT.items():
@@ -354,3 +357,65 @@ class SecurityCommands:
             others = [b for b in others if "No channel status found" not in b]
         return out + others
 
+    # -- DISPLAY USAGE -----------------------------------------------------------------
+
+    def display_usage(self, cmd: Command) -> list[str]:
+        """TYPE(PAGESET): every store (each queue's, the catalog's) with its
+        files' size and the space they hold on disk; TYPE(DATASET): every log
+        extent the control file lists, with the bytes of log it holds;
+        TYPE(ALL), the default: both."""
+        utype = (cmd.attrs.get("TYPE") or "ALL").upper()
+        if utype not in ("PAGESET", "DATASET", "ALL"):
+            raise mqsc.MqscSyntaxError(f"DISPLAY USAGE TYPE({utype}): use PAGESET, DATASET "
+                                       "or ALL", line=cmd.line, column=1, lines=cmd.lines)
+        core = self.core
+        rows: list[tuple[str, str, tuple, dict]] = []
+        if utype in ("PAGESET", "ALL"):
+            stores = [(name, core.config.queue_dir(name), q.curdepth)
+                      for name, q in sorted(core.queues.items())]
+            stores.append(("*CATALOG", core.config.catalog_dir, ""))
+            for name, path, depth in stores:
+                size, alloc = _disk_usage(path)
+                rows.append(("HMQ8896I", "Display store usage details.",
+                             mqsc.USAGE_STORE_ATTRS,
+                             {"STORE": name, "TYPE": "PAGESET", "CURDEPTH": depth,
+                              "FILESZ": size, "ALLOCSZ": alloc, "PATH": str(path)}))
+        if utype in ("DATASET", "ALL"):
+            log = core.log
+            ext_bytes = log.extent_size
+            for e in core.log_management.status():
+                end = e["end_lsn"] if e["end_lsn"] is not None else log.end_lsn
+                rows.append(("HMQ8897I", "Display log extent usage details.",
+                             mqsc.USAGE_EXTENT_ATTRS,
+                             {"EXTENT": e["extent"], "TYPE": "DATASET",
+                              "STATUS": e["state"].upper(), "FIRSTLSN": e["first_lsn"],
+                              "ENDLSN": "" if e["end_lsn"] is None else e["end_lsn"],
+                              "USEDSZ": end - e["first_lsn"],
+                              "FILESZ": ext_bytes if e["on_disk"] else 0,
+                              "ONDISK": e["on_disk"]}))
+        out = []
+        for msgid, title, order, values in rows:
+            if not mqsc.where_matches(cmd.where, {k: mqsc.format_value(v)
+                                                  for k, v in values.items()}):
+                continue
+            shown = mqsc.select_attrs(cmd, order, order[:2], order)
+            out.append(mqsc.format_object(msgid, title, [(a, values.get(a, "")) for a in shown]))
+        return out or [mqsc.format_message("HMQ8896I", "No usage found.")]
+
+
+def _disk_usage(path) -> tuple[int, int]:
+    """(bytes in the files under ``path``, bytes they hold on disk)."""
+    size = alloc = 0
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return 0, 0
+    for entry in entries:
+        try:
+            st = entry.stat()
+        except OSError:
+            continue
+        if entry.is_file():
+            size += st.st_size
+            alloc += st.st_blocks * 512
+    return size, alloc
