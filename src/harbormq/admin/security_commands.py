@@ -23,16 +23,7 @@ from collections.abc import Callable
 
 from ..core.objects import SecurityCatalog, chlauth_key
 from ..errors import ObjectExists, ObjectInUse, UnknownObject
-from ..security.chlauth import (
-    MATCH_FIELDS,
-    Rule,
-    blocking_user_rule,
-    mapping_rule,
-    record_attrs,
-    record_name,
-    rule_id,
-)
-from ..security.svrconn import listener_channels
+from ..security import chlauth, listener_channels
 from . import mqsc
 from .mqsc import Command
 
@@ -222,9 +213,8 @@ class SecurityCommands:
                                         f"record(s) of '{profile}' TYPE({rtype}) removed.")]
         if action == "REMOVE":
             rtype = str(given.get("TYPE") or "").upper()
-            match = {k: str(given.get(k) or "") for k in MATCH_FIELDS.get(rtype, ())}
-            name = rule_id(profile, rtype, match.get("ADDRESS", ""), match.get("CLNTUSER", ""),
-                           match.get("SSLPEER", ""))
+            match = {k: str(given.get(k) or "") for k in chlauth.MATCH_FIELDS.get(rtype, ())}
+            name = chlauth.record_name(profile, {"TYPE": rtype, **match})
             if chlauth_key(name) not in core.objects:
                 raise UnknownObject(f"no channel authentication record of '{profile}' "
                                     f"TYPE({rtype or '?'}) " + " ".join(
@@ -236,8 +226,8 @@ class SecurityCommands:
         if action not in ("ADD", "REPLACE"):
             raise mqsc.MqscSyntaxError(f"ACTION({action}): use ADD, REPLACE, REMOVE or "
                                        "REMOVEALL", line=cmd.line, column=1, lines=cmd.lines)
-        attrs = record_attrs(profile, given)
-        name = record_name(profile, attrs)
+        attrs = chlauth.record_attrs(profile, given)
+        name = chlauth.record_name(profile, attrs)
         if chlauth_key(name) in core.objects and action == "ADD":
             raise ObjectExists(f"a channel authentication record of '{profile}' "
                                f"TYPE({attrs['TYPE']}) with these match values exists: give "
@@ -279,10 +269,10 @@ class SecurityCommands:
                                        "generic and ADDRESS(...), e.g. DISPLAY CHLAUTH(APP.SVRCONN)"
                                        " MATCH(RUNCHECK) ADDRESS('10.0.0.1') CLNTUSER('alice')",
                                        line=cmd.line, column=1, lines=cmd.lines)
-        rules = [Rule.from_attrs(a) for a in records]
-        hits = [mapping_rule(rules, cmd.name, cmd.attrs["ADDRESS"],
+        rules = [chlauth.Rule.from_attrs(a) for a in records]
+        hits = [chlauth.mapping_rule(rules, cmd.name, cmd.attrs["ADDRESS"],
                              cmd.attrs.get("CLNTUSER"), cmd.attrs.get("SSLPEER")),
-                blocking_user_rule(rules, cmd.name)]
+                chlauth.blocking_user_rule(rules, cmd.name)]
         chosen = {id(r) for r in hits if r is not None}
         return [a for a, r in zip(records, rules, strict=True) if id(r) in chosen]
 

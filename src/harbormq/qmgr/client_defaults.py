@@ -25,7 +25,7 @@ from ..core.objects import (
     channel_key,
     chlauth_key,
 )
-from ..security.chlauth import record_attrs, record_name
+from ..security import chlauth
 
 #: the default records: anonymous clients on loopback addresses act as their OS user
 LOOPBACK_RULES = [
@@ -50,8 +50,8 @@ async def ensure_client_defaults(core: QueueManagerCore, *, created: bool = Fals
     qmgr_attrs = core.objects[QMGR_OBJECT]["attrs"]
     if created or "CHLAUTH" not in qmgr_attrs:
         for given in LOOPBACK_RULES:
-            attrs = record_attrs("*", given)
-            name = record_name("*", attrs)
+            attrs = chlauth.record_attrs("*", given)
+            name = chlauth.record_name("*", attrs)
             if chlauth_key(name) not in core.objects:
                 await core.define_object("CHLAUTH", name, attrs)
                 made.append(f"CHLAUTH('*') TYPE(ADDRESSMAP) ADDRESS('{given['ADDRESS']}')")

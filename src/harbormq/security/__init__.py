@@ -45,6 +45,7 @@ import pwd
 from pathlib import Path
 from typing import Callable
 
+from . import chlauth
 from .authority import ADMIN_GROUP, AuthorityStore
 from .errors import (
     ConnectionRefused,
@@ -59,11 +60,11 @@ from .principal import Principal
 from .svrconn import CatalogView, ClientAdmission, ConnauthPolicy, listener_channels
 from .users import UserStore
 
-#: what other layers use: the facade, its stores, the errors, the listener check;
-#: anything else is imported from the module that holds it
+#: what other layers use: the facade, its stores, the errors, the listener check,
+#: the CHLAUTH records (the module ``chlauth``) and the client admission
 __all__ = [
     "AuthorityStore", "CatalogView", "ClientAdmission", "ConnauthPolicy", "ConnectionRefused",
-    "InvalidAuthority", "NotAuthorized", "PeerUnknown", "Principal", "Security",
+    "chlauth", "InvalidAuthority", "NotAuthorized", "PeerUnknown", "Principal", "Security",
     "SecurityError", "UnknownUser", "UserExists", "UserStore", "check_listener",
     "listener_channels", "loopback_peer_uid", "os_owner",
 ]
