@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from ..core.objects import SecurityCatalog, chlauth_key
+from ..core.objects import SecurityCatalog, channel_key, chlauth_key
 from ..errors import ObjectExists, ObjectInUse, UnknownObject
 from ..security import chlauth, listener_channels
 from . import mqsc
@@ -279,7 +279,7 @@ class SecurityCommands:
     # -- server-connection channels: status, STOP and START ---------------------------
 
     def _channel_type(self, name: str) -> str:
-        d = self.core.objects.get(f"CHANNEL:{name}")
+        d = self.core.objects.get(channel_key(name))
         return d["attrs"].get("CHLTYPE", "") if d and d["type"] == "CHANNEL" else ""
 
     def _svrconn_or(self, other: Callable, mine: Callable) -> Callable:
@@ -322,7 +322,8 @@ class SecurityCommands:
     def display_chstatus_all(self, cmd: Command) -> list[str]:
         out = []
         for channel, conn in self.svrconn_instances(cmd.name):
-            attrs = self.core.objects[f"CHANNEL:{channel}"]["attrs"]
+            d = self.core.objects.get(channel_key(channel))
+            attrs = d["attrs"] if d is not None else {}
             values = {"CHANNEL": channel, "CHLTYPE": "SVRCONN", "STATUS": "RUNNING",
                       "CONNAME": conn.peer, "CONN": conn.conn_id, "MCAUSER": conn.user,
                       "CHSTADA": mqsc.mq_date(conn.started_ns),
@@ -331,7 +332,8 @@ class SecurityCommands:
             if not mqsc.where_matches(cmd.where, values):
                 continue
             shown = mqsc.select_attrs(cmd, mqsc.SVRCONN_CHSTATUS_ATTRS,
-                                  ("CHANNEL", "CHLTYPE", "STATUS"), mqsc.SVRCONN_CHSTATUS_ATTRS)
+                                      ("CHANNEL", "CHLTYPE", "STATUS"),
+                                      mqsc.SVRCONN_CHSTATUS_ATTRS)
             out.append(mqsc.format_object("HMQ8417I", "Display Channel Status details.",
                                           [(a, values.get(a, "")) for a in shown]))
         svrconns = {d["name"] for d in self.core.objects.values()
