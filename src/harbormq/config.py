@@ -57,6 +57,7 @@
     client_auth = "none"        # TLS: "optional" asks for a client certificate, "required"
                                 #   refuses a client without one (mutual TLS)
     tls_ca = ""                 # PEM file of the CAs trusted to sign client certificates
+    channel = "SYSTEM.DEF.SVRCONN"  # its server-connection channel (CHLTYPE(SVRCONN))
     [security]                  # client certificates to users (mutual TLS listeners)
     certificate_users = [{subject = "CN=alice,O=Example", user = "alice"}]
                                 #   subject patterns as SSLPEER writes them, '*' at a
@@ -82,6 +83,9 @@
     login_failure_limit = 10    # failed logins from one address within the window, then
     login_failure_window_ms = 60000  # refused at once until the window has passed (0 = off);
                                 #   also the period of the refusals' summary in the log
+    [startup]                   # MQSC run at every start, before the listeners open
+    scripts = []                # files (relative to qmgrs/<QM>/); none: startup/*.mqsc
+    on_error = "continue"       # or "stop": a failing command fails the start
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ import tomli_w
 from .errors import ConfigError, QueueManagerNotFound
 from .fsutil import atomic_write, file_name, make_dirs
 from .security.certmap import SubjectPatternError, parse_subject_pattern
+from .security.svrconn import DEFAULT_SVRCONN
 
 
 def harbormq_home() -> Path:
@@ -174,6 +179,8 @@ class ImageSettings:
 
 
 
+
+
 @dataclass
 class Listener:
     name: str = "STOMP"
@@ -187,6 +194,8 @@ class Listener:
     #: client without one; either way one not signed by a CA of tls_ca is refused
     client_auth: str = _opt("none", choices=("none", "optional", "required"))
     tls_ca: str = ""
+    #: its SVRCONN channel (MCAUSER, MAXINST, MAXINSTC, MAXMSGL; docs/security.md)
+    channel: str = DEFAULT_SVRCONN
 
     @property
     def tls(self) -> bool:
@@ -276,6 +285,18 @@ class StompSettings:
 
 
 @dataclass
+class StartupSettings:
+    """MQSC scripts run at every start, after restart recovery and before the
+    listeners open (MQ for z/OS's CSQINP2, MQ's AutoConfig)."""
+    #: the scripts in order (relative to the queue manager's directory); empty:
+    #: every ``startup/*.mqsc`` in name order
+    scripts: list = field(default_factory=list)
+    #: a failing command: "continue" (reported in the operator log) or "stop" (the
+    #: start fails)
+    on_error: str = _opt("continue", choices=("continue", "stop"))
+
+
+@dataclass
 class QMConfig:
     name: str
     home: Path
@@ -291,6 +312,7 @@ class QMConfig:
     stomp: StompSettings = field(default_factory=StompSettings)
     image: ImageSettings = field(default_factory=ImageSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    startup: StartupSettings = field(default_factory=StartupSettings)
     #: a trial restore's queue manager in scratch space (set by the code that
     #: made it, never read from qm.toml): its stores are never forced, as
     #: nothing relies on them, and removed unflushed they cost the disk nothing
@@ -406,7 +428,9 @@ class QMConfig:
                 "listeners": [dict(vars(li)) for li in self.listeners],
                 "stomp": dict(vars(self.stomp)),
                 "security": {"certificate_users": [dict(vars(r)) for r in
-                                                   self.security.certificate_users]}}
+                                                   self.security.certificate_users]},
+                "startup": {"scripts": list(self.startup.scripts),
+                            "on_error": self.startup.on_error}}
 
     def save(self) -> None:
         make_dirs(self.qm_dir)
@@ -427,11 +451,11 @@ class QMConfig:
             raise ConfigError(f"{path} is not valid TOML: {exc}", path=str(path)) from None
         where = str(path)
         unknown = set(data) - {"name", "log", "tuning", "image", "listeners", "stomp",
-                               "security"}
+                               "security", "startup"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: "
                               "name, [log], [tuning], [image], [[listeners]], [stomp], "
-                              "[security]", path=where)
+                              "[security], [startup]", path=where)
         if data.get("name") != name:
             raise ConfigError(f"{where}: name = {data.get('name')!r} does not match the queue "
                               f"manager's directory ({name!r})", path=where,
@@ -472,7 +496,8 @@ class QMConfig:
             listeners=[_section(Listener, li, f"listeners[{i}]", where)
                        for i, li in enumerate(listeners)],
             stomp=_section(StompSettings, data.get("stomp", {}), "stomp", where),
-            security=SecuritySettings.from_table(data.get("security", {}), where))
+            security=SecuritySettings.from_table(data.get("security", {}), where),
+            startup=_section(StartupSettings, data.get("startup", {}), "startup", where))
         try:
             cfg.log.validate()
             cfg.check_log_management()
@@ -508,7 +533,8 @@ def _check_value(key: str, value, kind: str, choices, where: str, lo=None, hi=No
     """One setting: its TOML type, then its allowed values or range."""
     ok = {"int": isinstance(value, int) and not isinstance(value, bool),
           "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-          "bool": isinstance(value, bool), "str": isinstance(value, str)}[kind]
+          "bool": isinstance(value, bool), "str": isinstance(value, str),
+          "list": isinstance(value, list) and all(isinstance(v, str) for v in value)}[kind]
     if not ok:
         raise ConfigError(f"{where}: {key} = {value!r} is not {_KIND_TEXT[kind]}", path=where)
     if choices is not None and value not in choices:
@@ -520,7 +546,7 @@ def _check_value(key: str, value, kind: str, choices, where: str, lo=None, hi=No
 
 
 _KIND_TEXT = {"int": "a whole number", "float": "a number", "bool": "true or false",
-              "str": "a string"}
+              "str": "a string", "list": "a list of strings"}
 
 
 def _section(cls, table, section: str, where: str):

@@ -105,20 +105,21 @@ def test_unknown_object_type_names_position_and_expected_words():
     assert (err.line, err.column) == (3, 10)
     assert "expected QLOCAL, QUEUE, QSTATUS, CONN, QMSTATUS, QMGR, AUTHREC, LOG, UOW, " \
            "QREMOTE, CHANNEL, CHSTATUS, LISTENER, QALIAS, QMODEL, PROCESS, NAMELIST, " \
-           "TOPIC, SUB, SBSTATUS, TPSTATUS or PUBSUB " \
+           "TOPIC, SUB, SBSTATUS, TPSTATUS, PUBSUB, AUTHINFO, CHLAUTH or USAGE " \
            "after DISPLAY" in str(err)
     assert "found FOO" in str(err)
     assert err.expected == ("QLOCAL", "QUEUE", "QSTATUS", "CONN", "QMSTATUS", "QMGR",
                             "AUTHREC", "LOG", "UOW", "QREMOTE", "CHANNEL", "CHSTATUS",
                             "LISTENER", "QALIAS", "QMODEL", "PROCESS", "NAMELIST",
-                            "TOPIC", "SUB", "SBSTATUS", "TPSTATUS", "PUBSUB")
+                            "TOPIC", "SUB", "SBSTATUS", "TPSTATUS", "PUBSUB", "AUTHINFO",
+                            "CHLAUTH", "USAGE")
 
 
 def test_unknown_verb():
     err = syntax_error("  FROB QLOCAL(Q1)")
     assert (err.line, err.column) == (1, 3)
     assert "expected a command (DEFINE, ALTER, DELETE, DISPLAY, CLEAR, START, STOP, PING, " \
-           "SET, ARCHIVE, RESOLVE, RESET or END), found FROB" in str(err)
+           "SET, ARCHIVE, RESOLVE, RESET, REFRESH or END), found FROB" in str(err)
 
 
 def test_missing_object_type_at_end_of_command():
@@ -526,7 +527,7 @@ def test_qmstatus_log_attributes_circular(make_qm, open_qm):
 def test_qmgr_display_alter_ping(qm):
     [obj] = objects(ok(qm, "DISPLAY QMGR", qm_info={"connauth": "optional"}), "HMQ8408I")
     assert obj["QMNAME"] == "QM1" and obj["DEADQ"] == "SYSTEM.DEAD.LETTER.QUEUE"
-    assert obj["CONNAUTH"] == "OPTIONAL"
+    assert obj["CONNAUTH"] == "SYSTEM.DEFAULT.AUTHINFO.IDPWOS"   # the AUTHINFO it names
     out = ok(qm, "DEF QL(MY.DLQ)\nALTER QMGR DEADQ(MY.DLQ) DESCR('test qmgr')")
     assert "HMQ8005I" in out
     [obj] = objects(ok(qm, "DIS QMGR DEADQ"), "HMQ8408I")

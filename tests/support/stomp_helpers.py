@@ -325,7 +325,8 @@ class RawStomp:
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 20.0,
                  tls: ssl.SSLContext | None = None, source: str | None = None):
-        # ``source``: the local address to connect from (127.0.0.N: a peer of its own)
+        # source: the client's own address (another loopback one, 127.0.0.2, for
+        # the CHLAUTH address rules)
         self.sock = socket.create_connection((host, port), timeout=timeout,
                                              source_address=(source, 0) if source else None)
         if tls is not None:

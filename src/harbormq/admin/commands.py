@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from ..core.engine import ChannelCommands, QueueManagerCore
-from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS
+from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS, QMGR_DEFAULTS
 from ..errors import AdminRequestError, HarbormqError, ObjectExists, UnknownObject
 from ..log.records import PAGE_SIZE, extent_file_name, key_parts
 from ..qmgr.log_offline import deletion_plan
@@ -27,6 +27,7 @@ from . import mqsc
 from .mqsc import Command, MqscSyntaxError, mq_date, mq_time
 from .object_commands import ObjectCommands
 from .pubsub_commands import PubSubCommands
+from .security_commands import SecurityCommands
 
 #: at most this many message keys are walked to find the oldest message (MSGAGE)
 MSGAGE_SCAN_LIMIT = 100_000
@@ -57,7 +58,7 @@ _select = mqsc.select_attrs
 
 # -- the executor ------------------------------------------------------------------------
 
-class Executor(PubSubCommands, ObjectCommands):
+class Executor(PubSubCommands, ObjectCommands, SecurityCommands):
     def __init__(self, core: QueueManagerCore, security, qm_info: dict | None = None):
         self.core = core
         self.security = security
@@ -106,6 +107,7 @@ class Executor(PubSubCommands, ObjectCommands):
         }
         self.handlers.update(self.pubsub_handlers())
         self.handlers.update(self.object_handlers())     # QALIAS, QMODEL, PROCESS, NAMELIST
+        self.handlers.update(self.security_handlers())
 
     async def execute(self, cmd: Command) -> list[str]:
         """Run one command; returns its output blocks; raises HarbormqError when
@@ -379,9 +381,7 @@ class Executor(PubSubCommands, ObjectCommands):
 
     def display_qmgr(self, cmd: Command) -> list[str]:
         core = self.core
-        connauth = self.qm_info.get("connauth") or \
-            getattr(getattr(core.config, "stomp", None), "connauth", "")
-        values = {"QMNAME": core.name, **core.qmgr_attrs, "CONNAUTH": connauth.upper()}
+        values = {"QMNAME": core.name, **QMGR_DEFAULTS, **core.qmgr_attrs}
         shown = _select(cmd, mqsc.DISPLAY_QMGR_ATTRS, ("QMNAME",), mqsc.DISPLAY_QMGR_ATTRS)
         return [mqsc.format_object("HMQ8408I", "Display Queue Manager details.",
                                    [(a, values.get(a)) for a in shown])]

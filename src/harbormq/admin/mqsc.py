@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..core.objects import (
+    AUTHINFO_DEFAULTS,
     CHANNEL_DEFAULTS,
     LISTENER_DEFAULTS,
     NAMELIST_DEFAULTS,
@@ -118,7 +119,7 @@ QMSTATUS_ATTRS = ("QMNAME", "STATUS", "CONNS", "STARTDA", "STARTTI", "CHKPTLSN")
 QMSTATUS_LOG_ATTRS = ("LOGTYPE", "LOGPATH", "LOGPRIM", "LOGSEC", "LOGEXTSZ", "CURRLOG",
                       "RECLOG", "RECSZ", "LOGINUSE", "REUSESZ", "MEDIALOG", "MEDIASZ",
                       "CURRLSN", "RECLSN", "MEDIALSN", "CKPTSPAN", "CKPTMAX", "LOGHELD")
-DISPLAY_QMGR_ATTRS = ("QMNAME",) + QMGR_ATTRS + ("CONNAUTH",)
+DISPLAY_QMGR_ATTRS = ("QMNAME",) + QMGR_ATTRS
 AUTHREC_ATTRS = ("PROFILE", "ENTITY", "ENTTYPE", "OBJTYPE", "AUTHLIST")
 #: DISPLAY LOG: the log as a whole (always shown), then one block per extent
 LOG_ATTRS = ("QMNAME", "LOGTYPE", "LOGMGMT", "LOGPATH", "ARCHPATH", "MAXARCH", "CURRLOG",
@@ -256,6 +257,72 @@ SPECS: dict[tuple[str, str], Spec] = {
     ("DISPLAY", "PUBSUB"): Spec("", ("TYPE",), PUBSUB_ATTRS + ("ALL",)),
     ("CLEAR", "TOPICSTR"): Spec("required", ("CLRTYPE", "SCOPE")),
 }
+# -- client-connection security, and MQ administrators' forms (admin/security_commands.py)
+VERBS.update({"REFRESH": "REFRESH", "REF": "REFRESH"})
+VERB_ORDER = VERB_ORDER[:-1] + ("REFRESH", "END")
+OBJTYPES.update({"AUTHINFO": "AUTHINFO", "CHLAUTH": "CHLAUTH", "SECURITY": "SECURITY",
+                 "USAGE": "USAGE"})
+#: DISPLAY USAGE (MQ for z/OS's page sets and log data sets): one block per
+#: store (a queue's, the catalog's), then one per log extent
+USAGE_STORE_ATTRS = ("STORE", "TYPE", "CURDEPTH", "FILESZ", "ALLOCSZ", "PATH")
+USAGE_EXTENT_ATTRS = ("EXTENT", "TYPE", "STATUS", "FIRSTLSN", "ENDLSN", "USEDSZ", "FILESZ",
+                      "ONDISK")
+AUTHINFO_ATTRS = tuple(AUTHINFO_DEFAULTS)
+DISPLAY_AUTHINFO_ATTRS = ("AUTHINFO",) + AUTHINFO_ATTRS
+#: SET CHLAUTH's keywords; DISPLAY CHLAUTH shows a record's (MQ's names)
+CHLAUTH_KEYWORDS = ("TYPE", "ADDRESS", "CLNTUSER", "SSLPEER", "USERLIST", "ADDRLIST",
+                    "USERSRC", "MCAUSER", "CHCKCLNT", "WARN", "DESCR", "ACTION")
+CHLAUTH_ATTRS = ("CHLAUTH", "TYPE", "DESCR", "ADDRESS", "CLNTUSER", "SSLPEER", "USERLIST",
+                 "ADDRLIST", "USERSRC", "MCAUSER", "CHCKCLNT", "WARN")
+#: DISPLAY CHSTATUS of a server-connection channel: one block per instance
+SVRCONN_CHSTATUS_ATTRS = ("CHANNEL", "CHLTYPE", "STATUS", "CONNAME", "CONN", "MCAUSER",
+                          "CHSTADA", "CHSTATI", "MAXMSGL")
+#: keywords harbormq accepts where MQ has them but that have no effect here:
+#: answered with HMQ8890W naming the keyword, not a syntax error
+NO_EFFECT = {
+    ("ALTER", "QMGR"): ("STATMQI", "STATQ", "STATCHL", "STATINT", "MONQ", "MONCHL", "MONACLS",
+                        "MAXHANDS", "MAXUMSGS", "ACTIVREC", "EXPRYINT", "PERFMEV", "SSLEV",
+                        "CHLEV", "AUTHOREV", "INHIBTEV", "LOCALEV", "REMOTEEV", "STRSTPEV",
+                        "CMDEV", "CONFIGEV", "LOGGEREV", "TRIGINT", "CHAD", "CHADEV",
+                        "MAXPROPL", "CCSID", "REVDNS", "ADOPTNEWMCA", "SSLFIPS"),
+    ("DEFINE", "CHANNEL"): ("SHARECNV", "MONCHL", "STATCHL", "KAINT", "CERTLABL", "PROPCTL"),
+    ("ALTER", "CHANNEL"): ("SHARECNV", "MONCHL", "STATCHL", "KAINT", "CERTLABL", "PROPCTL"),
+    ("DEFINE", "AUTHINFO"): ("AUTHENMD",),
+    ("ALTER", "AUTHINFO"): ("AUTHENMD",),
+}
+SPECS.update({
+    ("DEFINE", "AUTHINFO"): Spec("required", AUTHINFO_ATTRS + ("LIKE",) +
+                                NO_EFFECT[("DEFINE", "AUTHINFO")], ("REPLACE", "NOREPLACE"),
+                                exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("ALTER", "AUTHINFO"): Spec("required", AUTHINFO_ATTRS + NO_EFFECT[("ALTER", "AUTHINFO")]),
+    ("DELETE", "AUTHINFO"): Spec("required"),
+    ("DISPLAY", "AUTHINFO"): Spec("required", _DISPLAY_COMMON,
+                                  DISPLAY_AUTHINFO_ATTRS + ("ALL",)),
+    ("SET", "CHLAUTH"): Spec("required", CHLAUTH_KEYWORDS, lists=("USERLIST", "ADDRLIST")),
+    ("DISPLAY", "CHLAUTH"): Spec("required", _DISPLAY_COMMON + ("TYPE", "MATCH", "ADDRESS",
+                                                                "CLNTUSER", "SSLPEER"),
+                                 CHLAUTH_ATTRS + ("ALL",)),
+    ("REFRESH", "SECURITY"): Spec("optional", ("TYPE",)),
+    ("DISPLAY", "USAGE"): Spec("", _DISPLAY_COMMON + ("TYPE",), tuple(dict.fromkeys(
+        USAGE_STORE_ATTRS + USAGE_EXTENT_ATTRS)) + ("ALL",)),
+    # LIKE and REPLACE/NOREPLACE on every DEFINE, IGNSTATE on START and STOP
+    ("DEFINE", "QREMOTE"): Spec("required", QREMOTE_ATTRS + ("LIKE",), ("REPLACE", "NOREPLACE"),
+                                exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("DEFINE", "CHANNEL"): Spec("required", CHANNEL_ATTRS + ("LIKE",) +
+                                NO_EFFECT[("DEFINE", "CHANNEL")], ("REPLACE", "NOREPLACE"),
+                                exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("ALTER", "CHANNEL"): Spec("required", CHANNEL_ATTRS + NO_EFFECT[("ALTER", "CHANNEL")]),
+    ("DEFINE", "LISTENER"): Spec("required", LISTENER_ATTRS + ("LIKE",),
+                                 ("REPLACE", "NOREPLACE"), exclusive=(("REPLACE", "NOREPLACE"),)),
+    ("START", "CHANNEL"): Spec("required", ("IGNSTATE",)),
+    ("STOP", "CHANNEL"): Spec("required", ("IGNSTATE",)),
+    ("START", "LISTENER"): Spec("required", ("IGNSTATE",)),
+    ("STOP", "LISTENER"): Spec("required", ("IGNSTATE",)),
+    ("DISPLAY", "CHSTATUS"): Spec("required", _DISPLAY_COMMON, tuple(dict.fromkeys(
+        CHSTATUS_ATTRS + SVRCONN_CHSTATUS_ATTRS)) + ("ALL",)),
+    ("ALTER", "QMGR"): Spec("", QMGR_ATTRS + NO_EFFECT[("ALTER", "QMGR")]),
+})
+
 #: object types each verb takes, in the order error messages list them
 VERB_OBJTYPES: dict[str, tuple[str, ...]] = {}
 for (_v, _o) in SPECS:
@@ -478,7 +545,7 @@ class _Parser:
                             allowed)
         cmd.objtype = objtype
         spec = SPECS[(verb, objtype)]
-        if spec.name:
+        if spec.name and (spec.name == "required" or self.peek().kind == "("):
             if self.peek().kind != "(":
                 tok = self.peek()
                 raise self.fail(tok, f"expected ( and a name after {objtype}, {_found(tok)}",

@@ -1,7 +1,8 @@
 """Media recovery of objects: ``harbormq image`` (rcdmqimg) and ``harbormq
 recreate`` (rcrmqobj), both through a running queue manager.
 
-    harbormq image QM [NAME] [--type all|qmgr|queue|qlocal|qalias|qmodel|qremote|process|namelist]
+    harbormq image QM [NAME] [--type all|qmgr|queue|qlocal|qalias|qmodel|qremote|process|namelist|
+                                     channel|authinfo]
     harbormq recreate QM [NAME] [--type ...] [--dry-run]
 
 ``register(cli)`` adds them to the main command group (``cli/main.py``).

@@ -20,7 +20,9 @@ from ..log.records import RecordType, encode_json
 from ..store.dirs import set_aside
 from ..store.stores import QueueStore
 from .objects import (
+    AUTHINFO_DEFAULTS,
     CHANNEL_DEFAULTS,
+    CHLAUTH_DEFAULTS,
     DEAD_LETTER_QUEUE,
     DEFAULT_LOCAL_QUEUE,
     LISTENER_DEFAULTS,
@@ -33,8 +35,10 @@ from .objects import (
     QMODEL_DEFAULTS,
     QREMOTE_DEFAULTS,
     TOPIC_DEFAULTS,
+    authinfo_key,
     channel_key,
     check_name,
+    chlauth_key,
     listener_key,
     namelist_key,
     process_key,
@@ -215,7 +219,9 @@ class Definitions:
                         "PROCESS": (PROCESS_DEFAULTS, process_key),
                         "NAMELIST": (NAMELIST_DEFAULTS, namelist_key),
                         # topic objects (pubsub/ runs the tree they attach to)
-                        "TOPIC": (TOPIC_DEFAULTS, topic_key)}
+                        "TOPIC": (TOPIC_DEFAULTS, topic_key),
+                        "AUTHINFO": (AUTHINFO_DEFAULTS, authinfo_key),
+                        "CHLAUTH": (CHLAUTH_DEFAULTS, chlauth_key)}
     #: the definition types in the queues' namespace
     QUEUE_DEFINITION_TYPES = ("QREMOTE", "QALIAS", "QMODEL")
 

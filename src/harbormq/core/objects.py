@@ -1,6 +1,8 @@
 """Object definitions: the queue manager object, local queues (QLOCAL),
 remote queue definitions (QREMOTE), alias and model queues (QALIAS, QMODEL),
-processes, namelists, channels and channel listeners.
+processes, namelists, channels (sender, receiver and server-connection) and
+channel listeners, topics, connection authentication (AUTHINFO) and channel
+authentication records (CHLAUTH).
 
 Attributes use MQSC names. A definition is a plain dict (it is logged as JSON
 in OBJECT_CREATE/ALTER records and kept in the catalog store)::
@@ -18,8 +20,10 @@ queue's).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from ..errors import InvalidAttribute
+from ..security.svrconn import DEFAULT_SVRCONN as DEFAULT_SVRCONN  # the default SVRCONN
 
 QMGR_OBJECT = "QMGR"
 DEFAULT_LOCAL_QUEUE = "SYSTEM.DEFAULT.LOCAL.QUEUE"
@@ -35,6 +39,8 @@ BASE_TOPIC = "SYSTEM.BASE.TOPIC"
 #: the queues pub/sub makes for subscriptions (SYSTEM.MANAGED.DURABLE.<id>,
 #: SYSTEM.MANAGED.NDURABLE.<id>): made and deleted with their subscription
 MANAGED_QUEUE_PREFIX = "SYSTEM.MANAGED."
+#: the connection authentication a new queue manager's CONNAUTH names
+DEFAULT_AUTHINFO = "SYSTEM.DEFAULT.AUTHINFO.IDPWOS"
 
 #: MQ's characters, and '-' (not first: it would read as a command-line option),
 #: which STOMP applications' destinations use as RabbitMQ, ActiveMQ and Artemis
@@ -116,7 +122,8 @@ NAMELIST_DEFAULTS = {
 #: (rcdmqimg's -t), and the definition types of each
 OBJECT_KINDS = {"qlocal": ("QLOCAL",), "qalias": ("QALIAS",), "qmodel": ("QMODEL",),
                 "qremote": ("QREMOTE",), "process": ("PROCESS",), "namelist": ("NAMELIST",)}
-IMAGE_TYPES = ("all", "qmgr", "queue") + tuple(OBJECT_KINDS)
+#: ``channel`` takes the channels and the CHLAUTH records of the matching profiles
+IMAGE_TYPES = ("all", "qmgr", "queue") + tuple(OBJECT_KINDS) + ("channel", "authinfo")
 
 #: the model queue every queue manager has (created at start when missing)
 DEFAULT_MODEL_QUEUE = "SYSTEM.DEFAULT.MODEL.QUEUE"
@@ -139,6 +146,11 @@ CHANNEL_DEFAULTS = {
     "SSLCIPH": "",             # a CipherSpec: TLS (channels/tls.py); both ends the same
     "SSLPEER": "",             # e.g. 'CN=QMA,O=Example': the partner's certificate subject
     "MCAUSER": "",             # receiver: the user whose authority its puts have
+    # server-connection channels (SVRCONN: a STOMP listener's connections)
+    "MAXMSGL": 4 * 1024 * 1024,
+    "MAXINST": 999_999_999,    # instances (connections) at once
+    "MAXINSTC": 999_999_999,   # ... from one client address
+    "SSLCAUTH": "REQUIRED",
 }
 
 #: LISTENER: where receiver channels are accepted
@@ -175,6 +187,8 @@ QMGR_DEFAULTS = {
     "DEADQ": DEAD_LETTER_QUEUE,
     "MAXMSGL": 4 * 1024 * 1024,
     "SSLKEYR": "",             # channels' key repository directory; blank: qmgrs/<QM>/ssl
+    "CONNAUTH": DEFAULT_AUTHINFO,  # the AUTHINFO of connection authentication
+    "CHLAUTH": "ENABLED",      # channel authentication records checked
 }
 
 #: the CipherSpecs SSLCIPH may name (channels/tls.py maps them onto TLS);
@@ -193,7 +207,7 @@ _CHOICES = {
     "GET": ("ENABLED", "DISABLED"),
     "PUT": ("ENABLED", "DISABLED"),
     "USAGE": ("NORMAL", "XMITQ"),
-    "CHLTYPE": ("SDR", "RCVR"),
+    "CHLTYPE": ("SDR", "RCVR", "SVRCONN"),
     "TRPTYPE": ("TCP",),
     "CONTROL": ("QMGR", "MANUAL"),
     "SSLCIPH": SSLCIPHS,
@@ -201,6 +215,13 @@ _CHOICES = {
     "TRIGTYPE": ("FIRST", "EVERY", "DEPTH", "NONE"),
     "TARGTYPE": ("QUEUE", "TOPIC"),
     "DEFTYPE": ("PREDEFINED", "PERMDYN", "TEMPDYN"),
+    "SSLCAUTH": ("REQUIRED", "OPTIONAL"),
+    "CHLAUTH": ("ENABLED", "DISABLED"),
+    "AUTHTYPE": ("IDPWOS",),
+    # ASQMGR: a CHLAUTH record's (as the queue manager's AUTHINFO says)
+    "CHCKCLNT": ("NONE", "OPTIONAL", "REQUIRED", "REQDADM", "ASQMGR"),
+    "CHCKLOCL": ("NONE", "OPTIONAL", "REQUIRED", "REQDADM"),
+    "ADOPTCTX": ("YES", "NO"),
 }
 _RANGES = {
     "DEFPRTY": (0, 9),
@@ -218,14 +239,58 @@ _RANGES = {
     "PORT": (0, 65535),
     "TRIGDPTH": (1, 999_999_999),
     "TRIGMPRI": (0, 9),
+    "MAXINST": (0, 999_999_999),
+    "MAXINSTC": (0, 999_999_999),
+    "FAILDLAY": (0, 60),
 }
-#: attributes naming a queue, queue manager or process
-_NAMES = ("BOQNAME", "DEADQ", "RNAME", "RQMNAME", "XMITQ", "TARGET", "INITQ", "PROCESS")
+#: attributes naming a queue, queue manager, process or authentication information object
+_NAMES = ("BOQNAME", "DEADQ", "RNAME", "RQMNAME", "XMITQ", "TARGET", "INITQ", "PROCESS",
+          "CONNAUTH")
 CONNAME_RE = re.compile(r"^([A-Za-z0-9.\-:]+)\((\d{1,5})\)$")
 
 
 def topic_key(name: str) -> str:
     return f"TOPIC:{name}"
+
+
+# -- client-connection security: SVRCONN channels, AUTHINFO, CHLAUTH records ---------
+# (their checks are harbormq.security's: security/svrconn.py, security/chlauth.py)
+
+
+#: AUTHINFO AUTHTYPE(IDPWOS): user ids and passwords (harbormq's users)
+AUTHINFO_DEFAULTS = {
+    "AUTHTYPE": "IDPWOS",
+    "DESCR": "",
+    "CHCKCLNT": "OPTIONAL",    # client connections: NONE, OPTIONAL, REQUIRED, REQDADM
+    "CHCKLOCL": "OPTIONAL",    # local bindings: accepted, no effect (HMQ8890W)
+    "ADOPTCTX": "YES",         # the authenticated user is the connection's context
+    "FAILDLAY": 1,             # accepted, no effect (HMQ8890W)
+}
+
+#: one channel authentication record (SET CHLAUTH); kept in the catalog as
+#: ``CHLAUTH:<rule id>``, the id derived from what the record matches on
+CHLAUTH_DEFAULTS = {
+    "CHLPROF": "",             # the channel profile: a name or a generic name
+    "TYPE": "",                # ADDRESSMAP USERMAP SSLPEERMAP BLOCKUSER BLOCKADDR
+    "ADDRESS": "",
+    "CLNTUSER": "",
+    "SSLPEER": "",
+    "USERLIST": "",            # BLOCKUSER: names, comma-separated
+    "ADDRLIST": "",            # BLOCKADDR: address patterns, comma-separated
+    "USERSRC": "",             # MAP NOACCESS CHANNEL
+    "MCAUSER": "",
+    "CHCKCLNT": "ASQMGR",      # ASQMGR REQUIRED REQDADM
+    "WARN": "NO",
+    "DESCR": "",
+}
+
+
+def authinfo_key(name: str) -> str:
+    return f"AUTHINFO:{name}"
+
+
+def chlauth_key(name: str) -> str:
+    return f"CHLAUTH:{name}"
 
 
 def channel_key(name: str) -> str:
@@ -353,3 +418,35 @@ def parse_sslpeer(value: str) -> list[tuple[str, str]]:
                                    f"one of {', '.join(PEER_KEYS)}")
         out.append((PEER_KEYS[key], val.strip()))
     return out
+
+
+class SecurityCatalog:
+    """The definitions client-connection security reads (the channels, the
+    AUTHINFO objects, the CHLAUTH records, the queue manager's CONNAUTH and
+    CHLAUTH), read from ``holder.objects`` (the core's catalog, looked up at
+    each call as restore may replace it): what ``security.svrconn`` declares
+    as ``CatalogView``."""
+
+    def __init__(self, holder):
+        self.holder = holder
+
+    @property
+    def objects(self) -> Mapping[str, dict]:
+        return self.holder.objects
+
+    def qmgr_attrs(self) -> dict:
+        qmgr = self.objects.get(QMGR_OBJECT)
+        return {**QMGR_DEFAULTS, **(qmgr["attrs"] if qmgr else {})}
+
+    def _attrs(self, key: str, objtype: str) -> dict | None:
+        d = self.objects.get(key)
+        return d["attrs"] if d is not None and d["type"] == objtype else None
+
+    def channel_attrs(self, name: str) -> dict | None:
+        return self._attrs(channel_key(name), "CHANNEL")
+
+    def authinfo_attrs(self, name: str) -> dict | None:
+        return self._attrs(authinfo_key(name), "AUTHINFO")
+
+    def chlauth_records(self) -> list[dict]:
+        return [d["attrs"] for d in list(self.objects.values()) if d["type"] == "CHLAUTH"]

@@ -38,6 +38,7 @@ from ..log.records import RecordType, encode_json
 from ..pubsub.service import PubSub
 from ..recovery import need
 from ..recovery.restart import Progress, Restart, RestartReport
+from .client_defaults import ensure_client_defaults
 
 STOP_MODES = ("controlled", "immediate", "preemptive")
 
@@ -181,6 +182,7 @@ async def _first_start(config: QMConfig, console) -> None:
     await core.define_queue(DEAD_LETTER_QUEUE, {"DESCR": "dead-letter queue",
                                                 "DEFPSIST": "YES", "MAXDEPTH": 999_999_999})
     await core.settle_dynamic_queues()
+    await ensure_client_defaults(core, created=True)
     core.oplog.emit("HMQ8001I", f"Queue manager {config.name} created "
                     f"({config.log.log_type} log, {config.log.pages} pages per extent)")
     await qm.stop("controlled")
@@ -262,6 +264,8 @@ class RunningQueueManager:
             await core.settle_dynamic_queues()     # temporary ones gone, the model there
             if core.log.state.images_needed:     # a new log (reset-log): images first
                 await _image_everything_after_reset(core)
+            if QMGR_OBJECT in core.objects:       # (not at creation: _first_start does it)
+                await ensure_client_defaults(core)
             # publish/subscribe's status queues read back before any listener opens
             await PubSub.start(core)
         except BaseException:

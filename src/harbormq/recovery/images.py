@@ -72,6 +72,16 @@ def select_objects(core: QueueManagerCore, obj_type: str, pattern: str | None) -
                             msgid="HMQ8405E")
     if obj_type == "qmgr":
         return [QMGR_OBJECT]
+    if obj_type in ("channel", "authinfo"):
+        wanted = ("CHANNEL", "CHLAUTH") if obj_type == "channel" else ("AUTHINFO",)
+        pattern = pattern or "*"
+        names = sorted(key for key, d in core.objects.items() if d["type"] in wanted and
+                       fnmatch.fnmatchcase(d["attrs"]["CHLPROF"] if d["type"] == "CHLAUTH"
+                                           else d["name"], pattern))
+        if not names:
+            raise UnknownObject(f"no {obj_type} matches {pattern!r} on queue manager "
+                                f"{core.name} (MQRC 2085)", queue=pattern)
+        return names
     if obj_type == "queue" and not pattern:
         raise HarbormqError("--type queue needs a queue name (generic names like APP.* "
                             "are allowed)", msgid="HMQ8405E")

@@ -11,6 +11,9 @@ by job:
 * ``login_limits.py``: the rate limit of failed logins per peer address;
 * ``certmap.py``: client certificates to users (subject patterns, the
   mapping MQ's SSLPEERMAP rules make);
+* ``chlauth.py``: channel authentication records (CHLAUTH) and their
+  precedence; ``svrconn.py``: a client connection admitted the MQ way (its
+  SVRCONN channel, CHLAUTH, CONNAUTH), the one call a STOMP CONNECT makes;
 * ``files.py``: the JSON files both stores keep; ``errors.py``: the errors.
 
 Here: ``Security``, the facade a queue manager holds (its users, its
@@ -44,23 +47,33 @@ from __future__ import annotations
 
 import os
 import pwd
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from . import chlauth
 from .authority import ADMIN_GROUP, AuthorityStore
 from .certmap import CertificateMatch, PeerMapRule, map_certificate_user, subject_text
-from .errors import InvalidAuthority, NotAuthorized, SecurityError, UnknownUser, UserExists
+from .errors import (
+    ConnectionRefused,
+    InvalidAuthority,
+    NotAuthorized,
+    SecurityError,
+    UnknownUser,
+    UserExists,
+)
 from .login_limits import LoginFailures
 from .peers import PeerUnknown, check_listener, is_loopback, loopback_peer_uid
+from .principal import Principal
+from .svrconn import CatalogView, ClientAdmission, ConnauthPolicy, listener_channels
 from .users import UserStore
 
-#: what other layers use: the facade, its stores, the errors, the listener check;
-#: anything else is imported from the module that holds it
+#: what other layers use: the facade, its stores, the errors, the listener check,
+#: the CHLAUTH records (the module ``chlauth``) and the client admission
 __all__ = [
-    "AuthorityStore", "CertificateMatch", "InvalidAuthority", "LoginFailures",
-    "NotAuthorized", "PeerMapRule", "PeerUnknown", "Principal", "Security", "SecurityError",
-    "UnknownUser", "UserExists", "UserStore", "check_listener", "loopback_peer_uid",
+    "AuthorityStore", "CatalogView", "CertificateMatch", "ClientAdmission", "ConnauthPolicy",
+    "ConnectionRefused", "chlauth", "InvalidAuthority", "LoginFailures", "NotAuthorized",
+    "PeerMapRule", "PeerUnknown", "Principal", "Security", "SecurityError", "UnknownUser",
+    "UserExists", "UserStore", "check_listener", "listener_channels", "loopback_peer_uid",
     "map_certificate_user", "os_owner", "subject_text",
 ]
 
@@ -71,17 +84,6 @@ def os_owner() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return str(os.getuid())
-
-
-@dataclass
-class Principal:
-    """Who a connection acts as."""
-    user: str
-    groups: tuple[str, ...] = ()
-    #: connected without a login (its OS user identified it)
-    anonymous: bool = False
-    #: the queue manager's owner: every authority, never checked
-    owner: bool = False
 
 
 class Security:
@@ -102,6 +104,17 @@ class Security:
         self.owner_uid = os.geteuid() if owner_uid is None else owner_uid
         self.authorities.owner = self.owner
         self.peer_uid = peer_uid
+        #: the connection authentication in force: read at start and by
+        #: REFRESH SECURITY (None: not read yet, OPTIONAL as before)
+        self.connauth: ConnauthPolicy | None = None
+        #: server-connection channels STOP CHANNEL stopped (until START CHANNEL)
+        self.stopped_channels: set[str] = set()
+
+    def refresh_connauth(self, catalog: CatalogView) -> ConnauthPolicy:
+        """REFRESH SECURITY TYPE(CONNAUTH): the queue manager's CONNAUTH and its
+        AUTHINFO read again; they apply to connections from now on."""
+        self.connauth = ConnauthPolicy.from_catalog(catalog)
+        return self.connauth
 
     @classmethod
     def for_config(cls, config) -> "Security":

@@ -56,8 +56,8 @@ GROUPS = {
     "NONE": set(),
 }
 #: display order (MQ's AUTHLIST order, roughly)
-ORDER = ("BROWSE", "CHG", "CLR", "CONNECT", "CRT", "CTRL", "DLT", "DSP", "GET", "INQ", "PUT",
-         "SET", "PUB", "SUB", "RESUME")
+ORDER = ("BROWSE", "CHG", "CLR", "CONNECT", "CRT", "CTRL", "DLT", "DSP", "GET", "INQ", "PUB",
+         "PUT", "RESUME", "SET", "SUB")
 #: alternative spellings accepted on input
 ALIASES = {"BROWSE": "BROWSE", "INQUIRE": "INQ", "INQ": "INQ", "ADMIN": "ALLADM",
            "DISPLAY": "DSP", "CHANGE": "CHG", "CLEAR": "CLR", "DELETE": "DLT",

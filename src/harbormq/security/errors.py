@@ -30,3 +30,10 @@ class NotAuthorized(SecurityError):
 
 class InvalidAuthority(SecurityError):
     msgid = "HMQ8883E"
+
+
+class ConnectionRefused(SecurityError):
+    """A client connection refused by its channel or a CHLAUTH record (the
+    message id says which: HMQ2537E MAXINST, HMQ2540E unknown channel,
+    HMQ9776E BLOCKUSER, HMQ9777E NOACCESS, HMQ9782E BLOCKADDR)."""
+    msgid = "HMQ9777E"

@@ -1,6 +1,7 @@
 """The queue manager as a process (``harbormq start``).
 
-It runs the core on the main asyncio loop, serves STOMP on the listeners of
+It runs the core on the main asyncio loop, runs the startup scripts
+(``startup.py``) before any listener opens, serves STOMP on the listeners of
 qm.toml (``stomp/``), runs the channels and their listeners (``channels/``),
 and listens on the admin socket ``qmgrs/<QM>/admin.sock``
 (mode 0600: only the owning OS user administers the queue manager locally).
@@ -26,6 +27,7 @@ from ..qmgr.lifecycle import RunningQueueManager
 from ..recovery.need import log_need_facts
 from ..security import Security
 from ..stomp.listener import StompService
+from .startup import run_startup_scripts
 
 
 class QueueManagerServer:
@@ -72,8 +74,11 @@ class QueueManagerServer:
         self.stomp = StompService(self.running.core, self.config, self.security)
         self.channels = ChannelInitiator(self.running.core, self.security)
         try:
-            await self.stomp.start()
+            # the startup scripts after restart recovery, with the channel initiator
+            # running (their START LISTENER works), before the STOMP listeners open
             await self.channels.start()
+            await run_startup_scripts(self.running.core, self.config, self.security)
+            await self.stomp.start()
         except BaseException:
             await self.channels.stop()
             await self.stomp.stop()

@@ -39,12 +39,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..config import StompSettings
 from ..core.operator_log import OperatorLog
 from ..errors import HarbormqError
-from ..security import CertificateMatch, LoginFailures, NotAuthorized, Principal, Security
+from ..security import (
+    CertificateMatch,
+    ClientAdmission,
+    LoginFailures,
+    NotAuthorized,
+    Principal,
+    Security,
+)
 
 #: refusals of a peer written at once in a window (each of a different kind)
 _LINES_PER_PEER = 10
@@ -54,7 +61,9 @@ _OTHER_PEERS = "(other addresses)"
 
 
 class Admitted(Protocol):
-    """What admission asks of a connection: to be told to go."""
+    """What admission asks of a connection: to be told to go, and who it is
+    (``core.connections.Connection``: its id and listener)."""
+    info: Any
 
     def fail(self, message: str, **kw) -> None: ...
 
@@ -65,9 +74,12 @@ class Dropped(HarbormqError):
 
 
 class Admission:
-    def __init__(self, settings: StompSettings, security: Security, oplog: OperatorLog):
+    def __init__(self, settings: StompSettings, security: Security, oplog: OperatorLog,
+                 clients: ClientAdmission):
         self.settings = settings
         self.security = security
+        #: who an admitted CONNECT is (its SVRCONN channel, CHLAUTH, CONNAUTH)
+        self.clients = clients
         self.oplog = oplog
         #: sockets that have not completed CONNECT, oldest first (a dict keeps order)
         self.waiting: dict[Admitted, None] = {}
@@ -138,12 +150,13 @@ class Admission:
         log."""
         host = str(peer[0]) if peer else ""
 
-        def check() -> Principal:
-            return self.security.authenticate(login, passcode, connauth=self.settings.connauth,
-                                              peer=peer, local=local, certified=certified)
+        def identify(run=None):
+            # the channel's rules on the loop, the password or OS user check by ``run``
+            return self.clients.admit(conn.info, login, passcode, peer, local,
+                                      certified=certified, run=run)
         try:
             if not login:       # an anonymous client's OS user: a quick /proc lookup
-                return await asyncio.get_running_loop().run_in_executor(None, check)
+                return await identify()
             self._check_rate(host)
             async with self._peer_turn(host):
                 if conn not in self.waiting:
@@ -151,8 +164,7 @@ class Admission:
                 self._check_rate(host)          # failures before it, meanwhile
                 self.authenticating.add(conn)
                 try:
-                    return await asyncio.get_running_loop().run_in_executor(self._executor,
-                                                                            check)
+                    return await identify(self._on_auth_threads)
                 except NotAuthorized:
                     self.failures.failed(host)
                     raise
@@ -170,6 +182,9 @@ class Admission:
                     " failed authentication"
             self.refused(host, what, exc.msgid)
             raise
+
+    def _on_auth_threads(self, fn):
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     def _check_rate(self, host: str) -> None:
         wait = self.failures.refused_for(host)

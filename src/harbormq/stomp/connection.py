@@ -211,6 +211,10 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
         self.user = principal.user
         self.groups = list(principal.groups)
         self.is_admin = principal.owner
+        if principal.max_msg_length:          # the SVRCONN channel's MAXMSGL
+            limits = self.parser.limits
+            limits.max_frame_bytes = min(limits.max_frame_bytes,
+                                         principal.max_msg_length + limits.max_header_bytes)
         self.version = version
         self.parser.version = version
         self.info.user = self.user

@@ -21,9 +21,10 @@ import json
 
 from ..config import QMConfig
 from ..core.engine import QueueManagerCore
+from ..core.objects import SecurityCatalog
 from ..errors import ConfigError
 from ..fsutil import atomic_write
-from ..security import CertificateMatch, check_listener
+from ..security import CertificateMatch, ClientAdmission, check_listener, listener_channels
 from .admission import Admission
 from .connection import StompConnection
 from .memory import MemoryReturn
@@ -44,7 +45,15 @@ class StompService:
         self.backouts: set[asyncio.Task] = set()
         #: durable subscription name -> the connection consuming it (topics.py)
         self.durable_in_use: dict[str, StompConnection] = {}
-        self.admission = Admission(self.settings, security, core.oplog)
+        #: who a connection is: its listener's SVRCONN channel, CHLAUTH, CONNAUTH
+        self.clients = ClientAdmission(
+            security, SecurityCatalog(core), listener_channels(config.listeners),
+            # (a connection ended with an ERROR holds no instance while it drains)
+            live=lambda: [c.info.conn_id for c in self.connections
+                          if c.info is not None and not c._closing],
+            connauth_floor=self.settings.connauth, emit=core.oplog.emit)
+        #: the slots of sockets before and after CONNECT, the password checks' threads
+        self.admission = Admission(self.settings, security, core.oplog, self.clients)
         self.memory: MemoryReturn | None = None
         #: the WebSocket listeners (websocket.WebSocketListener)
         self.ws_listeners: list = []
@@ -77,6 +86,7 @@ class StompService:
         self.loop = asyncio.get_running_loop()
         self.memory = MemoryReturn(self.loop)
         self.memory.start()
+        self.security.refresh_connauth(SecurityCatalog(self.core))
         for li in self.config.listeners:
             tls = listener_tls(li)
             if li.transport == "websocket":

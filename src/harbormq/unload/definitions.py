@@ -11,14 +11,15 @@ then reach back to the queue manager's creation (a linear log kept whole, or
 its extents recalled from the archive).
 
 The script holds, in order: every process and namelist, local queue, remote
-queue, listener, channel, alias and model queue and topic as DEFINE ...
-REPLACE (system queues too: REPLACE makes them equal; temporary dynamic
-queues not, as a restart deletes them; a permanent dynamic queue as a local
-queue); the durable subscriptions as DEFINE SUB, when the caller gives
-``subscription`` (publish/subscribe's reading of a message of its status
-queue, whose committed messages ``queue_messages`` reads the same way,
-without the queue manager); ALTER QMGR (after the queues: its DEADQ names
-one); every authority record as SET AUTHREC. Names and strings are
+queue, listener, channel, AUTHINFO, alias and model queue and topic as
+DEFINE ... REPLACE (system queues too: REPLACE makes them equal; temporary
+dynamic queues not, as a restart deletes them; a permanent dynamic queue as
+a local queue); the durable subscriptions as DEFINE SUB, when the caller
+gives ``subscription`` (publish/subscribe's reading of a message of its
+status queue, whose committed messages ``queue_messages`` reads the same
+way, without the queue manager); ALTER QMGR (after the queues: its DEADQ
+names one); every channel authentication record as SET CHLAUTH ...
+ACTION(REPLACE); every authority record as SET AUTHREC. Names and strings are
 quoted (an unquoted MQSC name is folded to upper case).
 """
 
@@ -29,6 +30,7 @@ from collections.abc import Callable
 
 from ..config import QMConfig
 from ..core.objects import (
+    AUTHINFO_DEFAULTS,
     CHANNEL_DEFAULTS,
     DURABLE_SUBSCRIBER_QUEUE,
     LISTENER_DEFAULTS,
@@ -53,13 +55,17 @@ from ..store.stores import CatalogStore, QueueStore
 #: the order definitions come in (a channel's transmission queue before it; the
 #: processes and namelists that queues name first)
 _ORDER = {"PROCESS": -2, "NAMELIST": -1, "QLOCAL": 0, "QREMOTE": 1, "LISTENER": 2,
-          "CHANNEL": 3, "QALIAS": 4, "QMODEL": 5, "TOPIC": 6}
+          "CHANNEL": 3, "AUTHINFO": 4, "QALIAS": 5, "QMODEL": 6, "TOPIC": 7}
 #: the attributes written per type (a local queue's DEFTYPE is its model's doing)
 _DEFAULTS = {"QLOCAL": {k: v for k, v in QLOCAL_DEFAULTS.items() if k != "DEFTYPE"},
              "QREMOTE": QREMOTE_DEFAULTS, "LISTENER": LISTENER_DEFAULTS,
-             "CHANNEL": CHANNEL_DEFAULTS, "QALIAS": QALIAS_DEFAULTS, "QMODEL": QMODEL_DEFAULTS,
+             "CHANNEL": CHANNEL_DEFAULTS, "AUTHINFO": AUTHINFO_DEFAULTS,
+             "QALIAS": QALIAS_DEFAULTS, "QMODEL": QMODEL_DEFAULTS,
              "PROCESS": PROCESS_DEFAULTS, "NAMELIST": NAMELIST_DEFAULTS,
              "TOPIC": TOPIC_DEFAULTS}
+#: a CHLAUTH record's keywords in SET CHLAUTH (the lists quoted item by item)
+_CHLAUTH_KEYWORDS = ("TYPE", "ADDRESS", "CLNTUSER", "SSLPEER", "USERLIST", "ADDRLIST",
+                     "USERSRC", "MCAUSER", "CHCKCLNT", "WARN", "DESCR")
 
 
 class DumpError(HarbormqError):
@@ -80,6 +86,23 @@ def quote(value) -> str:
     if isinstance(value, (list, tuple)):      # NAMES(...)
         return ", ".join(quote(v) for v in value)
     return "'" + str(value).replace("'", "''") + "'"
+
+
+def set_chlauth(attrs: dict) -> str:
+    """A CHLAUTH record as the SET CHLAUTH that makes it (ACTION(REPLACE))."""
+    words = [f"SET CHLAUTH({quote(attrs['CHLPROF'])})"]
+    for key in _CHLAUTH_KEYWORDS:
+        value = attrs.get(key, "")
+        if value == "" or (key == "WARN" and value == "NO") or \
+                (key == "CHCKCLNT" and value == "ASQMGR"):
+            continue
+        if key in ("USERLIST", "ADDRLIST"):
+            words.append(f"{key}(" + ",".join(quote(v) for v in str(value).split(",")) + ")")
+        elif key in ("TYPE", "USERSRC", "CHCKCLNT", "WARN"):
+            words.append(f"{key}({value})")
+        else:
+            words.append(f"{key}({quote(value)})")
+    return " ".join(words + ["ACTION(REPLACE)"])
 
 
 def definitions(config: QMConfig, at_ns: int | None = None) -> dict[str, dict]:
@@ -226,6 +249,10 @@ def dump_config(config: QMConfig, at_ns: int | None = None, *,
         attrs = {k: v for k, v in qmgr["attrs"].items() if k in QMGR_DEFAULTS}
         lines.append("ALTER QMGR " + " ".join(f"{k}({quote(v)})" for k, v in sorted(
             attrs.items())))
+    # channel authentication records, after the channels and the queue manager
+    for d in sorted((d for d in objects.values() if d["type"] == "CHLAUTH"),
+                    key=lambda d: (d["attrs"]["CHLPROF"], d["attrs"]["TYPE"], d["name"])):
+        lines.append(set_chlauth(d["attrs"]))
     if config.authrecs_path.exists():
         for r in AuthorityStore(config.authrecs_path, owner=None).records():
             who = "PRINCIPAL" if r.entity_type == "principal" else "GROUP"
