@@ -45,15 +45,11 @@ class StompService:
         self.backouts: set[asyncio.Task] = set()
         #: durable subscription name -> the connection consuming it (topics.py)
         self.durable_in_use: dict[str, StompConnection] = {}
-        #: who a connection is: its listener's SVRCONN channel, CHLAUTH, CONNAUTH
-        self.clients = ClientAdmission(
-            security, SecurityCatalog(core), listener_channels(config.listeners),
-            # (a connection ended with an ERROR holds no instance while it drains)
-            live=lambda: [c.info.conn_id for c in self.connections
-                          if c.info is not None and not c._closing],
-            connauth_floor=self.settings.connauth, emit=core.oplog.emit)
-        #: the slots of sockets before and after CONNECT, the password checks' threads
-        self.admission = Admission(self.settings, security, core.oplog, self.clients)
+        #: who a connection is (its listener's SVRCONN channel, CHLAUTH, CONNAUTH),
+        #: and the slots of sockets before and after CONNECT with the password
+        #: checks' threads: made by start(), before the first connection
+        self.clients: ClientAdmission
+        self.admission: Admission
         self.memory: MemoryReturn | None = None
         #: the WebSocket listeners (websocket.WebSocketListener)
         self.ws_listeners: list = []
@@ -84,6 +80,14 @@ class StompService:
     async def start(self) -> list[dict]:
         self.check_listeners()
         self.loop = asyncio.get_running_loop()
+        core, security = self.core, self.security
+        self.clients = ClientAdmission(
+            security, SecurityCatalog(core), listener_channels(self.config.listeners),
+            # (a connection ended with an ERROR holds no instance while it drains)
+            live=lambda: [c.info.conn_id for c in self.connections
+                          if c.info is not None and not c._closing],
+            connauth_floor=self.settings.connauth, emit=core.oplog.emit)
+        self.admission = Admission(self.settings, security, core.oplog, self.clients)
         self.memory = MemoryReturn(self.loop)
         self.memory.start()
         self.security.refresh_connauth(SecurityCatalog(self.core))
@@ -133,7 +137,8 @@ class StompService:
         await asyncio.sleep(0)      # let connection_lost run: it starts the backouts
         if self.backouts:
             await asyncio.gather(*list(self.backouts), return_exceptions=True)
-        self.admission.close()
+        if hasattr(self, "admission"):      # (not when start failed before making it)
+            self.admission.close()
         if self.memory is not None:
             self.memory.stop()
         try:
