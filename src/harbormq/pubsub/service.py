@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import os
 import time
 from typing import TYPE_CHECKING
@@ -163,6 +164,11 @@ class PubSub:
             if d["type"] == "TOPIC":
                 self.topics.set(d)
         durable = self._load_subscriptions()
+        if durable:
+            # what is loaded now lives as long as the queue manager: out of the
+            # collector's sight, a million subscriptions no longer make every
+            # full collection (and the publications that trigger it) slow
+            gc.freeze()
         retained = core.queues[RETAINED_PUB_QUEUE].curdepth \
             if RETAINED_PUB_QUEUE in core.queues else 0
         orphans = await self._delete_orphans()
