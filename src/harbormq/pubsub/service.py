@@ -464,6 +464,7 @@ class PubSub:
         existing = self.subs.get(name) if name else None
         if existing is not None:
             if existing.durable == durable and existing.topic == topic:
+                self._authorize(user, admin_node_of(topic), "SUB")
                 return existing      # resumed
             raise SubscriptionExists(f"subscription {name} already exists on topic string "
                                      f"'{existing.topic}'" +
