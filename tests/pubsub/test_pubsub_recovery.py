@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from support.oplog import operator_log
 from support.procs import PYTHON, child_env, hmq
 
@@ -22,24 +23,35 @@ from harbormq.log.records import Message
 CHILD = Path(__file__).with_name("pubsub_child.py")
 
 
+@pytest.mark.parametrize("crash_at", [None, "log.after_write_before_fsync:120",
+                                      "log.after_fsync_before_ack:120"])
 def test_receipted_publications_are_on_every_durable_subscription_after_sigkill(
-        make_qm, home):
+        make_qm, home, crash_at):
+    """SIGKILL at a random moment (None), or at a named point inside a publish
+    (its records written, not forced; forced, the publisher not yet told)."""
     make_qm()
-    proc = subprocess.Popen([PYTHON, str(CHILD), str(home), "QM1"], env=child_env(home),
+    env = child_env(home)
+    if crash_at:
+        env["HARBORMQ_CRASH_AT"] = crash_at
+    proc = subprocess.Popen([PYTHON, str(CHILD), str(home), "QM1"], env=env,
                             stdout=subprocess.PIPE, text=True)
     acked = -1
     try:
         assert proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
-        while acked < 150 and time.monotonic() < deadline:
+        while (crash_at or acked < 150) and time.monotonic() < deadline:
             line = proc.stdout.readline()
+            if not line:
+                break                 # it killed itself at its crash point
             if line.startswith("ack "):
                 acked = int(line.split()[1])
-        os.kill(proc.pid, signal.SIGKILL)
+        if crash_at is None:
+            os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.kill()
         proc.wait(timeout=30)
-    assert acked >= 150
+    assert proc.returncode == -signal.SIGKILL
+    assert acked >= 20
     with QueueManager.open("QM1", home=home) as qm:
         ps = qm.core.pubsub
         assert sorted(ps.subs) == ["SUB.M", "SUB.P"]
