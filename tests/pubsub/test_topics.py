@@ -13,6 +13,7 @@ from harbormq.pubsub.topics import (
     TopicTree,
     admin_node_of,
     matches,
+    object_levels,
     publish_levels,
     subscribe_levels,
 )
@@ -147,3 +148,16 @@ def test_attributes_resolve_to_the_closest_administrative_node_above():
     assert admin_node_of("#") == ""
     empty = TopicAttributes()         # no base topic defined yet: MQ's defaults
     assert empty.resolve("a/b", "SUB") == "ENABLED"
+
+
+def test_a_topic_objects_trailing_slash_names_the_node_above_it():
+    """MQ's developer configuration: TOPICSTR('dev/') stands for the topics under dev/."""
+    assert object_levels("dev/") == ["dev"]
+    nodes = TopicAttributes()
+    nodes.set({"name": "DEV.BASE.TOPIC", "attrs": {"TOPICSTR": "dev/", "DEFPRTY": 7}})
+    assert nodes.closest("dev/orders")["name"] == "DEV.BASE.TOPIC"
+    assert nodes.resolve("dev/orders", "DEFPRTY") == 7
+    nodes.drop("dev/")
+    assert nodes.closest("dev/orders") is None
+    with pytest.raises(TopicStringError, match="empty level"):
+        object_levels("dev//")

@@ -93,6 +93,7 @@ from .topics import (
     admin_node_of,
     matches,
     object_levels,
+    object_node,
     publish_levels,
     subscribe_levels,
 )
@@ -251,7 +252,7 @@ class PubSub:
                 raise TopicStringError(f"DEFINE TOPIC({name}) needs TOPICSTR, the node of the "
                                        "topic tree it stands for")
             object_levels(topicstr)
-            other = self.topics.by_topic.get(topicstr)
+            other = self.topics.by_topic.get(object_node(topicstr))
             if other is not None:
                 raise ObjectExists(f"topic string '{topicstr}' already has topic object "
                                    f"{other['name']} (MQRC 2100)", queue=name)

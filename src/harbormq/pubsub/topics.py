@@ -85,9 +85,17 @@ def subscribe_levels(topic: str) -> list[str]:
     return levels
 
 
+def object_node(topicstr: str) -> str:
+    """The node a TOPIC object's TOPICSTR names: the string, less one trailing
+    '/'. MQ administrators write TOPICSTR('dev/') for the topics under dev/
+    (MQ's own developer configuration does); harbormq takes it as the node
+    'dev', whose attributes and authorities those topics resolve to."""
+    return topicstr[:-1] if len(topicstr) > 1 and topicstr.endswith("/") else topicstr
+
+
 def object_levels(topic: str) -> list[str]:
-    """A TOPIC object's TOPICSTR: a node, with no wildcard."""
-    levels = _check_common(topic, "TOPICSTR")
+    """A TOPIC object's TOPICSTR: a node, with no wildcard (``object_node``)."""
+    levels = _check_common(object_node(topic), "TOPICSTR")
     if MULTI in topic or SINGLE in topic:
         raise TopicStringError(f"TOPICSTR({_short(topic)}): a topic object names one node, "
                                "without wildcards (MQRC 2425 TOPIC_STRING_ERROR)")
@@ -238,10 +246,10 @@ class TopicAttributes:
         self.by_topic: dict[str, dict] = {}
 
     def set(self, definition: dict) -> None:
-        self.by_topic[definition["attrs"]["TOPICSTR"]] = definition
+        self.by_topic[object_node(definition["attrs"]["TOPICSTR"])] = definition
 
     def drop(self, topicstr: str) -> None:
-        self.by_topic.pop(topicstr, None)
+        self.by_topic.pop(object_node(topicstr), None)
 
     def nodes_above(self, topic: str):
         """The administrative nodes at or above ``topic``, closest first (the
