@@ -163,7 +163,7 @@ class TopicsMixin:
         made = self._step_result(frame)
         if made is not None:
             self.topic_subscriptions[sub_id] = TopicSubscription(made.name, made.durable)
-            self._open_subscription(frame, sub_id, ack, made.dest, "", topic=True)
+            self._open_subscription(frame, sub_id, ack, made.dest, topic=True)
             return None
         topic = self._topic_string(frame)
         name = self._durable_name(frame, frame.headers.get("id"))
