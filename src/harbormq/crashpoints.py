@@ -37,6 +37,10 @@ POINTS = (
     "restore.mid_swap",                 # a restore: the old target set aside, the new not in place
     "standby.after_fetch",              # standby replay: an archived extent copied in, the
                                         # control file not yet listing it
+    "pubsub.managed_queue_made",        # a subscription's managed queue defined, its status
+                                        # message not yet put
+    "pubsub.status_removed",            # a subscription's status message taken, its managed
+                                        # queue not yet deleted
 )
 
 DELAY_POINTS = (

@@ -230,6 +230,8 @@ def test_publish_and_subscribe_need_pub_and_sub_authority_on_a_topic_object(qm):
     qm._call(ps(qm).define_topic("SPORT", {"TOPICSTR": "sport"}))
     s = sub(qm, "sport/tennis", name="B1", durable=True, user=bob)
     assert s.user == "bob"
+    with pytest.raises(NotAuthorized, match="SUB on TOPIC"):       # no resuming it either
+        sub(qm, "sport/tennis", name="B1", durable=True, user=Principal("eve"))
     with pytest.raises(NotAuthorized, match="PUB on TOPIC SPORT"):
         pub(qm, "sport/tennis", "x", user=bob)
     Security.for_config(qm.config).authorities.set("SYSTEM.BASE.TOPIC", "TOPIC",

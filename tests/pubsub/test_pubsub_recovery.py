@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from support.oplog import operator_log
 from support.procs import PYTHON, child_env, hmq
 
@@ -22,24 +23,35 @@ from harbormq.log.records import Message
 CHILD = Path(__file__).with_name("pubsub_child.py")
 
 
+@pytest.mark.parametrize("crash_at", [None, "log.after_write_before_fsync:120",
+                                      "log.after_fsync_before_ack:120"])
 def test_receipted_publications_are_on_every_durable_subscription_after_sigkill(
-        make_qm, home):
+        make_qm, home, crash_at):
+    """SIGKILL at a random moment (None), or at a named point inside a publish
+    (its records written, not forced; forced, the publisher not yet told)."""
     make_qm()
-    proc = subprocess.Popen([PYTHON, str(CHILD), str(home), "QM1"], env=child_env(home),
+    env = child_env(home)
+    if crash_at:
+        env["HARBORMQ_CRASH_AT"] = crash_at
+    proc = subprocess.Popen([PYTHON, str(CHILD), str(home), "QM1"], env=env,
                             stdout=subprocess.PIPE, text=True)
     acked = -1
     try:
         assert proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
-        while acked < 150 and time.monotonic() < deadline:
+        while (crash_at or acked < 150) and time.monotonic() < deadline:
             line = proc.stdout.readline()
+            if not line:
+                break                 # it killed itself at its crash point
             if line.startswith("ack "):
                 acked = int(line.split()[1])
-        os.kill(proc.pid, signal.SIGKILL)
+        if crash_at is None:
+            os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.kill()
         proc.wait(timeout=30)
-    assert acked >= 150
+    assert proc.returncode == -signal.SIGKILL
+    assert acked >= 20
     with QueueManager.open("QM1", home=home) as qm:
         ps = qm.core.pubsub
         assert sorted(ps.subs) == ["SUB.M", "SUB.P"]
@@ -133,3 +145,59 @@ def test_dump_config_writes_topics_and_subscriptions_back_as_mqsc(make_qm, home)
         assert ps.subs["it's provided"].dest == "PROV.Q"
         assert ps.subs["MANAGED.ONE"].dest.startswith("SYSTEM.MANAGED.DURABLE.")
         assert ps.topics.resolve("sport/a", "DEFPRTY") == 4
+
+
+CREATE_OR_DELETE = """
+import sys
+from harbormq import QueueManager
+qm = QueueManager.open("QM1", home=sys.argv[1])
+ps = qm.core.pubsub
+if sys.argv[2] == "create":
+    qm._call(ps.subscribe("cut/#", name="CUT", durable=True))
+else:
+    qm._call(ps.unsubscribe("DOOMED"))
+print("not killed", flush=True)
+"""
+
+
+def test_sigkill_inside_a_subscriptions_creation_or_deletion_leaves_no_half(make_qm, home):
+    """Killed between a managed queue's creation and its status message, or
+    between the status message's removal and the queue's deletion: at restart
+    the subscription is wholly absent, and its queue is deleted (HMQ5803W)."""
+    make_qm()
+    with QueueManager.open("QM1", home=home) as qm:
+        doomed = qm._call(qm.core.pubsub.subscribe("d/#", name="DOOMED", durable=True)).dest
+        kept = qm._call(qm.core.pubsub.subscribe("k/#", name="KEPT", durable=True)).dest
+    for step, point in (("create", "pubsub.managed_queue_made"),
+                        ("delete", "pubsub.status_removed")):
+        env = dict(child_env(home), HARBORMQ_CRASH_AT=point)
+        r = subprocess.run([PYTHON, "-c", CREATE_OR_DELETE, str(home), step], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == -signal.SIGKILL and "not killed" not in r.stdout, r.stderr
+    with QueueManager.open("QM1", home=home) as qm:
+        ps = qm.core.pubsub
+        assert sorted(ps.subs) == ["KEPT"] and ps.subs["KEPT"].dest == kept
+        managed = sorted(n for n in qm.queue_names() if n.startswith("SYSTEM.MANAGED."))
+        assert managed == [kept]
+        orphans = [t for m, t in operator_log(home) if m == "HMQ5803W"]
+        assert len(orphans) == 2 and any(doomed in t for t in orphans)
+
+
+def test_image_and_recreate_take_topics_and_the_status_queues(make_qm, home):
+    """`image` records the TOPIC objects and the status queues like any
+    object; `recreate` of the subscriptions' status queue (from its image and
+    the log after it) brings back the subscriptions made after the image."""
+    make_qm(log_type="linear")
+    with QueueManager.open("QM1", home=home) as qm:
+        ps = qm.core.pubsub
+        qm._call(ps.define_topic("T", {"TOPICSTR": "t"}))
+        qm._call(ps.subscribe("t/1", name="BEFORE", durable=True))
+        imaged = {r["object"] for r in qm.image("all")}
+        assert {"T", "SYSTEM.BASE.TOPIC", DURABLE_SUBSCRIBER_QUEUE,
+                "SYSTEM.RETAINED.PUB.QUEUE"} <= imaged
+        qm._call(ps.subscribe("t/2", name="AFTER", durable=True))
+        [done] = qm.recreate("queue", DURABLE_SUBSCRIBER_QUEUE)
+        assert done["image_messages"] == 1 and done["messages"] == 2
+        assert qm.core.queue(DURABLE_SUBSCRIBER_QUEUE).curdepth == 2
+    with QueueManager.open("QM1", home=home) as qm:
+        assert sorted(qm.core.pubsub.subs) == ["AFTER", "BEFORE"]

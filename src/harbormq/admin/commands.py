@@ -613,7 +613,7 @@ class Executor(PubSubCommands):
     def _authrec_target(self, cmd: Command, *, need_entity: bool = True) -> dict:
         objtype = cmd.attrs.get("OBJTYPE")
         if not objtype:
-            raise MqscError(f"{cmd.verb} AUTHREC needs OBJTYPE(QUEUE|QMGR)")
+            raise MqscError(f"{cmd.verb} AUTHREC needs OBJTYPE(QUEUE|QMGR|TOPIC)")
         profile = cmd.attrs.get("PROFILE") or (self.core.name if objtype == "QMGR" else "")
         if not profile:
             raise MqscError(f"{cmd.verb} AUTHREC OBJTYPE({objtype}) needs PROFILE(...)")

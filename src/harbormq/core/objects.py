@@ -192,16 +192,21 @@ def check_name(name: str, what: str = "queue") -> str:
     return name
 
 
+def _known_key(raw_key, defaults: dict, what: str) -> str:
+    key = str(raw_key).upper()
+    if key not in defaults:
+        raise InvalidAttribute(f"{what} has no attribute {raw_key!r}; known: "
+                               f"{', '.join(sorted(defaults))}")
+    return key
+
+
 def validate(attrs: dict, defaults: dict, what: str) -> dict:
     """Normalise attribute names and values; raise naming the bad one."""
     if defaults is TOPIC_DEFAULTS:
         return _validate_topic(attrs, what)
     out = {}
     for raw_key, value in attrs.items():
-        key = str(raw_key).upper()
-        if key not in defaults:
-            raise InvalidAttribute(f"{what} has no attribute {raw_key!r}; known: "
-                                   f"{', '.join(sorted(defaults))}")
+        key = _known_key(raw_key, defaults, what)
         if key in _CHOICES:
             v = str(value).upper() if not isinstance(value, bool) else \
                 ("YES" if value else "NO") if key == "DEFPSIST" else \
@@ -242,10 +247,7 @@ def _validate_topic(attrs: dict, what: str) -> dict:
     """A TOPIC's attributes: each may be ASPARENT (DEFPRTY too, else 0..9)."""
     out = {}
     for raw_key, value in attrs.items():
-        key = str(raw_key).upper()
-        if key not in TOPIC_DEFAULTS:
-            raise InvalidAttribute(f"{what} has no attribute {raw_key!r}; known: "
-                                   f"{', '.join(sorted(TOPIC_DEFAULTS))}")
+        key = _known_key(raw_key, TOPIC_DEFAULTS, what)
         v = str(value)
         if key in TOPIC_CHOICES:
             v = v.upper()

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import os
 import time
 from typing import TYPE_CHECKING
@@ -59,6 +60,7 @@ from ..core.objects import (
     RETAINED_PUB_QUEUE,
 )
 from ..core.queue import MessageMatch
+from ..crashpoints import crash_point
 from ..errors import HarbormqError, ObjectExists, ObjectInUse, PutInhibited, UnknownObject
 from ..log.records import Message
 from ..security import Security
@@ -162,6 +164,11 @@ class PubSub:
             if d["type"] == "TOPIC":
                 self.topics.set(d)
         durable = self._load_subscriptions()
+        if durable:
+            # what is loaded now lives as long as the queue manager: out of the
+            # collector's sight, a million subscriptions no longer make every
+            # full collection (and the publications that trigger it) slow
+            gc.freeze()
         retained = core.queues[RETAINED_PUB_QUEUE].curdepth \
             if RETAINED_PUB_QUEUE in core.queues else 0
         orphans = await self._delete_orphans()
@@ -457,6 +464,7 @@ class PubSub:
         existing = self.subs.get(name) if name else None
         if existing is not None:
             if existing.durable == durable and existing.topic == topic:
+                self._authorize(user, admin_node_of(topic), "SUB")
                 return existing      # resumed
             raise SubscriptionExists(f"subscription {name} already exists on topic string "
                                      f"'{existing.topic}'" +
@@ -496,6 +504,7 @@ class PubSub:
         try:
             if sub.managed:
                 sub.dest = await self._create_managed_queue(sub)
+                crash_point("pubsub.managed_queue_made")
             await self._commit_subscription(sub)
         finally:
             self._busy.discard(name)
@@ -614,6 +623,7 @@ class PubSub:
                 if forced is not None:
                     await forced
             if sub.managed:
+                crash_point("pubsub.status_removed")
                 await self._drop_queue(sub.dest)
         finally:
             self._busy.discard(name)
