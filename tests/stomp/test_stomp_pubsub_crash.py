@@ -24,7 +24,9 @@ The rules, from what the clients saw (``verify``):
 
 The same campaign runs with the queue manager's home on lazyfs and a power
 cut after each kill (tests/support/lazyfs.py: what was never fsynced is gone):
-every start must come up without reporting damage.
+every start must come up without reporting damage. And a durable SUBSCRIBE
+and a deleting UNSUBSCRIBE are killed at the named points of pub/sub
+(``HARBORMQ_CRASH_AT``): neither leaves half a subscription.
 
 ``--crash-runs N`` sets the number of SIGKILLs (default 4 here; the ``slow``
 test runs 30), ``--power-cuts N`` the cuts (default 4, at most 30);
@@ -348,3 +350,61 @@ def test_verify_catches_violations():
                      "asked for", "publisher 0's 1 after 2", "(1, 1) was delivered on another "
                      "subscription", "retained publication 1, last receipted 3"):
         assert fragment in text, f"{fragment!r} not reported:\n{text}"
+
+
+def managed_queues(srv: QMServer) -> list[str]:
+    out = srv.sc("DISPLAY QLOCAL('SYSTEM.MANAGED.*')", check=False)   # none: an error
+    return re.findall(r"QUEUE\((SYSTEM\.MANAGED\.[^)]*)\)", out)
+
+
+def crash_at(srv: QMServer, point: str, frame: tuple) -> None:
+    """Restart the server set to SIGKILL itself at ``point``, send ``frame``
+    (command, headers) on a connection of its own, see the server die before
+    any RECEIPT, and start it again without the point."""
+    srv.stop()
+    srv.env["HARBORMQ_CRASH_AT"] = f"{point}:1"
+    srv.start()
+    c = RawStomp(srv.port)
+    c.connect()
+    command, headers = frame
+    c.send(command, {**headers, "receipt": "r"})
+    srv.proc.wait(timeout=60)
+    assert srv.proc.returncode == -9, srv.console()
+    assert not [f for f in c.poll(0.5) if f.command == "RECEIPT"], "a RECEIPT before the crash"
+    c.close()
+    del srv.env["HARBORMQ_CRASH_AT"]
+    srv.start()
+
+
+def test_sigkill_at_named_points_of_a_durable_subscribe_and_unsubscribe(tmp_path):
+    """A SUBSCRIBE killed between its managed queue and its status message
+    leaves no subscription (its queue deleted at the restart) and can be made
+    again; a deleting UNSUBSCRIBE killed after its status message went leaves
+    the subscription gone, its queue too."""
+    srv = QMServer(tmp_path / "hmq", "QN")
+    srv.create()
+    srv.start()
+    try:
+        durable = {"destination": "/topic/np/x", "id": "np-sub", "durable": "true",
+                   "ack": "client-individual"}
+        crash_at(srv, "pubsub.managed_queue_made", ("SUBSCRIBE", durable))
+        assert "np-sub" not in srv.sc("DISPLAY SUB(*)", check=False)
+        assert managed_queues(srv) == []
+        c = RawStomp(srv.port)
+        c.connect()
+        c.call("SUBSCRIBE", durable)
+        p = RawStomp(srv.port)
+        p.connect()
+        p.call("SEND", {"destination": "/topic/np/x", "persistent": "true"}, b"one")
+        m = c.messages(1)[0]
+        assert m.body == b"one"
+        c.call("ACK", {"id": m["ack"]})
+        c.close()
+        p.close()
+        assert len(managed_queues(srv)) == 1
+        crash_at(srv, "pubsub.status_removed", ("UNSUBSCRIBE", {"id": "np-sub",
+                                                                "durable": "true"}))
+        assert "np-sub" not in srv.sc("DISPLAY SUB(*)", check=False)
+        assert managed_queues(srv) == []
+    finally:
+        srv.kill()
