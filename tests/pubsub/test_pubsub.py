@@ -165,6 +165,16 @@ def test_non_durable_subscriptions_end_with_their_owner(qm):
     assert bodies(qm, c.dest) == ["hi", "again"]
 
 
+def test_a_managed_queue_goes_only_with_its_subscription(qm):
+    from harbormq.errors import ObjectInUse
+    s = sub(qm, "m/q", name="MQ1", durable=True)
+    with pytest.raises(ObjectInUse, match="managed queue of subscription MQ1.*2042"):
+        qm.delete_queue(s.dest, purge=True)
+    assert s.dest in qm.core.queues
+    qm._call(ps(qm).unsubscribe("MQ1"))
+    assert s.dest not in qm.core.queues
+
+
 def test_resubscribing_under_the_name_resumes_and_unsubscribe_deletes(qm):
     first = sub(qm, "r/t", name="R", durable=True)
     pub(qm, "r/t", "meanwhile")

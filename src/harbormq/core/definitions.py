@@ -55,6 +55,8 @@ class DefinitionsHost(Protocol):
     connections: ConnectionRegistry
     next_object_id: int
     flush_lock: asyncio.Lock
+    #: publish/subscribe (pubsub/), once started: it says which queues it owns
+    pubsub: Any
 
     def check_running(self) -> None: ...
 
@@ -302,6 +304,8 @@ class Definitions:
             raise UnknownObject(f"queue {name} is not defined", queue=name)
         if name in (DEFAULT_LOCAL_QUEUE, DEAD_LETTER_QUEUE):
             raise ObjectInUse(f"{name} is a system queue and cannot be deleted", queue=name)
+        if self.pubsub is not None:
+            self.pubsub.check_deletable(name)     # a subscription's managed queue
         if (why := self._busy(q)) is not None:
             raise ObjectInUse(f"queue {name} cannot be deleted: {why}", queue=name)
         if q.depth and not purge and not q.damaged:

@@ -144,6 +144,8 @@ class PubSub:
         self.subs: dict[str, Subscription] = {}
         self.topics = TopicAttributes()
         self.by_owner: dict[str, set[str]] = {}
+        #: managed queue -> the subscription it belongs to
+        self.managed_by: dict[str, str] = {}
         #: names being created or deleted (between their awaits)
         self._busy: set[str] = set()
         self._ids = 0
@@ -218,9 +220,9 @@ class PubSub:
         """Managed queues no subscription names: a crash between a managed
         queue's creation and its status message (or between a status
         message's removal and its queue's deletion); every non-durable one."""
-        used = {s.dest for s in self.subs.values() if s.managed}
         orphans = [n for n in self.core.queues
-                   if n.startswith((MANAGED_DURABLE, MANAGED_NDURABLE)) and n not in used]
+                   if n.startswith((MANAGED_DURABLE, MANAGED_NDURABLE)) and
+                   n not in self.managed_by]
         for name in orphans:
             depth = self.core.queues[name].curdepth
             await self.core.delete_queue(name, purge=True)
@@ -552,6 +554,8 @@ class PubSub:
     def _attach(self, sub: Subscription) -> None:
         self.subs[sub.name] = sub
         self.tree.add(sub.topic, sub.name, sub)
+        if sub.destclass == "MANAGED":
+            self.managed_by[sub.dest] = sub.name
         if sub.owner:
             self.by_owner.setdefault(sub.owner, set()).add(sub.name)
 
@@ -559,12 +563,23 @@ class PubSub:
         if self.subs.get(sub.name) is sub:
             del self.subs[sub.name]
             self.tree.remove(sub.topic, sub.name)
+            if self.managed_by.get(sub.dest) == sub.name:
+                del self.managed_by[sub.dest]
         if sub.owner:
             names = self.by_owner.get(sub.owner)
             if names is not None:
                 names.discard(sub.name)
                 if not names:
                     del self.by_owner[sub.owner]
+
+    def check_deletable(self, queue: str) -> None:
+        """(the core, at DELETE QLOCAL) A managed queue goes with its
+        subscription only, as in MQ."""
+        name = self.managed_by.get(queue)
+        if name is not None:
+            raise ObjectInUse(f"queue {queue} is the managed queue of subscription {name}: "
+                              f"delete the subscription (DELETE SUB) and it goes with it "
+                              "(MQRC 2042 OBJECT_IN_USE)", queue=queue)
 
     def find(self, name: str) -> Subscription:
         sub = self.subs.get(name)
