@@ -571,23 +571,33 @@ async def run_workload(broker: Broker, wl: str, messages: int, tag: str,
         x.transport.close()
     if run.error:
         raise run.error
-    t_rcpt = (run.t_last_receipt - run.t0) / 1e9
-    t_msg = (run.t_last_message - run.t0) / 1e9
-    cpu = {k: round(srv1[k] - srv0[k], 2) for k in srv0}
+    t_rcpt, t_msg, figures = run_figures(broker, run, t1 - t0, (srv0, srv1), (host0, host1),
+                                         la0)
     return {
         "messages": messages, "seconds": round(t1 - t0, 3),
         "send_msgs_per_s": round(messages / t_rcpt, 1),
         "recv_msgs_per_s": round(messages / t_msg, 1),
-        "receipt_latency_ms": pct(run.send_lat), "e2e_latency_ms": pct(run.e2e_lat),
-        "server_cpu_s": cpu, "server_cpu_util": round(cpu["total"] / (t1 - t0), 2),
-        "server_cpu_us_per_msg": round(cpu["total"] / messages * 1e6, 1),
-        "server_rss_mb": tree_rss_mb(broker.proc.pid),
-        "loadavg_before": la0, "loadavg_after": loadavg(),
-        "host_cpu": host_cpu_share(host0, host1),
+        **figures,
+        "server_cpu_us_per_msg": round(figures["server_cpu_s"]["total"] / messages * 1e6, 1),
         "server_threads_cpu_s": {g: {k: round(v, 2) for k, v in c.items()}
                                  for g, c in threads.items()},
         "probe": probed,
     }
+
+
+def run_figures(broker: Broker, run: Run, seconds: float, cpu: tuple, host: tuple,
+                la0) -> tuple[float, float, dict]:
+    """What every measured run reports: seconds to the last receipt and to the
+    last MESSAGE, and the latencies, server CPU and RSS, load and host CPU."""
+    srv0, srv1 = cpu
+    used = {k: round(srv1[k] - srv0[k], 2) for k in srv0}
+    return ((run.t_last_receipt - run.t0) / 1e9, (run.t_last_message - run.t0) / 1e9, {
+        "receipt_latency_ms": pct(run.send_lat), "e2e_latency_ms": pct(run.e2e_lat),
+        "server_cpu_s": used, "server_cpu_util": round(used["total"] / seconds, 2),
+        "server_rss_mb": tree_rss_mb(broker.proc.pid),
+        "loadavg_before": la0, "loadavg_after": loadavg(),
+        "host_cpu": host_cpu_share(*host),
+    })
 
 
 def median_of(runs: list[dict], rates=("send_msgs_per_s", "recv_msgs_per_s"),
@@ -662,7 +672,7 @@ class TopicSubscriber(Consumer):
 
 async def run_fanout(broker: Broker, publications: int, tag: str) -> dict:
     """One measured fan-out run on fresh connections, subscriptions and topic."""
-    what, n_subs, _quick, _head = FANOUT_WORKLOAD
+    _what, n_subs, _quick, _head = FANOUT_WORKLOAD
     dest = f"/topic/PEERS.F.{tag}"
     loop = asyncio.get_running_loop()
     run = FanOutRun(loop, broker, publications, n_subs)
@@ -699,20 +709,16 @@ async def run_fanout(broker: Broker, publications: int, tag: str) -> dict:
         x.transport.close()
     if run.error:
         raise run.error
-    t_rcpt = (run.t_last_receipt - run.t0) / 1e9
-    t_msg = (run.t_last_message - run.t0) / 1e9
-    cpu = {k: round(srv1[k] - srv0[k], 2) for k in srv0}
+    t_rcpt, t_msg, figures = run_figures(broker, run, t1 - t0, (srv0, srv1), (host0, host1),
+                                         la0)
     return {
         "publications": publications, "subscribers": n_subs, "deliveries": run.received,
         "seconds": round(t1 - t0, 3),
         "deliveries_per_s": round(run.received / t_msg, 1),
         "publications_per_s": round(publications / t_rcpt, 1),
-        "receipt_latency_ms": pct(run.send_lat), "e2e_latency_ms": pct(run.e2e_lat),
-        "server_cpu_s": cpu, "server_cpu_util": round(cpu["total"] / (t1 - t0), 2),
-        "server_cpu_us_per_delivery": round(cpu["total"] / run.received * 1e6, 1),
-        "server_rss_mb": tree_rss_mb(broker.proc.pid),
-        "loadavg_before": la0, "loadavg_after": loadavg(),
-        "host_cpu": host_cpu_share(host0, host1),
+        **figures,
+        "server_cpu_us_per_delivery": round(figures["server_cpu_s"]["total"] / run.received
+                                            * 1e6, 1),
     }
 
 

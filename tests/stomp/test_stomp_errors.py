@@ -28,8 +28,8 @@ from support.stomp_helpers import (
 def test_unknown_destination_prefix(server, conns):
     c = conns.raw(server.port)
     bystander = conns.raw(server.port)
-    c.send("SEND", {"destination": "/topic/news"}, b"x")
-    expect_error(c, "/topic/news", "/queue/")
+    c.send("SEND", {"destination": "/exchange/news"}, b"x")
+    expect_error(c, "/exchange/news", "/queue/", "/topic/")
     send_all(bystander, "BYSTANDER.Q", ["still fine"])
 
 

@@ -257,6 +257,11 @@ def test_mqsc_subscription_is_consumed_through_its_destination_queue(server, con
     subscribe(c, "PS8.DEST", ack="auto")
     m = c.messages(1)[0]
     assert m.body == b"entry" and m["destination"] == "/queue/PS8.DEST"
+    # a queue subscription's UNSUBSCRIBE stays a queue's, whatever else it carries
+    c.call("UNSUBSCRIBE", {"id": "s1", "persistent": "false"})
+    publish(p, "ps8/audit", "kept")
+    quiet(c)
+    assert depth(server, "PS8.DEST") == 1
     server.sc("DELETE SUB(PS8.ADMIN)")
 
 

@@ -22,21 +22,32 @@ The rules, from what the clients saw (``verify``):
 * the retained publication of each publisher's topic, read at the end, is its
   last receipted one or one sent after it (committed, its receipt lost).
 
+The same campaign runs with the queue manager's home on lazyfs and a power
+cut after each kill (tests/support/lazyfs.py: what was never fsynced is gone):
+every start must come up without reporting damage. And a durable SUBSCRIBE
+and a deleting UNSUBSCRIBE are killed at the named points of pub/sub
+(``HARBORMQ_CRASH_AT``): neither leaves half a subscription.
+
 ``--crash-runs N`` sets the number of SIGKILLs (default 4 here; the ``slow``
-test runs 30); ``HARBORMQ_CRASH_SEED`` fixes the seed, printed on failure.
+test runs 30), ``--power-cuts N`` the cuts (default 4, at most 30);
+``HARBORMQ_CRASH_SEED`` fixes the seed, printed on failure.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import pytest
+from support.lazyfs import LazyFS
 from support.stomp_helpers import ConnectionClosed, QMServer, RawStomp
+
+from harbormq.fsutil import fsync_dir
 
 SEED = int(os.environ.get("HARBORMQ_CRASH_SEED") or random.randrange(1 << 30))
 PUBLISHERS = 2
@@ -45,6 +56,9 @@ EARLY = [("crash-rabbit", {"durable": "true"}, ""),
          ("crash-amq", {"activemq.subscriptionName": "sub"}, "crash-client")]
 LATE = ("crash-late", {"durable": "true"}, "")
 PREFETCH = "8"
+#: what a start must never say (as tests/recovery/test_power_cut.py): damage,
+#: a missing or corrupt log, any other error
+BAD_SIGN = re.compile(r"HMQ\d{4}E|HMQ7511W|[Cc]orrupt|Traceback")
 
 
 def now() -> float:
@@ -224,9 +238,14 @@ def read_retained(srv: QMServer) -> dict[int, int]:
     return out
 
 
-def run_campaign(tmp_path, kills: int) -> None:
+def run_campaign(tmp_path, kills: int, fs: LazyFS | None = None) -> None:
+    """``kills`` SIGKILLs under load; with ``fs`` (the queue manager's home on
+    lazyfs) each is followed by a power cut, torn at random."""
     rng = random.Random(SEED)
-    srv = QMServer(tmp_path / "hmq", "QP")
+    srv = QMServer((fs.mount if fs else tmp_path) / "hmq", "QP", console_dir=tmp_path)
+    if fs is not None:
+        srv.home.mkdir(parents=True)
+        fsync_dir(srv.home.parent)          # a home made long before, as an operator's
     srv.create(log_file_pages=512)
     srv.start()
     j = Journal()
@@ -259,6 +278,8 @@ def run_campaign(tmp_path, kills: int) -> None:
                 late_go.set()               # a subscription made in the middle of the run
             time.sleep(rng.uniform(0.0, 0.6))
             srv.kill()
+            if fs is not None:
+                fs.cut(rng.randrange(1 << 30), rng.random() < 0.5)
             srv.start()
         late_go.set()
         time.sleep(1.0)
@@ -279,6 +300,10 @@ def run_campaign(tmp_path, kills: int) -> None:
         stop_pub.set()
         stop_sub.set()
         srv.kill()
+    said = [n for n in range(1, srv.starts + 1)
+            if BAD_SIGN.search((tmp_path / f"{srv.name}.console.{n}.log").read_text(
+                errors="replace"))]
+    assert not said, f"starts {said} reported damage or errors (console in {tmp_path})"
     bad, stats = verify(j, retained)
     assert stats["receipted"] > 20 * kills, stats
     assert not bad, f"seed {SEED}, {stats}: {len(bad)} violations:\n" + "\n".join(bad[:30])
@@ -293,6 +318,14 @@ def test_stomp_pubsub_sigkills(tmp_path, request):
 def test_stomp_pubsub_sigkills_long(tmp_path, request):
     n = request.config.getoption("--crash-runs")
     run_campaign(tmp_path, 30 if n is None else n)
+
+
+def test_stomp_pubsub_power_cuts(tmp_path, request):
+    """The same with a power cut after each kill: what was never fsynced is
+    gone (status queues, managed queues and the log alike)."""
+    n = request.config.getoption("--power-cuts")
+    with LazyFS(tmp_path / "lazyfs") as fs:
+        run_campaign(tmp_path, 4 if n is None else min(n, 30), fs)
 
 
 def test_verify_catches_violations():
@@ -317,3 +350,61 @@ def test_verify_catches_violations():
                      "asked for", "publisher 0's 1 after 2", "(1, 1) was delivered on another "
                      "subscription", "retained publication 1, last receipted 3"):
         assert fragment in text, f"{fragment!r} not reported:\n{text}"
+
+
+def managed_queues(srv: QMServer) -> list[str]:
+    out = srv.sc("DISPLAY QLOCAL('SYSTEM.MANAGED.*')", check=False)   # none: an error
+    return re.findall(r"QUEUE\((SYSTEM\.MANAGED\.[^)]*)\)", out)
+
+
+def crash_at(srv: QMServer, point: str, frame: tuple) -> None:
+    """Restart the server set to SIGKILL itself at ``point``, send ``frame``
+    (command, headers) on a connection of its own, see the server die before
+    any RECEIPT, and start it again without the point."""
+    srv.stop()
+    srv.env["HARBORMQ_CRASH_AT"] = f"{point}:1"
+    srv.start()
+    c = RawStomp(srv.port)
+    c.connect()
+    command, headers = frame
+    c.send(command, {**headers, "receipt": "r"})
+    srv.proc.wait(timeout=60)
+    assert srv.proc.returncode == -9, srv.console()
+    assert not [f for f in c.poll(0.5) if f.command == "RECEIPT"], "a RECEIPT before the crash"
+    c.close()
+    del srv.env["HARBORMQ_CRASH_AT"]
+    srv.start()
+
+
+def test_sigkill_at_named_points_of_a_durable_subscribe_and_unsubscribe(tmp_path):
+    """A SUBSCRIBE killed between its managed queue and its status message
+    leaves no subscription (its queue deleted at the restart) and can be made
+    again; a deleting UNSUBSCRIBE killed after its status message went leaves
+    the subscription gone, its queue too."""
+    srv = QMServer(tmp_path / "hmq", "QN")
+    srv.create()
+    srv.start()
+    try:
+        durable = {"destination": "/topic/np/x", "id": "np-sub", "durable": "true",
+                   "ack": "client-individual"}
+        crash_at(srv, "pubsub.managed_queue_made", ("SUBSCRIBE", durable))
+        assert "np-sub" not in srv.sc("DISPLAY SUB(*)", check=False)
+        assert managed_queues(srv) == []
+        c = RawStomp(srv.port)
+        c.connect()
+        c.call("SUBSCRIBE", durable)
+        p = RawStomp(srv.port)
+        p.connect()
+        p.call("SEND", {"destination": "/topic/np/x", "persistent": "true"}, b"one")
+        m = c.messages(1)[0]
+        assert m.body == b"one"
+        c.call("ACK", {"id": m["ack"]})
+        c.close()
+        p.close()
+        assert len(managed_queues(srv)) == 1
+        crash_at(srv, "pubsub.status_removed", ("UNSUBSCRIBE", {"id": "np-sub",
+                                                                "durable": "true"}))
+        assert "np-sub" not in srv.sc("DISPLAY SUB(*)", check=False)
+        assert managed_queues(srv) == []
+    finally:
+        srv.kill()

@@ -259,7 +259,8 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
             return name
         dest = self._required(frame, "destination")
         if not dest.startswith("/queue/"):
-            raise ProtocolError(f"destination {dest!r} is not supported: use /queue/NAME")
+            raise ProtocolError(f"destination {dest!r} is not supported: use /queue/NAME or "
+                                "/topic/TOPIC/STRING")
         name = dest[len("/queue/"):]
         try:
             check_name(name)

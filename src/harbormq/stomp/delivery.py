@@ -117,8 +117,7 @@ class DeliveryMixin:
         define = self._needs_define(name)
         if define is not None:
             return define
-        self._open_subscription(frame, sub_id, ack, name,
-                                f"destination:{escape('/queue/' + name, self.version)}\n")
+        self._open_subscription(frame, sub_id, ack, name)
         return None
 
     def _new_subscription(self, frame: Frame) -> tuple[str, str]:
@@ -141,18 +140,19 @@ class DeliveryMixin:
                                 "client-individual")
         return sub_id, ack
 
-    def _open_subscription(self, frame: Frame, sub_id: str, ack: str, queue: str,
-                           destination: str, *, topic: bool = False) -> Subscription:
+    def _open_subscription(self, frame: Frame, sub_id: str, ack: str, queue: str, *,
+                           topic: bool = False) -> Subscription:
         """Start delivering from ``queue`` (it exists) to subscription ``sub_id``;
-        ``destination``: the MESSAGE frames' destination header line, or "" when
-        each message names its own (``topic``: a topic subscription's queue)."""
+        ``topic``: it is a topic subscription's queue, whose MESSAGEs each name
+        the topic they were published to."""
         prefetch = self._prefetch(frame)
         # a topic subscription's selector is the subscription's own (pubsub/)
         match = None if topic else self._selector(frame.headers.get("selector"))
         q = self.core.input_queue(queue)       # an alias: its target, from now on
         sub = Subscription(sub_id, q.name, ack, prefetch, match, self, q=q, topic=topic)
-        sub.frame_prefix = (f"MESSAGE\nsubscription:{escape(sub_id, self.version)}\n"
-                            + destination)
+        sub.frame_prefix = f"MESSAGE\nsubscription:{escape(sub_id, self.version)}\n"
+        if not topic:
+            sub.frame_prefix += f"destination:{escape('/queue/' + queue, self.version)}\n"
         self.subscriptions[sub_id] = sub
         self.info.open(q.name, "input")
         self._receipt(frame, None)

@@ -36,7 +36,7 @@ import asyncio
 from dataclasses import dataclass
 
 from ..errors import QueueManagerStopping, UnknownObject
-from ..pubsub.errors import SubNameError, SubscriptionError
+from ..pubsub.errors import NoSubscription, SubNameError, SubscriptionError
 from ..pubsub.status import RETAINED_PROPERTY, TOPIC_PROPERTY
 from .frames import Frame, escape
 from .transport import ProtocolError
@@ -163,7 +163,7 @@ class TopicsMixin:
         made = self._step_result(frame)
         if made is not None:
             self.topic_subscriptions[sub_id] = TopicSubscription(made.name, made.durable)
-            self._open_subscription(frame, sub_id, ack, made.dest, "", topic=True)
+            self._open_subscription(frame, sub_id, ack, made.dest, topic=True)
             return None
         topic = self._topic_string(frame)
         name = self._durable_name(frame, frame.headers.get("id"))
@@ -305,7 +305,8 @@ class TopicsMixin:
         if task.cancelled():
             return
         exc = task.exception()
-        # a stopping queue manager ends every non-durable subscription anyway
-        if exc is not None and not isinstance(exc, QueueManagerStopping):
+        # a stopping queue manager ends every non-durable subscription anyway;
+        # one already gone (its owner's end and its own raced) is what was wanted
+        if exc is not None and not isinstance(exc, (QueueManagerStopping, NoSubscription)):
             self.core.oplog.emit("HMQ9550W", f"STOMP connection {self.info.conn_id}: ending its "
                                  f"topic subscriptions failed: {exc!r}")
