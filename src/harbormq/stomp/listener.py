@@ -50,7 +50,7 @@ class StompService:
     async def start(self) -> list[dict]:
         self.check_listeners()
         self.loop = asyncio.get_running_loop()
-        self.memory = MemoryReturn(self.loop)
+        self.memory = MemoryReturn(self.loop, self.core.oplog.emit)
         self.memory.start()
         for li in self.config.listeners:
             tls = None
