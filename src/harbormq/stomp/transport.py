@@ -326,17 +326,20 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         if self._turn_pending:
             return                      # _next_turn goes on from where it stopped
         applied = 0
+        held = self._held
         while (not self._blocked and not self._closing and not self._owed_full and
                not self._write_paused and self._frame_error is None):
+            frame = self._next_frame()
+            if frame is None:
+                break
             if applied == FRAMES_PER_TURN:
-                # the others' turn: reading waits too, or the bytes would pile up
+                # another frame waits, but it is the others' turn: reading waits
+                # too, or the bytes would pile up
+                self._pending_frames.appendleft(frame)
                 self._turn_pending = True
                 self._pause_reading()
                 self.loop.call_soon(self._next_turn)
                 return
-            frame = self._next_frame()
-            if frame is None:
-                break
             applied += 1
             try:
                 waiting = self._dispatch(frame)
@@ -353,7 +356,8 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
                 self._pause_reading()
                 self.loop.create_task(self._resume_after(waiting, frame))
                 return
-            self._check_owed()
+            if len(held) >= MAX_HELD or self._out_bytes > WRITE_HIGH:
+                self._check_owed()
         if self._frame_error is not None and not self._blocked and not self._closing:
             message, receipt = self._frame_error
             self.fail(message, receipt=receipt)
