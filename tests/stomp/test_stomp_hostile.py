@@ -36,7 +36,7 @@ from support.stomp_helpers import (
 
 from harbormq.security import LoginFailures
 from harbormq.stomp.frames import FrameParser, Limits
-from harbormq.stomp.transport import MAX_HELD, FrameTransport
+from harbormq.stomp.transport import FRAMES_PER_TURN, MAX_HELD, FrameTransport
 
 CONNECT_TIMEOUT_MS = 3000
 FRAME_TIMEOUT_MS = 1500
@@ -188,9 +188,9 @@ class _FakeSocket(asyncio.Transport):
 
 def test_receipts_waiting_for_a_force_pause_reading():
     """A client pipelining persistent SENDs with receipts while the force is
-    slow: at most MAX_HELD frames are applied and held, the rest stay unread
-    bytes, and reading resumes once the force is done (a client once made the
-    server hold 153,316 receipts)."""
+    slow: FRAMES_PER_TURN frames a turn of the loop, at most MAX_HELD applied
+    and held, the rest stay unread bytes, and reading resumes once the force
+    is done (a client once made the server hold 153,316 receipts)."""
 
     async def run():
         loop = asyncio.get_running_loop()
@@ -207,10 +207,14 @@ def test_receipts_waiting_for_a_force_pause_reading():
         t.version = t.parser.version = "1.2"
         sock = t.transport = _FakeSocket()
         t.data_received(b"".join(send_frame("Q", f"r{i}") for i in range(5000)))
+        # a turn's worth at once, then the others' turn (fairness)
+        assert t.applied == FRAMES_PER_TURN and not sock.reading
+        for _ in range(50):
+            await asyncio.sleep(0)
         assert t.applied == MAX_HELD and len(t._held) == MAX_HELD
         assert not sock.reading and t.parser.unparsed > 0
         force.set_result(None)
-        for _ in range(20):
+        for _ in range(200):
             await asyncio.sleep(0)
         assert t.applied == 5000 and sock.reading
         ids = [int(x.split(b"\n")[0]) for x in sock.written.split(b"receipt-id:r")[1:]]
@@ -220,6 +224,7 @@ def test_receipts_waiting_for_a_force_pause_reading():
         t.data_received(send_frame("Q", "later"))
         assert t.applied == 5000
         t.resume_writing()
+        await asyncio.sleep(0)
         assert t.applied == 5001
     asyncio.run(run())
 

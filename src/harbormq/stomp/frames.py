@@ -1,6 +1,7 @@
 """STOMP 1.0/1.1/1.2 frames: an incremental parser with limits, and the encoder.
 
-Pure: no I/O. The parser is fed bytes as they arrive and returns whole frames;
+Pure: no I/O. The parser is given bytes as they arrive (``push``) and hands
+out whole frames one at a time (``next_frame``), or all of them (``feed``);
 heart-beats (bare EOLs between frames) are counted, not returned. Anything
 malformed or over a limit raises :class:`FrameError` naming what was wrong; the
 connection then sends ERROR and closes (the spec's advice), so the parser never

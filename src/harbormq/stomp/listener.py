@@ -88,7 +88,7 @@ class StompService:
                           if c.info is not None and not c._closing],
             connauth_floor=self.settings.connauth, emit=core.oplog.emit)
         self.admission = Admission(self.settings, security, core.oplog, self.clients)
-        self.memory = MemoryReturn(self.loop)
+        self.memory = MemoryReturn(self.loop, self.core.oplog.emit)
         self.memory.start()
         self.security.refresh_connauth(SecurityCatalog(self.core))
         for li in self.config.listeners:

@@ -10,7 +10,8 @@ itself) is read from ``/proc/self/status``; when it is ``GROWTH_BYTES`` above
 what it was after the last return, and no longer growing (the burst has
 drained), ``malloc_trim(0)`` hands the free pages of every malloc arena back
 (glibc only; elsewhere nothing is done). It runs on the event loop and takes
-a few milliseconds for hundreds of megabytes.
+a few milliseconds for hundreds of megabytes. A return of 8 MB or more is
+reported (HMQ9561I, with the sizes before and after).
 
 Not here: bounding what a connection may hold in the first place
 (``transport.py``: owed output, ``frames.py``: the frame limits).
@@ -21,10 +22,13 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+from typing import Callable
 
 CHECK_INTERVAL_S = 5.0
 #: growth since the last return that is worth a trim
 GROWTH_BYTES = 16 * 1024 * 1024
+#: a return at least this large is reported
+REPORTED_BYTES = 8 * 1024 * 1024
 
 
 def _load_trim():
@@ -67,8 +71,10 @@ _TRIM = _load_trim()
 class MemoryReturn:
     """The periodic check of one process (the STOMP service starts and stops it)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 report: Callable[[str, str], None] | None = None):
         self.loop = loop
+        self.report = report
         self.baseline = anonymous_bytes()
         self._last = self.baseline
         self._timer: asyncio.TimerHandle | None = None
@@ -90,6 +96,10 @@ class MemoryReturn:
             return_memory()
             self.returns += 1
             self.baseline = anonymous_bytes()
+            if self.report is not None and now - self.baseline >= REPORTED_BYTES:
+                self.report("HMQ9561I", f"{(now - self.baseline) >> 20} MB of memory freed "
+                            f"after a burst returned to the system (heap {now >> 20} MB -> "
+                            f"{self.baseline >> 20} MB)")
             now = self.baseline
         elif now < self.baseline:
             self.baseline = now

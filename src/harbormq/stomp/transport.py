@@ -12,7 +12,10 @@ What a connection owes its client is bounded, whatever kind of frame is owed:
 while MAX_HELD frames wait for a force (receipts, deliveries), or the client
 has not taken WRITE_HIGH bytes, nothing more is read or applied from it;
 reading resumes once the held frames are down to RESUME_HELD and the unsent
-bytes to WRITE_LOW (backpressure both ways). Bytes before a malformed frame
+bytes to WRITE_LOW (backpressure both ways). A connection applies at most
+FRAMES_PER_TURN frames in a row, then lets the other connections have a turn
+of the event loop, so a pipelining client cannot hold up the others' frames
+and receipts. Bytes before a malformed frame
 are applied, in order, before its ERROR, however TCP split them; a frame that
 is started and not finished within ``frame_timeout_s`` is cut (the client is
 dribbling), whatever heart-beats were agreed.
@@ -39,6 +42,8 @@ RESUME_HELD = MAX_HELD // 4
 #: bytes written and not yet taken by the client: above WRITE_HIGH nothing more
 #: is read or delivered until they are down to WRITE_LOW
 WRITE_HIGH, WRITE_LOW = 256 * 1024, 64 * 1024
+#: frames a connection applies in a row before the others get a turn of the loop
+FRAMES_PER_TURN = 64
 #: how long a connection closed with an ERROR reads on before it is dropped
 LINGER_S = 5.0
 
@@ -62,6 +67,8 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         #: reading is paused because too much output is owed (held or unsent)
         self._owed_full = False
         self._out_bytes = 0
+        #: this connection gave the others a turn: it goes on from _next_turn
+        self._turn_pending = False
         #: a malformed frame arrived: the frames before it are applied, then this
         #: (message, receipt) is the ERROR
         self._frame_error: tuple[str, str | None] | None = None
@@ -166,7 +173,7 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         """Read again unless something still holds the connection: a frame
         waiting for async work, a client not taking its output, too much owed."""
         if not (self._blocked or self._write_paused or self._owed_full or
-                self._frame_error is not None):
+                self._turn_pending or self._closing or self._frame_error is not None):
             self._resume_reading()
 
     def _pause_reading(self) -> None:
@@ -316,11 +323,24 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
         self._timers["linger"] = self.loop.call_later(LINGER_S, t.close)
 
     def _process_frames(self) -> None:
+        if self._turn_pending:
+            return                      # _next_turn goes on from where it stopped
+        applied = 0
+        held = self._held
         while (not self._blocked and not self._closing and not self._owed_full and
                not self._write_paused and self._frame_error is None):
             frame = self._next_frame()
             if frame is None:
                 break
+            if applied == FRAMES_PER_TURN:
+                # another frame waits, but it is the others' turn: reading waits
+                # too, or the bytes would pile up
+                self._pending_frames.appendleft(frame)
+                self._turn_pending = True
+                self._pause_reading()
+                self.loop.call_soon(self._next_turn)
+                return
+            applied += 1
             try:
                 waiting = self._dispatch(frame)
             except (HarbormqError, FrameError) as exc:
@@ -336,10 +356,17 @@ class FrameTransport(asyncio.Protocol, metaclass=abc.ABCMeta):
                 self._pause_reading()
                 self.loop.create_task(self._resume_after(waiting, frame))
                 return
-            self._check_owed()
+            if len(held) >= MAX_HELD or self._out_bytes > WRITE_HIGH:
+                self._check_owed()
         if self._frame_error is not None and not self._blocked and not self._closing:
             message, receipt = self._frame_error
             self.fail(message, receipt=receipt)
+
+    def _next_turn(self) -> None:
+        self._turn_pending = False
+        self._resume_if_ready()
+        self._process_frames()
+        self._watch_partial_frame()
 
     def _check_owed(self) -> None:
         """Stop reading and applying frames while too much output is owed: held
