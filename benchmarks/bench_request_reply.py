@@ -117,6 +117,15 @@ async def responder(broker: Broker, stop: asyncio.Event, ready: asyncio.Event) -
     return served
 
 
+def request_destination(broker: Broker) -> str:
+    """Where requests are sent. RabbitMQ: ``/amq/queue/``, the queue the responders'
+    SUBSCRIBE declared (a SEND to ``/queue/`` with a ``/temp-queue/`` reply-to
+    declares the queue again and is refused: RESOURCE_LOCKED)."""
+    if isinstance(broker, RabbitMQ):
+        return f"/amq/queue/{REQUESTS_QUEUE}"
+    return f"/queue/{REQUESTS_QUEUE}"
+
+
 async def requester(broker: Broker, n: int, latencies: list[float]) -> None:
     c = await Conn.open(broker)
     if not isinstance(broker, RabbitMQ):
@@ -126,7 +135,7 @@ async def requester(broker: Broker, n: int, latencies: list[float]) -> None:
                               "ack": "auto"}, extra=broker.subscribe_extra)
     for i in range(n):
         t0 = time.perf_counter()
-        c.send(b"SEND", {"destination": f"/queue/{REQUESTS_QUEUE}", "persistent": "false",
+        c.send(b"SEND", {"destination": request_destination(broker), "persistent": "false",
                          "reply-to": "/temp-queue/replies", "correlation-id": str(i)}, BODY)
         while True:
             command, h, _ = await c.recv()

@@ -74,6 +74,8 @@ def test_image_of_each_kind_by_type_and_generic_name(app_qm, home, kind):
 def test_definitions_come_back_with_a_recreated_catalog(app_qm, open_qm, home):
     qm = app_qm
     qm.image("all")
+    # a definition's own recreate says where it is kept
+    assert qm.recreate("qalias", "APP.ALIAS") == [{"object": "APP.ALIAS", "definition": True}]
     mqsc(qm, "ALTER QALIAS(APP.ALIAS) DEFPRTY(2)\nALTER NAMELIST(APP.NAMES) NAMES(X)")
     before = {n: d["attrs"] for n, d in qm.core.objects.items()}
     qm.close()

@@ -163,6 +163,20 @@ _DISPLAY_COMMON = ("WHERE",)
 _SWITCHES = {"HARDENBO": ("HARDENBO", "YES"), "NOHARDENBO": ("HARDENBO", "NO"),
              "TRIGGER": ("TRIGGER", "YES"), "NOTRIGGER": ("TRIGGER", "NO")}
 _TRIGGER_SWITCHES = ("TRIGGER", "NOTRIGGER")
+
+
+def _definition_specs(objtype: str, attrs: tuple, display: tuple, *, switches: tuple = (),
+                      lists: tuple = ()) -> dict[tuple[str, str], Spec]:
+    """DEFINE (REPLACE/NOREPLACE), ALTER, DELETE and DISPLAY of a type defined
+    by its attributes alone; ``switches``: a bare YES/NO pair (TRIGGER/NOTRIGGER)."""
+    pair = (switches,) if switches else ()
+    return {("DEFINE", objtype): Spec("required", attrs, ("REPLACE", "NOREPLACE") + switches,
+                                      lists=lists, exclusive=(("REPLACE", "NOREPLACE"),) + pair),
+            ("ALTER", objtype): Spec("required", attrs, switches, lists=lists, exclusive=pair),
+            ("DELETE", objtype): Spec("required"),
+            ("DISPLAY", objtype): Spec("required", _DISPLAY_COMMON, display + ("ALL",))}
+
+
 SPECS: dict[tuple[str, str], Spec] = {
     ("DEFINE", "QLOCAL"): Spec("required", QLOCAL_ATTRS + ("LIKE",),
                                ("REPLACE", "NOREPLACE", "HARDENBO", "NOHARDENBO")
@@ -225,21 +239,11 @@ SPECS: dict[tuple[str, str], Spec] = {
     ("START", "LISTENER"): Spec("required"),
     ("STOP", "LISTENER"): Spec("required"),
     # alias and model queues, processes, namelists (admin/object_commands.py)
-    **{(verb, objtype): spec for objtype, attrs, display, extra in (
-        ("QALIAS", QALIAS_ATTRS, DISPLAY_QALIAS_ATTRS, {}),
-        ("QMODEL", QMODEL_ATTRS, DISPLAY_QMODEL_ATTRS, {"switches": _TRIGGER_SWITCHES}),
-        ("PROCESS", PROCESS_ATTRS, DISPLAY_PROCESS_ATTRS, {}),
-        ("NAMELIST", NAMELIST_ATTRS, DISPLAY_NAMELIST_ATTRS, {"lists": ("NAMES",)}))
-       for verb, spec in (
-        ("DEFINE", Spec("required", attrs, ("REPLACE", "NOREPLACE") + extra.get("switches", ()),
-                        lists=extra.get("lists", ()),
-                        exclusive=(("REPLACE", "NOREPLACE"),) + (
-                            (extra["switches"],) if "switches" in extra else ()))),
-        ("ALTER", Spec("required", attrs, extra.get("switches", ()),
-                       lists=extra.get("lists", ()),
-                       exclusive=(extra["switches"],) if "switches" in extra else ())),
-        ("DELETE", Spec("required")),
-        ("DISPLAY", Spec("required", _DISPLAY_COMMON, display + ("ALL",))))},
+    **_definition_specs("QALIAS", QALIAS_ATTRS, DISPLAY_QALIAS_ATTRS),
+    **_definition_specs("QMODEL", QMODEL_ATTRS, DISPLAY_QMODEL_ATTRS,
+                        switches=_TRIGGER_SWITCHES),
+    **_definition_specs("PROCESS", PROCESS_ATTRS, DISPLAY_PROCESS_ATTRS),
+    **_definition_specs("NAMELIST", NAMELIST_ATTRS, DISPLAY_NAMELIST_ATTRS, lists=("NAMES",)),
     ("DEFINE", "TOPIC"): Spec("required", TOPIC_ATTRS, ("REPLACE", "NOREPLACE"),
                               exclusive=(("REPLACE", "NOREPLACE"),)),
     ("ALTER", "TOPIC"): Spec("required", TOPIC_ATTRS),

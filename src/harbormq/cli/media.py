@@ -67,7 +67,11 @@ def recreate(qm, name, obj_type, dry_run):
                                 hint="restore the missing extents from the archive or a backup")
         return
     for r in reply["results"]:
-        if "definitions" in r:
+        if r.get("definition"):
+            console.print(f"HMQ7741I Object {r['object']} is a definition, kept in the "
+                          "catalog of the queue manager object: 'recreate --type qmgr' "
+                          "rebuilds it from the log.")
+        elif "definitions" in r:
             console.print(f"HMQ7474I Object {r['object']} recreated: {r['definitions']} "
                           f"definitions from LSN {r['from_lsn']} to {r['to_lsn']}.")
         else:

@@ -288,12 +288,16 @@ async def _end_image(core: QueueManagerCore, definition: dict, image_id: int, be
 
 
 async def shutdown_images(core: QueueManagerCore) -> int:
-    """At a controlled shutdown: the queue manager object and every empty local
-    queue (cheap, and it lets the media point move past queues that drained)."""
+    """At a controlled shutdown: the queue manager object, every definition and
+    every empty local queue (cheap, and it lets the media point move past
+    queues that drained)."""
     if core.config.log.log_type != "linear":
         return 0
     n = 0
-    for name in [QMGR_OBJECT] + sorted(core.queues):
+    # definitions too (remote, alias and model queues, processes, channels ...):
+    # an image of one is a record or two, and one never imaged would pin the
+    # media point at its create for good
+    for name in [QMGR_OBJECT] + sorted(n for n in core.objects if n != QMGR_OBJECT):
         q = core.queues.get(name)
         if q is not None and (q.damaged or q.depth or q.uncommitted_puts or q.locked):
             continue

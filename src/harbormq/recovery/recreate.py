@@ -385,8 +385,10 @@ async def recreate_objects(core: QueueManagerCore, obj_type: str, pattern: str |
             out.append(await _recreate_catalog(core, progress))
         elif core.objects[name]["type"] == "QLOCAL":
             out.append(await recreate_queue(core, name, progress))
-        # (a remote queue, channel or listener is a definition only: the
-        # catalog's recreate brings it back)
+        elif obj_type != "all":
+            # a remote, alias or model queue, a process, a namelist, a channel or a
+            # listener is a definition only: the catalog's recreate brings it back
+            out.append({"object": core.objects[name]["name"], "definition": True})
     await core.checkpoint("media recovery")
     return out
 
