@@ -134,7 +134,8 @@ def python_round_trips(broker, queue: str, seconds: float, over: str) -> dict:
     if over == "ws":
         import websocket
         conn = websocket.create_connection(broker.ws_url, subprotocols=["v12.stomp"],
-                                           timeout=30, suppress_origin=True)
+                                           timeout=30, suppress_origin=True,
+                                           skip_utf8_validation=True)
     else:
         conn = TcpFrames(broker.port)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -189,7 +190,7 @@ def test_browser_origin_must_log_in(ws_server, ws):
 def test_backpressure_a_client_that_does_not_read(ws_server, ws):
     """A subscriber that reads nothing stops the deliveries once the socket's
     buffers are full: the queue keeps the rest; reading again takes them all."""
-    n, size = 4000, 4096
+    n, size = 1000, 8192
     t = raw_connected(ws_server.port)
     try:
         body = b"b" * size
@@ -200,37 +201,16 @@ def test_backpressure_a_client_that_does_not_read(ws_server, ws):
     finally:
         t.close()
     assert depth(ws_server, "WS.SLOW") == n
-    c = ws()
+    # a small receive buffer: what the server can push into the sockets is its
+    # own send buffer (a few MB at most), far from the 8 MB queued
+    c = ws(sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024),))
     c.connect()
     c.send("SUBSCRIBE", {"destination": "/queue/WS.SLOW", "id": "1", "ack": "auto"})
     time.sleep(2.0)
-    # the socket buffers (both sides) hold a few MB at most: far from 16 MB
     left = depth(ws_server, "WS.SLOW")
     assert left > n // 4, f"only {left} of {n} left: deliveries did not pause"
     got = c.messages(n, timeout=60)
     assert len(got) == n and depth(ws_server, "WS.SLOW") == 0
-
-
-def test_stop_ends_websocket_connections(ws_server, tmp_path):
-    srv = QMServer(tmp_path / "hmq", "QWSTOP")
-    srv.create()
-    srv.configure(listeners=[{"name": "WS", "host": "127.0.0.1", "port": 0,
-                              "transport": "websocket"}])
-    srv.start()
-    c = WsStomp(ws_url(srv.listeners[0]))
-    try:
-        c.connect()
-        c.call("BEGIN", {"transaction": "t"})
-        c.call("SEND", {"destination": "/queue/WS.STOP", "transaction": "t"}, b"never")
-        began = time.monotonic()
-        assert srv.stop() == 0
-        assert time.monotonic() - began < 15
-        frames = c.wait_closed(timeout=10)
-        assert frames and "stopping" in frames[-1]["message"]
-    finally:
-        c.close()
-        if srv.running:
-            srv.kill()
 
 
 # ------------------------------------------------------------------------- the browser
@@ -309,3 +289,23 @@ def test_stompjs_in_headless_chromium(ws_server, tmp_path):
     assert report["acked"] == count and report["fromPython"] == "from python"
     assert depth(ws_server, "WS.BROWSER") == 0
     assert depth(ws_server, "WS.TO.BROWSER") == 0
+
+
+# ------------------------------------------------------------------------- the end
+
+def test_stop_ends_websocket_connections(ws_server):
+    """Last in this file: it stops the module's server. A stop ends the
+    WebSocket connections, each with an ERROR, in a few seconds (a WebSocket
+    whose close is not answered is not waited for long)."""
+    c = WsStomp(ws_server.url)
+    try:
+        c.connect()
+        c.call("BEGIN", {"transaction": "t"})
+        c.call("SEND", {"destination": "/queue/WS.STOP", "transaction": "t"}, b"never")
+        began = time.monotonic()
+        assert ws_server.stop() == 0
+        assert time.monotonic() - began < 15
+        frames = c.wait_closed(timeout=10)
+        assert frames and "stopping" in frames[-1]["message"]
+    finally:
+        c.close()

@@ -147,12 +147,7 @@ class WebSocketTransport(asyncio.Transport):
                 self._wake.clear()
                 while self._outbox:
                     data = self._outbox.popleft()
-                    try:
-                        text = data.decode()
-                    except UnicodeDecodeError:
-                        await ws.send_bytes(data)
-                    else:
-                        await ws.send_str(text)
+                    await ws.send_frame(data, _message_type(data))
                     self._outbox_bytes -= len(data)
                     if self._protocol_paused and self._outbox_bytes <= self._low:
                         self._protocol_paused = False
@@ -169,6 +164,16 @@ class WebSocketTransport(asyncio.Transport):
 
     async def wait_closed(self) -> None:
         await self._writer
+
+
+def _message_type(data: bytes) -> WSMsgType:
+    """A text message when the bytes are UTF-8 (a browser then gets a string),
+    else binary."""
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return WSMsgType.BINARY
+    return WSMsgType.TEXT
 
 
 async def serve_stomp_websocket(request: web.Request, service: "StompService",
@@ -261,6 +266,11 @@ class WebSocketListener:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         return await serve_stomp_websocket(request, self.service, self.listener)
+
+    async def stop_accepting(self) -> None:
+        if self.runner is not None:
+            for site in list(self.runner.sites):
+                await site.stop()
 
     async def stop(self) -> None:
         """Stop accepting and end the WebSockets still open (their connections
