@@ -283,9 +283,12 @@ def write_config(tmp_path, listeners, security=None) -> None:
      "certificate_users[0]: subject pattern 'CN=a*b'"),
     ({"name": "L"}, {"certificate_users": [{"subject": "CN=a"}]}, "exactly the keys"),
     ({"name": "L"}, {"users": []}, "unknown key security.users"),
+    ([{"name": "L", "port": 1},
+      {"name": "L", "port": 2, "tls_cert": "c", "tls_key": "k", "tls_ca": "ca",
+       "client_auth": "optional"}], None, "two listeners are named 'L' and one has client_auth"),
 ])
 def test_configuration_errors(tmp_path, listener, security, words):
-    write_config(tmp_path, [listener], security)
+    write_config(tmp_path, listener if isinstance(listener, list) else [listener], security)
     with pytest.raises(ConfigError) as err:
         QMConfig.load("QC", tmp_path)
     assert words in str(err.value)
