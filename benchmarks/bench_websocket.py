@@ -242,7 +242,12 @@ PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><script src="stomp.umd.min.js"></script></head>
 <body><script>
 const cfg = CONFIG;
-const report = (r) => fetch("/report", {method: "POST", body: JSON.stringify(r)});
+let reported = false;      // the first report is the one: a close after it says nothing
+const report = async (r) => {
+  if (reported) return;
+  reported = true;
+  await fetch("/report", {method: "POST", body: JSON.stringify(r)});
+};
 const client = new StompJs.Client({brokerURL: cfg.url, connectHeaders: cfg.login,
   reconnectDelay: 0, heartbeatIncoming: 0, heartbeatOutgoing: 0});
 const receipt = (id) => new Promise((res) => client.watchForReceipt(id, res));
@@ -264,9 +269,9 @@ client.onConnect = async () => {
       await trip(i++);
       lat.push((performance.now() - s) / 1000);
     }
-    report({ok: true, n: lat.length, elapsed: (performance.now() - t0) / 1000, lat,
-            userAgent: navigator.userAgent});
-  } catch (e) { report({ok: false, error: String(e)}); }
+    await report({ok: true, n: lat.length, elapsed: (performance.now() - t0) / 1000, lat,
+                  userAgent: navigator.userAgent});
+  } catch (e) { await report({ok: false, error: String(e)}); }
   client.deactivate();
 };
 client.onStompError = (f) => report({ok: false, error: f.headers.message});

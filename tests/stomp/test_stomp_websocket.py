@@ -220,7 +220,12 @@ PAGE = """<!doctype html>
 <script src="stomp.umd.min.js"></script></head>
 <body><script>
 const cfg = CONFIG;
-const report = (r) => fetch("/report", {method: "POST", body: JSON.stringify(r)});
+let reported = false;      // the first report is the one: a close after it says nothing
+const report = async (r) => {
+  if (reported) return;
+  reported = true;
+  await fetch("/report", {method: "POST", body: JSON.stringify(r)});
+};
 const debug = [];
 const client = new StompJs.Client({
   brokerURL: cfg.url, connectHeaders: cfg.login, reconnectDelay: 0,
@@ -252,12 +257,12 @@ client.onConnect = async (connected) => {
     const fromPython = await new Promise((done) => {
       client.subscribe(cfg.inbound, (m) => { m.ack(); done(m.body); }, {ack: "client"});
     });
-    report({ok: true, version: connected.headers.version,
+    await report({ok: true, version: connected.headers.version,
             server: connected.headers.server, got, acked: acked.length, fromPython,
             sendMs, roundTripsPerSecond: cfg.count / (sendMs / 1000),
             userAgent: navigator.userAgent});
   } catch (e) {
-    report({ok: false, error: String(e), debug});
+    await report({ok: false, error: String(e), debug});
   }
   client.deactivate();
 };

@@ -128,10 +128,12 @@ def _handler(directory: Path):
         def do_POST(self):                     # noqa: N802 (http.server's name)
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length)
-            try:
-                self.server.report = json.loads(body or b"{}")
-            except ValueError:
-                self.server.report = {"ok": False, "error": f"report not JSON: {body[:200]!r}"}
+            if self.server.report is None:           # the first report is the page's answer
+                try:
+                    self.server.report = json.loads(body or b"{}")
+                except ValueError:
+                    self.server.report = {"ok": False,
+                                          "error": f"report not JSON: {body[:200]!r}"}
             self.send_response(204)
             self.end_headers()
             self.server.reported.set()

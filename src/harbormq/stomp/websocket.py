@@ -58,6 +58,9 @@ SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 PATH = "/ws"
 #: how long a closing WebSocket waits for the client's close frame
 CLOSE_TIMEOUT_S = 5.0
+#: how long a closing WebSocket may take in all (what is queued, then the close)
+#: before its socket is cut: a client that reads nothing holds nothing for ever
+LINGER_S = 2 * CLOSE_TIMEOUT_S
 
 
 class WebSocketTransport(asyncio.Transport):
@@ -124,12 +127,20 @@ class WebSocketTransport(asyncio.Transport):
         raise NotImplementedError("a WebSocket has no half-close")
 
     def close(self) -> None:
-        """Send what is queued, then close the WebSocket; nothing more is read."""
+        """Send what is queued, then close the WebSocket; nothing more is read.
+        A client that takes none of it for LINGER_S is cut off."""
         if self._closing:
             return
         self._closing = True
         self._wake.set()
         self._readable.set()                 # the reader sees the close and ends
+        self._writer.get_loop().call_later(LINGER_S, self._cut_off)
+
+    def _cut_off(self) -> None:
+        if not self._writer.done():
+            self._writer.cancel()
+            if self._raw is not None:
+                self._raw.abort()
 
     def abort(self) -> None:
         self._outbox.clear()
@@ -163,7 +174,7 @@ class WebSocketTransport(asyncio.Transport):
             self._readable.set()
 
     async def wait_closed(self) -> None:
-        await self._writer
+        await asyncio.wait([self._writer])   # its end, cut off or not: never raises
 
 
 def _message_type(data: bytes) -> WSMsgType:
