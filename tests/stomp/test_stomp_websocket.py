@@ -191,16 +191,7 @@ def test_backpressure_a_client_that_does_not_read(ws_server, ws):
     """A subscriber that reads nothing stops the deliveries once the socket's
     buffers are full: the queue keeps the rest; reading again takes them all."""
     n, size = 1000, 8192
-    t = raw_connected(ws_server.port)
-    try:
-        body = b"b" * size
-        for _batch in range(n // 200):
-            t.send_bytes(b"".join(f"SEND\ndestination:/queue/WS.SLOW\ncontent-length:{size}"
-                                  f"\n\n".encode() + body + b"\0" for _ in range(200)))
-        t.call("SEND", {"destination": "/queue/WS.SLOW.END"}, b"")
-    finally:
-        t.close()
-    assert depth(ws_server, "WS.SLOW") == n
+    fill(ws_server, "WS.SLOW", n, size)
     # a small receive buffer: what the server can push into the sockets is its
     # own send buffer (a few MB at most), far from the 8 MB queued
     c = ws(sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024),))
@@ -211,6 +202,36 @@ def test_backpressure_a_client_that_does_not_read(ws_server, ws):
     assert left > n // 4, f"only {left} of {n} left: deliveries did not pause"
     got = c.messages(n, timeout=60)
     assert len(got) == n and depth(ws_server, "WS.SLOW") == 0
+
+
+def test_a_closed_connection_that_reads_nothing_is_cut_off(ws_server, ws):
+    """STOP CONN of a client that reads nothing: what is queued for it cannot
+    go, so after LINGER_S its socket is cut and the connection is gone."""
+    fill(ws_server, "WS.STUCK", 1000, 8192)
+    c = ws(sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024),))
+    session = c.connect()["session"]
+    c.send("SUBSCRIBE", {"destination": "/queue/WS.STUCK", "id": "1", "ack": "client",
+                         "prefetch-count": "1000"})
+    time.sleep(1.0)
+    ws_server.sc(f"STOP CONN({session})")
+    deadline_wait(lambda: session not in ws_server.sc("DISPLAY CONN(*)"), timeout=30,
+                  what="the stopped connection to go")
+    # its deliveries were backed out: all 1000 are there for the next consumer
+    deadline_wait(lambda: depth(ws_server, "WS.STUCK") == 1000, what="the backout")
+
+
+def fill(srv, queue: str, n: int, size: int) -> None:
+    """``n`` messages of ``size`` bytes on ``queue``, put over TCP."""
+    t = raw_connected(srv.port)
+    try:
+        body = b"b" * size
+        for _batch in range(n // 100):
+            t.send_bytes(b"".join(f"SEND\ndestination:/queue/{queue}\ncontent-length:{size}"
+                                  f"\n\n".encode() + body + b"\0" for _ in range(100)))
+        t.call("SEND", {"destination": f"/queue/{queue}.END"}, b"")
+    finally:
+        t.close()
+    assert depth(srv, queue) == n
 
 
 # ------------------------------------------------------------------------- the browser
