@@ -2,14 +2,16 @@
 """STOMP over WebSocket: round trips per second of a receipted SEND, harbormq's
 ``/ws`` beside RabbitMQ's Web-STOMP, from Python and from headless Chromium.
 
-One round trip is a persistent SEND of a 100-byte body with a ``receipt``
-header, then waiting for its RECEIPT before the next SEND (one client, one
-connection): the latency of a durable put as a browser or a script sees it.
-Two clients:
+One round trip is a persistent SEND (``--non-persistent``: not) of a
+100-byte body with a ``receipt`` header, then waiting for its RECEIPT before
+the next SEND (one client, one connection): the latency of a durable put as a
+browser or a script sees it. The clients:
 
 * ``python``: ``websocket-client`` (blocking), raw STOMP frames, one per message;
 * ``tcp``: the same over a plain STOMP TCP connection, the baseline that shows
   what WebSocket adds;
+* ``raw-ws``: WebSocket framing written here in a few lines (not a library),
+  so that what the server spends on WebSocket shows beside ``tcp``;
 * ``chromium``: ``@stomp/stompjs`` from npm in Debian's headless Chromium
   (``publish`` + ``watchForReceipt``); installed on first use by
   ``tests/support/browser.py``, as the tests do.
@@ -20,8 +22,8 @@ their storage in a scratch directory (``bench_peers.py`` starts them):
 * harbormq: ``harbormq create`` defaults (circular log) plus a
   ``transport = "websocket"`` listener, a user for the browser's login (a
   browser's connection must log in);
-* RabbitMQ (Debian's 3.10): ``rabbitmq_stomp`` and ``rabbitmq_web_stomp``
-  enabled offline, Web-STOMP on ``/ws``; a receipt follows the publisher
+* RabbitMQ (Debian's 3.10): ``rabbitmq_web_stomp`` in its enabled plugins
+  file and ``rabbitmq_stomp`` enabled offline, Web-STOMP on ``/ws``; a receipt follows the publisher
   confirm (the message is on disk); ``--brokers harbormq`` leaves it out.
 
 Each measurement lasts ``--seconds`` (5) after 50 unmeasured round trips; the
@@ -39,10 +41,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import os
 import shutil
 import socket
 import statistics
+import struct
 import sys
 import tempfile
 import time
@@ -90,20 +95,79 @@ class RabbitMQWebStomp(RabbitMQ):
         self.login = {"login": "guest", "passcode": "guest", "host": "/"}
         with open(self.dir / "rabbitmq.conf", "a") as f:
             f.write(f"web_stomp.tcp.port = {self.ws_port}\nweb_stomp.tcp.ip = 127.0.0.1\n")
-
-    async def start(self) -> float:
-        import subprocess
-        if self.epmd is None:
-            r = subprocess.run([str(self.LIB / "bin" / "rabbitmq-plugins"), "enable",
-                                "--offline", "rabbitmq_web_stomp"], env=self.env(),
-                               capture_output=True, text=True, cwd=str(self.dir))
-            if r.returncode:
-                raise RuntimeError(f"rabbitmq-plugins enable rabbitmq_web_stomp failed: "
-                                   f"{r.stdout[-800:]} {r.stderr[-800:]}")
-        return await super().start()
+        # Web-STOMP enabled in the plugins file; the peers' start enables
+        # rabbitmq_stomp beside it (rabbitmq-plugins enable --offline keeps the rest)
+        (self.dir / "enabled_plugins").write_text("[rabbitmq_web_stomp].\n")
 
 
 # ---------------------------------------------------------------------- clients
+
+class RawWsFrames:
+    """Whole frames over WebSocket, the framing done here: one frame a message
+    out (masked, as a client must), messages in until a frame is whole."""
+
+    def __init__(self, url: str):
+        host_port = url.split("//", 1)[1].split("/", 1)[0]
+        host, port = host_port.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(f"GET /ws HTTP/1.1\r\nHost: {host_port}\r\nUpgrade: websocket\r\n"
+                          f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                          "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: v12.stomp\r\n"
+                          "\r\n".encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self._read()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            raise RuntimeError(f"WebSocket handshake refused: {head[:300]!r}")
+        self.frames = b""
+
+    def _read(self) -> bytes:
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("the broker closed the connection")
+        return data
+
+    def send(self, text: str) -> None:
+        payload = text.encode()
+        n = len(payload)
+        length = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack("!H", n)
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.sock.sendall(b"\x81" + length + mask + masked)
+
+    def _message(self) -> bytes:
+        while True:
+            while len(self.buf) < 2:
+                self.buf += self._read()
+            opcode, n, off = self.buf[0] & 0x0F, self.buf[1] & 0x7F, 2
+            if n == 126:
+                while len(self.buf) < 4:
+                    self.buf += self._read()
+                n, off = struct.unpack("!H", self.buf[2:4])[0], 4
+            elif n == 127:
+                while len(self.buf) < 10:
+                    self.buf += self._read()
+                n, off = struct.unpack("!Q", self.buf[2:10])[0], 10
+            while len(self.buf) < off + n:
+                self.buf += self._read()
+            payload, self.buf = self.buf[off:off + n], self.buf[off + n:]
+            if opcode == 8:
+                raise ConnectionError(f"the broker closed the WebSocket: {payload!r}")
+            if opcode in (1, 2):
+                return payload
+
+    def recv(self) -> str:
+        while b"\0" not in self.frames:
+            self.frames += self._message()
+        frame, _, self.frames = self.frames.partition(b"\0")
+        return frame.lstrip(b"\r\n").decode()
+
+    def close(self) -> None:
+        self.sock.close()
+
 
 class TcpFrames:
     """Whole frames over a plain STOMP TCP connection (the baseline)."""
@@ -129,12 +193,16 @@ class TcpFrames:
         self.sock.close()
 
 
-def python_round_trips(broker, queue: str, seconds: float, over: str) -> dict:
-    """Receipted SENDs from this process: ``over`` "ws" or "tcp"."""
-    if over == "ws":
+def python_round_trips(broker, queue: str, seconds: float, over: str,
+                       persistent: str) -> dict:
+    """Receipted SENDs from this process: ``over`` "ws", "raw-ws" or "tcp"."""
+    if over == "raw-ws":
+        conn = RawWsFrames(broker.ws_url)
+    elif over == "ws":
         import websocket
         conn = websocket.create_connection(broker.ws_url, subprotocols=["v12.stomp"],
-                                           timeout=30, suppress_origin=True)
+                                           timeout=30, suppress_origin=True,
+                                           skip_utf8_validation=True)
     else:
         conn = TcpFrames(broker.port)
     try:
@@ -145,7 +213,7 @@ def python_round_trips(broker, queue: str, seconds: float, over: str) -> dict:
             raise RuntimeError(f"{broker.name}: CONNECT over {over} answered {reply[:300]!r}")
 
         def round_trip(i: int) -> None:
-            conn.send(f"SEND\ndestination:/queue/{queue}\npersistent:true\nreceipt:r{i}\n"
+            conn.send(f"SEND\ndestination:/queue/{queue}\npersistent:{persistent}\nreceipt:r{i}\n"
                       f"content-type:text/plain\n\n{BODY}\0")
             while True:
                 frame = conn.recv()
@@ -174,7 +242,12 @@ PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><script src="stomp.umd.min.js"></script></head>
 <body><script>
 const cfg = CONFIG;
-const report = (r) => fetch("/report", {method: "POST", body: JSON.stringify(r)});
+let reported = false;      // the first report is the one: a close after it says nothing
+const report = async (r) => {
+  if (reported) return;
+  reported = true;
+  await fetch("/report", {method: "POST", body: JSON.stringify(r)});
+};
 const client = new StompJs.Client({brokerURL: cfg.url, connectHeaders: cfg.login,
   reconnectDelay: 0, heartbeatIncoming: 0, heartbeatOutgoing: 0});
 const receipt = (id) => new Promise((res) => client.watchForReceipt(id, res));
@@ -183,7 +256,7 @@ client.onConnect = async () => {
     const trip = async (i) => {
       const r = receipt("r" + i);
       client.publish({destination: cfg.queue, body: cfg.body,
-                      headers: {receipt: "r" + i, persistent: "true"}});
+                      headers: {receipt: "r" + i, persistent: cfg.persistent}});
       await r;
     };
     let i = 0;
@@ -196,9 +269,9 @@ client.onConnect = async () => {
       await trip(i++);
       lat.push((performance.now() - s) / 1000);
     }
-    report({ok: true, n: lat.length, elapsed: (performance.now() - t0) / 1000, lat,
-            userAgent: navigator.userAgent});
-  } catch (e) { report({ok: false, error: String(e)}); }
+    await report({ok: true, n: lat.length, elapsed: (performance.now() - t0) / 1000, lat,
+                  userAgent: navigator.userAgent});
+  } catch (e) { await report({ok: false, error: String(e)}); }
   client.deactivate();
 };
 client.onStompError = (f) => report({ok: false, error: f.headers.message});
@@ -207,9 +280,10 @@ client.activate();
 """
 
 
-def chromium_round_trips(broker, queue: str, seconds: float, page_dir: Path) -> dict:
+def chromium_round_trips(broker, queue: str, seconds: float, page_dir: Path,
+                         persistent: str) -> dict:
     config = {"url": broker.ws_url, "queue": f"/queue/{queue}", "login": broker.login,
-              "body": BODY, "warmup": WARMUP, "seconds": seconds}
+              "body": BODY, "warmup": WARMUP, "seconds": seconds, "persistent": persistent}
     (page_dir / "index.html").write_text(PAGE.replace("CONFIG", json.dumps(config)))
     r = run_page(page_dir, "index.html", timeout=seconds + 120)
     if not r.get("ok"):
@@ -244,12 +318,15 @@ def main() -> None:
     ap.add_argument("--clients", default="python,tcp,chromium")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--non-persistent", action="store_true",
+                    help="non-persistent SENDs: no log force, the protocol's cost alone")
     args = ap.parse_args()
     names = [n for n in args.brokers.split(",") if n]
+    persistent = "false" if args.non_persistent else "true"
     clients = [c for c in args.clients.split(",") if c]
     result = {"benchmark": "bench_websocket", "code": code_version(), "seconds": args.seconds,
-              "rounds": args.rounds, "body_bytes": len(BODY), "load_before": loadavg(),
-              "brokers": {}, "errors": {}}
+              "rounds": args.rounds, "body_bytes": len(BODY), "persistent": persistent,
+              "load_before": loadavg(), "brokers": {}, "errors": {}}
     scratch = Path(tempfile.mkdtemp(prefix="hmq-bench-ws-"))
     page_dir = scratch / "page"
     if "chromium" in clients:
@@ -276,12 +353,13 @@ def main() -> None:
         for rnd in range(args.rounds):
             for b in brokers:
                 for c in clients:
-                    queue = f"WS.BENCH.{c.upper()}.{rnd}"
-                    if c in ("python", "tcp"):
+                    queue = f"WS.BENCH.{c.upper().replace('-', '_')}.{rnd}"
+                    asyncio.run(b.prepare(queue))     # harbormq: MAXDEPTH for the run
+                    if c in ("python", "tcp", "raw-ws"):
                         r = python_round_trips(b, queue, args.seconds,
-                                               "ws" if c == "python" else "tcp")
+                                               "ws" if c == "python" else c, persistent)
                     else:
-                        r = chromium_round_trips(b, queue, args.seconds, page_dir)
+                        r = chromium_round_trips(b, queue, args.seconds, page_dir, persistent)
                     progress(f"round {rnd + 1} {b.name} {c}: {r['round_trips_per_s']} "
                              f"round trips/s, p50 {r['latency_ms']['p50']} ms")
                     result["brokers"][b.name][c]["runs"].append(r)

@@ -509,6 +509,12 @@ class QMConfig:
                 li.check_tls()
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc.message}", path=where) from None
+        names = [li.name for li in cfg.listeners]
+        for li in cfg.listeners:
+            if li.client_auth != "none" and names.count(li.name) > 1:
+                # a connection finds its listener's client_auth by the listener's name
+                raise ConfigError(f"{where}: two listeners are named {li.name!r} and one has "
+                                  "client_auth: give each its own name", path=where)
         return cfg
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -189,48 +190,48 @@ def test_browser_origin_must_log_in(ws_server, ws):
 def test_backpressure_a_client_that_does_not_read(ws_server, ws):
     """A subscriber that reads nothing stops the deliveries once the socket's
     buffers are full: the queue keeps the rest; reading again takes them all."""
-    n, size = 4000, 4096
-    t = raw_connected(ws_server.port)
-    try:
-        body = b"b" * size
-        for _batch in range(n // 200):
-            t.send_bytes(b"".join(f"SEND\ndestination:/queue/WS.SLOW\ncontent-length:{size}"
-                                  f"\n\n".encode() + body + b"\0" for _ in range(200)))
-        t.call("SEND", {"destination": "/queue/WS.SLOW.END"}, b"")
-    finally:
-        t.close()
-    assert depth(ws_server, "WS.SLOW") == n
-    c = ws()
+    n, size = 1000, 8192
+    fill(ws_server, "WS.SLOW", n, size)
+    # a small receive buffer: what the server can push into the sockets is its
+    # own send buffer (a few MB at most), far from the 8 MB queued
+    c = ws(sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024),))
     c.connect()
     c.send("SUBSCRIBE", {"destination": "/queue/WS.SLOW", "id": "1", "ack": "auto"})
     time.sleep(2.0)
-    # the socket buffers (both sides) hold a few MB at most: far from 16 MB
     left = depth(ws_server, "WS.SLOW")
     assert left > n // 4, f"only {left} of {n} left: deliveries did not pause"
     got = c.messages(n, timeout=60)
     assert len(got) == n and depth(ws_server, "WS.SLOW") == 0
 
 
-def test_stop_ends_websocket_connections(ws_server, tmp_path):
-    srv = QMServer(tmp_path / "hmq", "QWSTOP")
-    srv.create()
-    srv.configure(listeners=[{"name": "WS", "host": "127.0.0.1", "port": 0,
-                              "transport": "websocket"}])
-    srv.start()
-    c = WsStomp(ws_url(srv.listeners[0]))
+def test_a_closed_connection_that_reads_nothing_is_cut_off(ws_server, ws):
+    """STOP CONN of a client that reads nothing: what is queued for it cannot
+    go, so after LINGER_S its socket is cut and the connection is gone."""
+    fill(ws_server, "WS.STUCK", 1000, 8192)
+    c = ws(sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024),))
+    session = c.connect()["session"]
+    c.send("SUBSCRIBE", {"destination": "/queue/WS.STUCK", "id": "1", "ack": "client",
+                         "prefetch-count": "1000"})
+    time.sleep(1.0)
+    ws_server.sc(f"STOP CONN({session})")
+    deadline_wait(lambda: session not in ws_server.sc("DISPLAY CONN(*)"), timeout=30,
+                  what="the stopped connection to go")
+    # its deliveries were backed out: all 1000 are there for the next consumer
+    deadline_wait(lambda: depth(ws_server, "WS.STUCK") == 1000, what="the backout")
+
+
+def fill(srv, queue: str, n: int, size: int) -> None:
+    """``n`` messages of ``size`` bytes on ``queue``, put over TCP."""
+    t = raw_connected(srv.port)
     try:
-        c.connect()
-        c.call("BEGIN", {"transaction": "t"})
-        c.call("SEND", {"destination": "/queue/WS.STOP", "transaction": "t"}, b"never")
-        began = time.monotonic()
-        assert srv.stop() == 0
-        assert time.monotonic() - began < 15
-        frames = c.wait_closed(timeout=10)
-        assert frames and "stopping" in frames[-1]["message"]
+        body = b"b" * size
+        for _batch in range(n // 100):
+            t.send_bytes(b"".join(f"SEND\ndestination:/queue/{queue}\ncontent-length:{size}"
+                                  f"\n\n".encode() + body + b"\0" for _ in range(100)))
+        t.call("SEND", {"destination": f"/queue/{queue}.END"}, b"")
     finally:
-        c.close()
-        if srv.running:
-            srv.kill()
+        t.close()
+    assert depth(srv, queue) == n
 
 
 # ------------------------------------------------------------------------- the browser
@@ -240,7 +241,12 @@ PAGE = """<!doctype html>
 <script src="stomp.umd.min.js"></script></head>
 <body><script>
 const cfg = CONFIG;
-const report = (r) => fetch("/report", {method: "POST", body: JSON.stringify(r)});
+let reported = false;      // the first report is the one: a close after it says nothing
+const report = async (r) => {
+  if (reported) return;
+  reported = true;
+  await fetch("/report", {method: "POST", body: JSON.stringify(r)});
+};
 const debug = [];
 const client = new StompJs.Client({
   brokerURL: cfg.url, connectHeaders: cfg.login, reconnectDelay: 0,
@@ -272,12 +278,12 @@ client.onConnect = async (connected) => {
     const fromPython = await new Promise((done) => {
       client.subscribe(cfg.inbound, (m) => { m.ack(); done(m.body); }, {ack: "client"});
     });
-    report({ok: true, version: connected.headers.version,
+    await report({ok: true, version: connected.headers.version,
             server: connected.headers.server, got, acked: acked.length, fromPython,
             sendMs, roundTripsPerSecond: cfg.count / (sendMs / 1000),
             userAgent: navigator.userAgent});
   } catch (e) {
-    report({ok: false, error: String(e), debug});
+    await report({ok: false, error: String(e), debug});
   }
   client.deactivate();
 };
@@ -309,3 +315,23 @@ def test_stompjs_in_headless_chromium(ws_server, tmp_path):
     assert report["acked"] == count and report["fromPython"] == "from python"
     assert depth(ws_server, "WS.BROWSER") == 0
     assert depth(ws_server, "WS.TO.BROWSER") == 0
+
+
+# ------------------------------------------------------------------------- the end
+
+def test_stop_ends_websocket_connections(ws_server):
+    """Last in this file: it stops the module's server. A stop ends the
+    WebSocket connections, each with an ERROR, in a few seconds (a WebSocket
+    whose close is not answered is not waited for long)."""
+    c = WsStomp(ws_server.url)
+    try:
+        c.connect()
+        c.call("BEGIN", {"transaction": "t"})
+        c.call("SEND", {"destination": "/queue/WS.STOP", "transaction": "t"}, b"never")
+        began = time.monotonic()
+        assert ws_server.stop() == 0
+        assert time.monotonic() - began < 15
+        frames = c.wait_closed(timeout=10)
+        assert frames and "stopping" in frames[-1]["message"]
+    finally:
+        c.close()

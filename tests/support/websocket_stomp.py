@@ -30,10 +30,12 @@ class WsStomp(RawStomp):
 
     def __init__(self, url: str, *, subprotocols=SUBPROTOCOLS, timeout: float = 20.0,
                  origin: str | bool = False, binary: bool = False,
-                 sslopt: dict | None = None):
+                 sslopt: dict | None = None, sockopt: tuple = ()):
         kw = {"suppress_origin": True} if origin is False else {"origin": origin}
         self.ws = websocket.create_connection(url, subprotocols=list(subprotocols),
-                                              timeout=timeout, sslopt=sslopt, **kw)
+                                              timeout=timeout, sslopt=sslopt,
+                                              sockopt=sockopt, skip_utf8_validation=True,
+                                              **kw)
         self.timeout = timeout
         self.binary = binary
         self.reader = ServerFrameReader()

@@ -128,6 +128,8 @@ class StompService:
         are backed out before the queue manager stops)."""
         for server in self.servers:
             server.close()
+        for wsl in self.ws_listeners:
+            await wsl.stop_accepting()
         for conn in list(self.connections):
             conn.fail(f"queue manager {self.core.name} is stopping")
         for server in self.servers:

@@ -58,6 +58,9 @@ SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 PATH = "/ws"
 #: how long a closing WebSocket waits for the client's close frame
 CLOSE_TIMEOUT_S = 5.0
+#: how long a closing WebSocket may take in all (what is queued, then the close)
+#: before its socket is cut: a client that reads nothing holds nothing for ever
+LINGER_S = 2 * CLOSE_TIMEOUT_S
 
 
 class WebSocketTransport(asyncio.Transport):
@@ -124,12 +127,20 @@ class WebSocketTransport(asyncio.Transport):
         raise NotImplementedError("a WebSocket has no half-close")
 
     def close(self) -> None:
-        """Send what is queued, then close the WebSocket; nothing more is read."""
+        """Send what is queued, then close the WebSocket; nothing more is read.
+        A client that takes none of it for LINGER_S is cut off."""
         if self._closing:
             return
         self._closing = True
         self._wake.set()
         self._readable.set()                 # the reader sees the close and ends
+        self._writer.get_loop().call_later(LINGER_S, self._cut_off)
+
+    def _cut_off(self) -> None:
+        if not self._writer.done():
+            self._writer.cancel()
+            if self._raw is not None:
+                self._raw.abort()
 
     def abort(self) -> None:
         self._outbox.clear()
@@ -147,12 +158,7 @@ class WebSocketTransport(asyncio.Transport):
                 self._wake.clear()
                 while self._outbox:
                     data = self._outbox.popleft()
-                    try:
-                        text = data.decode()
-                    except UnicodeDecodeError:
-                        await ws.send_bytes(data)
-                    else:
-                        await ws.send_str(text)
+                    await ws.send_frame(data, _message_type(data))
                     self._outbox_bytes -= len(data)
                     if self._protocol_paused and self._outbox_bytes <= self._low:
                         self._protocol_paused = False
@@ -168,7 +174,17 @@ class WebSocketTransport(asyncio.Transport):
             self._readable.set()
 
     async def wait_closed(self) -> None:
-        await self._writer
+        await asyncio.wait([self._writer])   # its end, cut off or not: never raises
+
+
+def _message_type(data: bytes) -> WSMsgType:
+    """A text message when the bytes are UTF-8 (a browser then gets a string),
+    else binary."""
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return WSMsgType.BINARY
+    return WSMsgType.TEXT
 
 
 async def serve_stomp_websocket(request: web.Request, service: "StompService",
@@ -261,6 +277,11 @@ class WebSocketListener:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         return await serve_stomp_websocket(request, self.service, self.listener)
+
+    async def stop_accepting(self) -> None:
+        if self.runner is not None:
+            for site in list(self.runner.sites):
+                await site.stop()
 
     async def stop(self) -> None:
         """Stop accepting and end the WebSockets still open (their connections
