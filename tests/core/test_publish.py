@@ -17,7 +17,7 @@ from harbormq.errors import (
     UnknownObject,
 )
 from harbormq.log.inspect import DumpFilter, dump
-from harbormq.log.records import Message, Publication, RecordType
+from harbormq.log.records import Message, Publication, RecordType, publication_msg_id
 
 QUEUES = ["S1", "S2", "S3"]
 
@@ -49,7 +49,9 @@ def records(qm, rtype: RecordType) -> list[dict]:
 
 def test_one_record_puts_the_message_on_every_queue(qm):
     msgs = publish(qm, QUEUES, b"hello")
-    assert [m.msg_id for m in msgs] == [msgs[0].msg_id] * 3
+    # each copy an id of its own (as MQ gives each subscriber's), from one publication's
+    assert len({m.msg_id for m in msgs}) == 3
+    assert len({publication_msg_id(m.msg_id) for m in msgs}) == 1
     for name in QUEUES:
         assert queue_bodies(qm, name) == [b"hello"]
     pubs = records(qm, RecordType.MSG_PUBLISH)
@@ -192,13 +194,23 @@ def test_a_publication_too_big_for_the_log_is_refused_before_anything(qm):
 
 
 def test_publication_payload_round_trip():
-    from harbormq.log.records import PublicationTarget, encode_publication
+    from harbormq.log.records import (
+        PublicationTarget,
+        encode_publication,
+        publication_msg_id,
+    )
     m = Message(body=b"body", msg_id=b"id", priority=4, properties={"k": 1})
     targets = [PublicationTarget(7, "A", 10), PublicationTarget(9, "BB", 3)]
     pub = Publication.decode(encode_publication(m, targets))
     assert pub.targets == targets
-    a = Message.decode(pub.message_for(targets[0]))
+    a = Message.decode(pub.message_for(0))
     assert (a.seq, a.body, a.priority, a.properties) == (10, b"body", 4, {"k": 1})
+    assert a.msg_id == b"id"                 # a publisher's own id: kept on every copy
+    generated = Message(body=b"b", msg_id=b"HMQ\0" + bytes(range(16)) + bytes(4))
+    pub = Publication.decode(encode_publication(generated, targets))
+    ids = [Message.decode(pub.message_for(i)).msg_id for i in range(2)]
+    assert ids == [generated.msg_id[:20] + bytes([0, 0, 0, n]) for n in (1, 2)]
+    assert {publication_msg_id(i) for i in ids} == {generated.msg_id}
     with pytest.raises(ValueError):
         Publication.decode(encode_publication(m, targets)[:-1])
 

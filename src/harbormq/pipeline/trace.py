@@ -18,7 +18,7 @@ import datetime as dt
 import json
 
 from ..errors import HarbormqError
-from ..log.records import EXTENT_HEADER_SIZE
+from ..log.records import EXTENT_HEADER_SIZE, publication_msg_id
 
 COLUMNS = ["lsn", "offset", "ts_ns", "type", "auto_commit", "uow_id", "object", "priority",
            "seq", "backout_count", "undone_type", "image_id", "format", "properties"]
@@ -47,9 +47,10 @@ def _hex(value: str, option: str) -> bytes:
 def _collect(records, msg_id: bytes) -> tuple[list[dict], dict]:
     """The records naming the message, and the ends of their units of work."""
     from pyspark.sql import functions as F
+    ids = _publication_ids(records, msg_id)
     mine = records.filter(
-        (F.col("msg_id") == F.lit(msg_id)) |
-        F.exists("image_messages", lambda m: m["msg_id"] == F.lit(msg_id)))
+        F.col("msg_id").isin(*ids) |
+        F.exists("image_messages", lambda m: m["msg_id"].isin(*ids)))
     rows = [r.asDict() for r in mine.select(*COLUMNS).orderBy("lsn").collect()]
     uows = sorted({r["uow_id"] for r in rows if r["uow_id"] and not r["auto_commit"]})
     outcomes: dict[int, list[dict]] = {}
@@ -59,6 +60,20 @@ def _collect(records, msg_id: bytes) -> tuple[list[dict], dict]:
                   .select("uow_id", "type", "lsn", "ts_ns").orderBy("lsn").collect()):
             outcomes.setdefault(r["uow_id"], []).append(r.asDict())
     return rows, outcomes
+
+
+def _publication_ids(records, msg_id: bytes) -> list[bytes]:
+    """``msg_id``, and when it is a publication's (or one of its targets', each
+    of which has an id of its own: ``log.records.target_msg_id``) the ids of
+    every target, so that the trace shows the whole fan-out."""
+    from pyspark.sql import functions as F
+    stem = publication_msg_id(msg_id)[:20]
+    if len(msg_id) != 24:
+        return [msg_id]
+    found = (records.filter((F.col("type") == "MSG_PUBLISH") &
+                            (F.substring("msg_id", 1, 20) == F.lit(stem)))
+             .select("msg_id").distinct().collect())
+    return sorted({msg_id} | {bytes(r[0]) for r in found})
 
 
 def run_trace(spark, records, msg_id_hex: str, source=None) -> dict:
@@ -91,9 +106,12 @@ def trace_across(spark, sources: list, msg_id_hex: str | None = None,
     if msg_id_hex is not None:
         return _life_across(spark, inputs, msg_id_hex)
     correl = _hex(correl_id_hex, "--correlid")
-    ids = sorted({r[0] for _s, _qm, records in inputs for r in records.filter(
-        (F.col("type") == "MSG_PUT") & (F.col("correl_id") == F.lit(correl)))
-        .select("msg_id").distinct().collect()})
+    # (a publication once, by its own id: its trace shows every target)
+    ids = sorted({publication_msg_id(bytes(r[0])) if r[1] == "MSG_PUBLISH" else r[0]
+                  for _s, _qm, records in inputs for r in records.filter(
+                      F.col("type").isin("MSG_PUT", "MSG_PUBLISH") &
+                      (F.col("correl_id") == F.lit(correl)))
+                  .select("msg_id", "type").distinct().collect()})
     if not ids:
         raise TraceError(f"no message put with correlation id {correl_id_hex} is in the log"
                          + (f"s of {', '.join(qms)}" if multi else ""))
