@@ -229,3 +229,22 @@ def test_a_refused_publication_gives_no_sequence_number(qm):
     with pytest.raises(MessageTooLong):
         publish(qm, ["S1", "SHORT"], b"too long")
     assert qm.put("S1", b"b").seq == before + 1
+
+
+def test_restart_skips_the_target_of_a_queue_deleted_since(make_qm, open_qm):
+    make_qm()
+    qm = open_qm()
+    for name in QUEUES:
+        qm.define_queue(name, DEFPSIST="YES")
+    publish(qm, QUEUES, b"before the delete")
+    uow = qm.begin()
+    publish(qm, ["S1", "S3"], b"in a unit", uow=uow)
+    uow.commit()
+    qm.delete_queue("S2", purge=True)
+    qm.define_queue("S2", DEFPSIST="YES")      # a new incarnation: takes none of them
+    qm.close("immediate")
+    qm = open_qm()
+    assert queue_bodies(qm, "S1") == queue_bodies(qm, "S3") == [b"before the delete",
+                                                                b"in a unit"]
+    assert queue_bodies(qm, "S2") == []
+    assert qm.restart_report.warnings == []
