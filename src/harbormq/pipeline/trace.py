@@ -45,13 +45,25 @@ def _hex(value: str, option: str) -> bytes:
 
 
 def _collect(records, msg_id: bytes) -> tuple[list[dict], dict]:
-    """The records naming the message, and the ends of their units of work."""
+    """The records naming the message, and the ends of their units of work. A
+    publication's targets each have an id of their own (the publication's
+    with the target's number: ``log.records.target_msg_id``): given any of
+    them, or the publication's, the records of every target are collected."""
     from pyspark.sql import functions as F
-    ids = _publication_ids(records, msg_id)
-    mine = records.filter(
-        F.col("msg_id").isin(*ids) |
-        F.exists("image_messages", lambda m: m["msg_id"].isin(*ids)))
-    rows = [r.asDict() for r in mine.select(*COLUMNS).orderBy("lsn").collect()]
+
+    def naming(ids):
+        return F.col("msg_id").isin(*ids) | \
+            F.exists("image_messages", lambda m: m["msg_id"].isin(*ids))
+    match = naming([msg_id])
+    if len(msg_id) == 24:        # (one scan finds the publication's targets too)
+        match = match | ((F.col("type") == "MSG_PUBLISH") & (
+            F.substring("msg_id", 1, 20) == F.lit(publication_msg_id(msg_id)[:20])))
+    found = records.filter(match).select(*COLUMNS, "msg_id").orderBy("lsn").collect()
+    ids = {bytes(r["msg_id"]) for r in found if r["type"] == "MSG_PUBLISH"} - {msg_id}
+    if ids:
+        found = records.filter(naming(sorted(ids | {msg_id}))).select(*COLUMNS) \
+            .orderBy("lsn").collect()
+    rows = [{k: v for k, v in r.asDict().items() if k in COLUMNS} for r in found]
     uows = sorted({r["uow_id"] for r in rows if r["uow_id"] and not r["auto_commit"]})
     outcomes: dict[int, list[dict]] = {}
     if uows:
@@ -60,20 +72,6 @@ def _collect(records, msg_id: bytes) -> tuple[list[dict], dict]:
                   .select("uow_id", "type", "lsn", "ts_ns").orderBy("lsn").collect()):
             outcomes.setdefault(r["uow_id"], []).append(r.asDict())
     return rows, outcomes
-
-
-def _publication_ids(records, msg_id: bytes) -> list[bytes]:
-    """``msg_id``, and when it is a publication's (or one of its targets', each
-    of which has an id of its own: ``log.records.target_msg_id``) the ids of
-    every target, so that the trace shows the whole fan-out."""
-    from pyspark.sql import functions as F
-    stem = publication_msg_id(msg_id)[:20]
-    if len(msg_id) != 24:
-        return [msg_id]
-    found = (records.filter((F.col("type") == "MSG_PUBLISH") &
-                            (F.substring("msg_id", 1, 20) == F.lit(stem)))
-             .select("msg_id").distinct().collect())
-    return sorted({msg_id} | {bytes(r[0]) for r in found})
 
 
 def run_trace(spark, records, msg_id_hex: str, source=None) -> dict:
