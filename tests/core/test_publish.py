@@ -31,6 +31,15 @@ def qm(make_qm, open_qm):
     return qm
 
 
+def queues_defined(make_qm, open_qm):
+    """A new queue manager with QUEUES (restarted by the test: no fixture)."""
+    make_qm()
+    qm = open_qm()
+    for name in QUEUES:
+        qm.define_queue(name, DEFPSIST="YES")
+    return qm
+
+
 def publish(qm, queues, body, *, uow=None, persistent=True, **fields):
     msg = Message(body=body, persistent=persistent, properties={"MQTopicString": "a/b"},
                   **fields)
@@ -134,10 +143,7 @@ def test_in_a_unit_of_work_on_all_at_commit_on_none_at_backout(qm):
 
 
 def test_restart_keeps_committed_and_backs_out_in_flight(make_qm, open_qm):
-    make_qm()
-    qm = open_qm()
-    for name in QUEUES:
-        qm.define_queue(name, DEFPSIST="YES")
+    qm = queues_defined(make_qm, open_qm)
     publish(qm, QUEUES, b"auto")
     done = qm.begin()
     publish(qm, QUEUES, b"committed", uow=done)
@@ -159,10 +165,7 @@ def test_restart_keeps_committed_and_backs_out_in_flight(make_qm, open_qm):
 
 
 def test_in_doubt_publication_survives_restart_and_resolves(make_qm, open_qm):
-    make_qm()
-    qm = open_qm()
-    for name in QUEUES:
-        qm.define_queue(name, DEFPSIST="YES")
+    qm = queues_defined(make_qm, open_qm)
     for commit in (True, False):
         uow = qm.begin()
         publish(qm, QUEUES, b"in doubt %d" % commit, uow=uow)
@@ -232,10 +235,7 @@ def test_a_refused_publication_gives_no_sequence_number(qm):
 
 
 def test_restart_skips_the_target_of_a_queue_deleted_since(make_qm, open_qm):
-    make_qm()
-    qm = open_qm()
-    for name in QUEUES:
-        qm.define_queue(name, DEFPSIST="YES")
+    qm = queues_defined(make_qm, open_qm)
     publish(qm, QUEUES, b"before the delete")
     uow = qm.begin()
     publish(qm, ["S1", "S3"], b"in a unit", uow=uow)
