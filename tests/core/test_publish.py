@@ -17,7 +17,7 @@ from harbormq.errors import (
     UnknownObject,
 )
 from harbormq.log.inspect import DumpFilter, dump
-from harbormq.log.records import Message, Publication, RecordType
+from harbormq.log.records import Message, Publication, RecordType, publication_msg_id
 
 QUEUES = ["S1", "S2", "S3"]
 
@@ -28,6 +28,15 @@ def qm(make_qm, open_qm):
     qm = open_qm()
     for name in QUEUES:
         qm.define_queue(name, DEFPSIST="YES", MAXDEPTH=1000)
+    return qm
+
+
+def queues_defined(make_qm, open_qm):
+    """A new queue manager with QUEUES (restarted by the test: no fixture)."""
+    make_qm()
+    qm = open_qm()
+    for name in QUEUES:
+        qm.define_queue(name, DEFPSIST="YES")
     return qm
 
 
@@ -49,7 +58,9 @@ def records(qm, rtype: RecordType) -> list[dict]:
 
 def test_one_record_puts_the_message_on_every_queue(qm):
     msgs = publish(qm, QUEUES, b"hello")
-    assert [m.msg_id for m in msgs] == [msgs[0].msg_id] * 3
+    # each copy an id of its own (as MQ gives each subscriber's), from one publication's
+    assert len({m.msg_id for m in msgs}) == 3
+    assert len({publication_msg_id(m.msg_id) for m in msgs}) == 1
     for name in QUEUES:
         assert queue_bodies(qm, name) == [b"hello"]
     pubs = records(qm, RecordType.MSG_PUBLISH)
@@ -132,10 +143,7 @@ def test_in_a_unit_of_work_on_all_at_commit_on_none_at_backout(qm):
 
 
 def test_restart_keeps_committed_and_backs_out_in_flight(make_qm, open_qm):
-    make_qm()
-    qm = open_qm()
-    for name in QUEUES:
-        qm.define_queue(name, DEFPSIST="YES")
+    qm = queues_defined(make_qm, open_qm)
     publish(qm, QUEUES, b"auto")
     done = qm.begin()
     publish(qm, QUEUES, b"committed", uow=done)
@@ -157,10 +165,7 @@ def test_restart_keeps_committed_and_backs_out_in_flight(make_qm, open_qm):
 
 
 def test_in_doubt_publication_survives_restart_and_resolves(make_qm, open_qm):
-    make_qm()
-    qm = open_qm()
-    for name in QUEUES:
-        qm.define_queue(name, DEFPSIST="YES")
+    qm = queues_defined(make_qm, open_qm)
     for commit in (True, False):
         uow = qm.begin()
         publish(qm, QUEUES, b"in doubt %d" % commit, uow=uow)
@@ -192,13 +197,23 @@ def test_a_publication_too_big_for_the_log_is_refused_before_anything(qm):
 
 
 def test_publication_payload_round_trip():
-    from harbormq.log.records import PublicationTarget, encode_publication
+    from harbormq.log.records import (
+        PublicationTarget,
+        encode_publication,
+        publication_msg_id,
+    )
     m = Message(body=b"body", msg_id=b"id", priority=4, properties={"k": 1})
     targets = [PublicationTarget(7, "A", 10), PublicationTarget(9, "BB", 3)]
     pub = Publication.decode(encode_publication(m, targets))
     assert pub.targets == targets
-    a = Message.decode(pub.message_for(targets[0]))
+    a = Message.decode(pub.message_for(0))
     assert (a.seq, a.body, a.priority, a.properties) == (10, b"body", 4, {"k": 1})
+    assert a.msg_id == b"id"                 # a publisher's own id: kept on every copy
+    generated = Message(body=b"b", msg_id=b"HMQ\0" + bytes(range(16)) + bytes(4))
+    pub = Publication.decode(encode_publication(generated, targets))
+    ids = [Message.decode(pub.message_for(i)).msg_id for i in range(2)]
+    assert ids == [generated.msg_id[:20] + bytes([0, 0, 0, n]) for n in (1, 2)]
+    assert {publication_msg_id(i) for i in ids} == {generated.msg_id}
     with pytest.raises(ValueError):
         Publication.decode(encode_publication(m, targets)[:-1])
 
@@ -217,3 +232,19 @@ def test_a_refused_publication_gives_no_sequence_number(qm):
     with pytest.raises(MessageTooLong):
         publish(qm, ["S1", "SHORT"], b"too long")
     assert qm.put("S1", b"b").seq == before + 1
+
+
+def test_restart_skips_the_target_of_a_queue_deleted_since(make_qm, open_qm):
+    qm = queues_defined(make_qm, open_qm)
+    publish(qm, QUEUES, b"before the delete")
+    uow = qm.begin()
+    publish(qm, ["S1", "S3"], b"in a unit", uow=uow)
+    uow.commit()
+    qm.delete_queue("S2", purge=True)
+    qm.define_queue("S2", DEFPSIST="YES")      # a new incarnation: takes none of them
+    qm.close("immediate")
+    qm = open_qm()
+    assert queue_bodies(qm, "S1") == queue_bodies(qm, "S3") == [b"before the delete",
+                                                                b"in a unit"]
+    assert queue_bodies(qm, "S2") == []
+    assert qm.restart_report.warnings == []

@@ -472,3 +472,25 @@ def _crashing_after(flush, count: int):
         if len(flushes) == count:
             raise CrashDuringRedo(lsn)
     return flush_then_crash
+
+
+def test_a_publication_and_its_unit_are_never_skipped():
+    """A unit of work whose only operation is a publication keeps its BEGIN and
+    COMMIT (else its targets stay pending), and the get of a published message
+    is no pair: skipping or not, the same queues."""
+    from harbormq.log.records import PublicationTarget, encode_publication
+    b = LogBuilder()
+    b.create(1)
+    b.create(2)
+    msg = Message(body=b"pub", msg_id=b"pub")
+    b.add(T.UOW_BEGIN, 20, payload=encode_json({"owner": "publisher"}))
+    b.add(T.MSG_PUBLISH, 20, payload=encode_publication(
+        msg, [PublicationTarget(1, "Q1", 7), PublicationTarget(2, "Q2", 3)]))
+    b.add(T.UOW_COMMIT, 20)
+    b.add(T.MSG_PUBLISH, payload=encode_publication(msg, [PublicationTarget(1, "Q1", 8)]),
+          flags=AUTO_COMMIT)
+    b.get(1, Message(msg_id=b"pub", seq=8))
+    assert without_effect(b.records, {}, {1: 0, 2: 0}) == set()
+    full = replay(b.records, {1: 0, 2: 0}, None)
+    assert full[0] == {1: {Message(seq=7).key: (b"pub", 0)}, 2: {Message(seq=3).key: (b"pub", 0)}}
+    assert replay(b.records, {1: 0, 2: 0}, 2)[:3] == full[:3]

@@ -22,6 +22,7 @@ from harbormq.log.records import (
     LogRecord,
     Message,
     MessageRef,
+    PublicationTarget,
     RecordDecodeError,
     RecordFlag,
     RecordType,
@@ -30,6 +31,7 @@ from harbormq.log.records import (
     describe,
     encode,
     encode_json,
+    encode_publication,
     encode_shunt,
     encoded_length,
     extent_file_name,
@@ -141,6 +143,9 @@ PAYLOADS = {
         [shunt_copy(LogRecord(RecordType.MSG_GET, object_name="Q1", object_id=3, lsn=900,
                               payload=MessageRef(5, 3, b"X" * 24).encode()))], 4096)[0],
     RecordType.LOG_CRESTART: encode_json({"discarded": [100, 8192], "requested": "LSN 100"}),
+    RecordType.MSG_PUBLISH: encode_publication(
+        Message(body=b"body", msg_id=b"I" * 24, properties={"MQTopicString": "a/b"}),
+        [PublicationTarget(3, "Q1", 7), PublicationTarget(4, "Q2", 1)]),
 }
 
 

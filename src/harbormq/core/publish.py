@@ -37,10 +37,11 @@ from ..log.records import (
     RecordType,
     encode_publication,
     publication_record_length,
+    target_msg_id,
 )
 from .msgid import new_msg_id
 from .queue import LocalQueue
-from .uow import UnitOfWork, UowOp
+from .uow import PublishedTargets, UnitOfWork, UowOp
 
 if TYPE_CHECKING:
     from ..log.manager import RecoveryLog
@@ -92,12 +93,14 @@ class Publishing:
     def publish_nowait(self, queues: list[str], msg: Message, uow: UnitOfWork | None = None
                        ) -> tuple[list[Message], asyncio.Future | None]:
         """Put ``msg`` (priority and persistence resolved by the caller) on every
-        local queue of ``queues`` in one synchronous step: the messages as each
-        queue holds them (one id, each its own seq), in the order of
-        ``queues``, and for a persistent publication outside a unit of work the
-        future of the force that makes it durable (the caller must not
-        acknowledge it before). A name may come twice (two subscriptions with
-        one destination): the queue then gets two messages."""
+        local queue of ``queues`` in one synchronous step. Returns the messages
+        as each queue holds them, in the order of ``queues`` (each with its own
+        seq, and its own id: the publication's, ``msg.msg_id``, with the
+        target's number in its last four bytes when the queue manager gave it),
+        and for a persistent publication outside a unit of work the future of
+        the force that makes it durable (the caller must not acknowledge it
+        before). A name may come twice (two subscriptions with one
+        destination): the queue then gets two messages."""
         self.check_running()
         targets = self._publication_targets(queues, msg)
         if uow is not None:
@@ -117,7 +120,8 @@ class Publishing:
                     f"bytes, more than a log extent holds ({self.log.extent_payload}): "
                     "publish to fewer subscriptions at once, or use larger log extents "
                     "(MQRC 2030 MSG_TOO_BIG_FOR_Q)")
-        msgs = [msg.with_seq(q.allocate_seq()) for q in targets]
+        msgs = [msg.for_target(q.allocate_seq(), target_msg_id(msg.msg_id, i))
+                for i, q in enumerate(targets)]
         for q in targets:
             q.last_put_ns = msg.put_time_ns
         lsn = prev = 0
@@ -139,7 +143,7 @@ class Publishing:
             return msgs, (self.log.force() if lsn else None)
         # the targets are undone together (one COMPENSATION of the record), so
         # each op knows its siblings; not logged: each op is on its own
-        group: list[UowOp] | None = [] if lsn else None
+        group = PublishedTargets(msg.msg_id) if lsn else None
         for q, m in zip(targets, msgs, strict=True):
             op = UowOp("put", q, m, lsn, prev, publication=group)
             if group is not None:
@@ -168,8 +172,8 @@ class Publishing:
         return targets
 
 
-def publication_of(group: list[UowOp]) -> bytes:
+def publication_of(group: PublishedTargets) -> bytes:
     """The MSG_PUBLISH payload of a publication's ops in a unit of work, as it was
     logged (a shunt copies it forward; targets restart found gone are left out)."""
-    return encode_publication(group[0].msg, [
+    return encode_publication(group[0].msg.for_target(0, group.msg_id), [
         PublicationTarget(op.queue.object_id, op.queue.name, op.msg.seq) for op in group])

@@ -66,9 +66,20 @@ class UowOp:
     #: awaiting its ACK, on a queue with HARDENBO(NO)): until then it is only a lock
     deferred: bool = False
     #: a put that is one target of a logged publication (MSG_PUBLISH, ``publish.py``):
-    #: the ops of all its targets, one list shared by them, undone together by
-    #: one COMPENSATION of the record (None: a record of its own, or not logged)
-    publication: list[UowOp] | None = field(default=None, repr=False)
+    #: the ops of all its targets, shared by them, undone together by one
+    #: COMPENSATION of the record (None: a record of its own, or not logged)
+    publication: PublishedTargets | None = field(default=None, repr=False)
+
+
+class PublishedTargets(list):
+    """The ops of one logged publication's targets, in the record's order, and
+    the publication's own message id (each target's is derived from it:
+    ``log.records.target_msg_id``)."""
+    __slots__ = ("msg_id",)
+
+    def __init__(self, msg_id: bytes):
+        super().__init__()
+        self.msg_id = msg_id
 
 
 @dataclass
@@ -353,7 +364,7 @@ class UnitsOfWork:
         self.uows.pop(uow.id, None)
         return requeue
 
-    def _undo_publication(self, uow: UnitOfWork, group: list[UowOp]) -> None:
+    def _undo_publication(self, uow: UnitOfWork, group: PublishedTargets) -> None:
         """Undo every target of one logged publication: one COMPENSATION of the
         record, then the targets leave ``uow.ops`` (added together, they are
         its last ops when a backout, going backwards, meets one)."""

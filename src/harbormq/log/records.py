@@ -426,10 +426,11 @@ class Message:
     def body_size(buf: bytes) -> int:
         return MSG_FIXED.unpack_from(buf, 0)[-1]
 
-    def with_seq(self, seq: int) -> "Message":
-        """A copy with another put sequence (one target of a publication); body
-        and properties are shared, not copied: messages are not changed in place."""
-        return Message(self.body, self.msg_id, self.correl_id, self.priority, self.persistent,
+    def for_target(self, seq: int, msg_id: bytes) -> "Message":
+        """A copy with another put sequence and id (one target of a publication);
+        body and properties are shared, not copied: messages are not changed in
+        place."""
+        return Message(self.body, msg_id, self.correl_id, self.priority, self.persistent,
                        self.expiry_ns, self.put_time_ns, self.backout_count, self.reply_to,
                        self.format, self.properties, seq)
 
@@ -509,6 +510,30 @@ def publication_record_length(message: "Message", names: list[str]) -> int:
 #: the seq field a publication's message is written with (each target has its own)
 _NO_SEQ_LEN = 8
 _NO_SEQ = bytes(_NO_SEQ_LEN)
+#: a message id the queue manager gave (24 bytes, the last four zero): each
+#: target of a publication with such an id has its number there instead
+_ID_LEN, _ID_STEM = 24, 20
+_ID_TAIL = bytes(_ID_LEN - _ID_STEM)
+
+
+def target_msg_id(publication_id: bytes, index: int) -> bytes:
+    """The message id of a publication's ``index``-th target (from 0). Each copy
+    of a publication has an id of its own, as MQ gives each subscriber's: the
+    publication's id, when the queue manager gave it, with the target's number
+    (index + 1) in its last four bytes. So the ids cost the record nothing,
+    and ``publication_msg_id`` gives the publication's back. A publisher's own
+    id is kept on every copy, as a put keeps it."""
+    if len(publication_id) != _ID_LEN or publication_id[_ID_STEM:] != _ID_TAIL:
+        return publication_id
+    return publication_id[:_ID_STEM] + (index + 1).to_bytes(_ID_LEN - _ID_STEM, "big")
+
+
+def publication_msg_id(target_id: bytes) -> bytes:
+    """The id of the publication a target's id was derived from (``target_msg_id``);
+    a publisher's own id, kept on every copy, is itself."""
+    if len(target_id) != _ID_LEN or target_id[_ID_STEM:] == _ID_TAIL:
+        return target_id
+    return target_id[:_ID_STEM] + _ID_TAIL
 
 
 @dataclass(slots=True)
@@ -535,12 +560,22 @@ class Publication:
             raise ValueError("publication payload length does not match its fields")
         return cls(message, targets)
 
-    def message_for(self, target: PublicationTarget) -> bytes:
-        """The Message encoding as ``target``'s queue holds it (its own seq)."""
-        return target.seq.to_bytes(_NO_SEQ_LEN, "little") + self.message[_NO_SEQ_LEN:]
+    def message_for(self, index: int) -> bytes:
+        """The Message encoding as the ``index``-th target's queue holds it (its
+        own seq and id)."""
+        m = self.message
+        seq = self.targets[index].seq.to_bytes(_NO_SEQ_LEN, "little")
+        id_len = MSG_FIXED.unpack_from(m, 0)[7]
+        msg_id = m[MSG_FIXED.size:MSG_FIXED.size + id_len]
+        own = target_msg_id(msg_id, index)
+        if own is msg_id:
+            return seq + m[_NO_SEQ_LEN:]
+        return b"".join((seq, m[_NO_SEQ_LEN:MSG_FIXED.size], own,
+                         m[MSG_FIXED.size + id_len:]))
 
     def decode_message(self, *, with_body: bool = True) -> "Message":
-        """The message, decoded once (seq 0): ``Message.with_seq`` gives each target's."""
+        """The message, decoded once (seq 0, the publication's id):
+        ``Message.for_target`` with ``target_msg_id`` gives each target's."""
         return Message.decode(self.message, with_body=with_body)
 
 
@@ -751,8 +786,9 @@ def describe_publication(payload) -> dict:
     return {"msg_id": m.msg_id.hex(), "correl_id": m.correl_id.hex(), "priority": m.priority,
             "expiry_ns": m.expiry_ns, "body_size": Message.body_size(pub.message),
             "properties": m.properties,
-            "targets": [{"queue": t.name, "object_id": t.object_id, "seq": t.seq}
-                        for t in pub.targets]}
+            "targets": [{"queue": t.name, "object_id": t.object_id, "seq": t.seq,
+                         "msg_id": target_msg_id(m.msg_id, i).hex()}
+                        for i, t in enumerate(pub.targets)]}
 
 
 def encode_json(obj) -> bytes:

@@ -9,8 +9,8 @@ The rule:
 
 * A MSG_PUT, MSG_GET or MSG_EXPIRE flagged AUTO_COMMIT takes effect at its own
   LSN. One in a unit of work becomes a *pending* operation of that unit.
-* A MSG_PUBLISH is a put on each of its targets (one message, each queue's own
-  seq), with the same rule: each target is a put of its own for ``Effects``
+* A MSG_PUBLISH is a put on each of its targets (one message, each target's
+  own seq and id), with the same rule: each target is a put of its own for ``Effects``
   (``target``, ``due``, ``opened``: a target whose queue is gone, damaged, of
   another incarnation or past the record in its store is left out alone, the
   others take the put). In a unit of work its targets are pending together
@@ -65,6 +65,7 @@ from .records import (
     decode_json,
     decode_shunt,
     ref_key,
+    target_msg_id,
 )
 
 
@@ -78,8 +79,10 @@ class PendingOp:
     msg: Message | None       # put: the message; get: whatever Effects.opened found
     lsn: int
     prev_lsn: int
-    #: a target of a MSG_PUBLISH: how many targets the record has (0: not one)
+    #: a target of a MSG_PUBLISH: how many targets the record has (0: not one),
+    #: and the publication's own message id (each target's is derived from it)
     fanout: int = 0
+    publication_id: bytes = b""
 
 
 @dataclass(eq=False)
@@ -218,7 +221,7 @@ class CommitRule:
                 continue
             if msg is None:
                 msg = pub.decode_message()      # once, for every target
-            m = msg.with_seq(t.seq)
+            m = msg.for_target(t.seq, target_msg_id(msg.msg_id, i))
             fx.seen_put(target, m)
             if auto:
                 if fx.due(target, rec.lsn):
@@ -228,7 +231,8 @@ class CommitRule:
                 uow = self._uow(rec)
                 uow.last_lsn = rec.lsn
                 uow.publications[rec.lsn] = count
-            op = PendingOp("put", rec.uow_id, target, m.key, m, rec.lsn, rec.prev_lsn, count)
+            op = PendingOp("put", rec.uow_id, target, m.key, m, rec.lsn, rec.prev_lsn, count,
+                           msg.msg_id)
             if fx.opened(op, rec):
                 uow.ops[(rec.lsn, i)] = op
 

@@ -168,18 +168,23 @@ TOPIC_PROPERTY = "MQTopicString"
 
 def topic_traffic(records) -> dict:
     """Per topic string, what was published to it and committed: publications
-    (message ids), deliveries (a message on one subscription's queue: a
+    (the publications' own message ids), deliveries (a message on one subscription's queue: a
     MSG_PUBLISH target, or a put of its own carrying the topic, as to a
     remote destination), the queues they reached, body bytes (once per
     publication), log bytes of the MSG_PUBLISH records, first and last time."""
     from pyspark.sql import functions as F
     commits = records.filter("type = 'UOW_COMMIT'").select("uow_id", F.lit(True).alias("done"))
     topic = F.col("properties").getItem(TOPIC_PROPERTY)
+    # a target's id is the publication's with the target's number in its last
+    # four bytes (log.records.target_msg_id): the publication is that stem
+    stem = F.when((F.col("type") == "MSG_PUBLISH") & (F.length("msg_id") == 24),
+                  F.concat(F.substring("msg_id", 1, 20), F.lit(bytes(4))))
     rows = (records.filter("type IN ('MSG_PUT', 'MSG_PUBLISH')")
             .withColumn("topic", topic).filter("topic IS NOT NULL")
+            .withColumn("publication", F.coalesce(stem, F.col("msg_id")))
             .join(commits, "uow_id", "left")
             .filter(F.col("auto_commit") | F.col("done").isNotNull()))
-    per_publication = (rows.groupBy("topic", "msg_id")
+    per_publication = (rows.groupBy("topic", "publication")
                        .agg(F.first("size").alias("size"),
                             F.sum(F.when(F.col("type") == "MSG_PUBLISH", F.col("length"))
                                   .otherwise(0)).alias("log_bytes")))
@@ -187,7 +192,7 @@ def topic_traffic(records) -> dict:
         F.sum("size").alias("body_bytes"), F.sum("log_bytes").alias("log_bytes")).collect()}
     out = {}
     for r in (rows.groupBy("topic")
-              .agg(F.countDistinct("msg_id").alias("publications"),
+              .agg(F.countDistinct("publication").alias("publications"),
                    F.count("*").alias("deliveries"),
                    F.countDistinct("object").alias("queues_reached"),
                    F.min("ts_ns").alias("first_ns"), F.max("ts_ns").alias("last_ns"))

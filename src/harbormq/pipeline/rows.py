@@ -13,8 +13,8 @@ One row per record. Columns a record type does not use are null:
 * MSG_PUT:      msg_id, correl_id, priority, seq, persistent, expiry_ns, put_time_ns,
                 backout_count, reply_to, format, size, properties, body (option)
 * MSG_PUBLISH:  one row per target queue, the publication's LSN tying them
-                together: object_id and object name the target, seq is the
-                message's there, the other message columns as MSG_PUT's; the
+                together: object_id and object name the target, seq and msg_id
+                are the message's there, the other columns as MSG_PUT's; the
                 record's length is on its first target's row (0 on the others,
                 so that a sum of lengths is the log's bytes)
 * MSG_GET, MSG_EXPIRE: msg_id, priority, seq
@@ -292,7 +292,7 @@ _NO_UNDO = (None, None, None)
 def publication_rows(run: list[LogRecord]) -> list[LogRecord]:
     """``run`` with each MSG_PUBLISH record as one record per target (the rows
     of the data source): the target's object, the message as that queue holds
-    it (its own seq), the publication's LSN; the record's length on the first
+    it (its own seq and id), the publication's LSN; the record's length on the first
     only. Before any filter on the object: a target is found by its queue."""
     if not any(r.type is _PUBLISH for r in run):
         return run
@@ -304,7 +304,7 @@ def publication_rows(run: list[LogRecord]) -> list[LogRecord]:
         pub = Publication.decode(r.payload)
         for i, t in enumerate(pub.targets):
             out.append(LogRecord(_PUBLISH, r.uow_id, r.prev_lsn, t.object_id, t.name,
-                                 pub.message_for(t), r.flags, r.lsn, r.timestamp_ns,
+                                 pub.message_for(i), r.flags, r.lsn, r.timestamp_ns,
                                  r.length if i == 0 else 0, r.synced_lsn))
     return out
 

@@ -18,7 +18,7 @@ import datetime as dt
 import json
 
 from ..errors import HarbormqError
-from ..log.records import EXTENT_HEADER_SIZE
+from ..log.records import EXTENT_HEADER_SIZE, publication_msg_id
 
 COLUMNS = ["lsn", "offset", "ts_ns", "type", "auto_commit", "uow_id", "object", "priority",
            "seq", "backout_count", "undone_type", "image_id", "format", "properties"]
@@ -45,12 +45,25 @@ def _hex(value: str, option: str) -> bytes:
 
 
 def _collect(records, msg_id: bytes) -> tuple[list[dict], dict]:
-    """The records naming the message, and the ends of their units of work."""
+    """The records naming the message, and the ends of their units of work. A
+    publication's targets each have an id of their own (the publication's
+    with the target's number: ``log.records.target_msg_id``): given any of
+    them, or the publication's, the records of every target are collected."""
     from pyspark.sql import functions as F
-    mine = records.filter(
-        (F.col("msg_id") == F.lit(msg_id)) |
-        F.exists("image_messages", lambda m: m["msg_id"] == F.lit(msg_id)))
-    rows = [r.asDict() for r in mine.select(*COLUMNS).orderBy("lsn").collect()]
+
+    def naming(ids):
+        return F.col("msg_id").isin(*ids) | \
+            F.exists("image_messages", lambda m: m["msg_id"].isin(*ids))
+    match = naming([msg_id])
+    if len(msg_id) == 24:        # (one scan finds the publication's targets too)
+        match = match | ((F.col("type") == "MSG_PUBLISH") & (
+            F.substring("msg_id", 1, 20) == F.lit(publication_msg_id(msg_id)[:20])))
+    found = records.filter(match).select(*COLUMNS, "msg_id").orderBy("lsn").collect()
+    ids = {bytes(r["msg_id"]) for r in found if r["type"] == "MSG_PUBLISH"} - {msg_id}
+    if ids:
+        found = records.filter(naming(sorted(ids | {msg_id}))).select(*COLUMNS) \
+            .orderBy("lsn").collect()
+    rows = [{k: v for k, v in r.asDict().items() if k in COLUMNS} for r in found]
     uows = sorted({r["uow_id"] for r in rows if r["uow_id"] and not r["auto_commit"]})
     outcomes: dict[int, list[dict]] = {}
     if uows:
@@ -91,9 +104,12 @@ def trace_across(spark, sources: list, msg_id_hex: str | None = None,
     if msg_id_hex is not None:
         return _life_across(spark, inputs, msg_id_hex)
     correl = _hex(correl_id_hex, "--correlid")
-    ids = sorted({r[0] for _s, _qm, records in inputs for r in records.filter(
-        (F.col("type") == "MSG_PUT") & (F.col("correl_id") == F.lit(correl)))
-        .select("msg_id").distinct().collect()})
+    # (a publication once, by its own id: its trace shows every target)
+    ids = sorted({publication_msg_id(bytes(r[0])) if r[1] == "MSG_PUBLISH" else r[0]
+                  for _s, _qm, records in inputs for r in records.filter(
+                      F.col("type").isin("MSG_PUT", "MSG_PUBLISH") &
+                      (F.col("correl_id") == F.lit(correl)))
+                  .select("msg_id", "type").distinct().collect()})
     if not ids:
         raise TraceError(f"no message put with correlation id {correl_id_hex} is in the log"
                          + (f"s of {', '.join(qms)}" if multi else ""))

@@ -27,7 +27,7 @@ from typing import Callable
 from ..core.engine import QueueManagerCore
 from ..core.objects import QMGR_OBJECT
 from ..core.queue import LocalQueue
-from ..core.uow import UnitOfWork, UowOp
+from ..core.uow import PublishedTargets, UnitOfWork, UowOp
 from ..crashpoints import crash_point
 from ..errors import HarbormqError, LogMissing, ObjectDamaged, StandbyError, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
@@ -855,12 +855,12 @@ def _unit_of_work(o: OpenUow) -> UnitOfWork:
     """A unit of work the log leaves open, as the core keeps it (phase 4 backs it
     out, or keeps it in doubt)."""
     ops = []
-    group: list[UowOp] | None = None
+    group: PublishedTargets | None = None
     for op in o.ops.values():
         if op.fanout:
             # a publication's targets, undone together by one COMPENSATION
             if group is None or group[0].lsn != op.lsn:
-                group = []
+                group = PublishedTargets(op.publication_id)
             ops.append(UowOp(op.kind, op.target, op.msg, op.lsn, op.prev_lsn,
                              publication=group))
             group.append(ops[-1])
