@@ -117,17 +117,10 @@ DELETE_RETRY_S = 60
 def put_to_queues(core: QueueManagerCore, queues: list[str], msg: Message,
                   uow: UnitOfWork | None):
     """The one place a publication reaches its queues: the core's
-    ``publish_nowait`` (one log record holding the body once and the target
-    queues) where the core has it, else a ``put_nowait`` per queue. Returns
-    the force future of a put outside a unit of work (None under one)."""
-    publish = getattr(core, "publish_nowait", None)
-    if publish is not None:
-        return publish(queues, msg, uow)[1]
-    forced = None
-    for name in queues:
-        _msg, f = core.put_nowait(name, dataclasses.replace(msg), uow)
-        forced = f or forced
-    return forced
+    ``publish_nowait``, one log record holding the body once and the target
+    queues. Returns the force future of a persistent publication outside a
+    unit of work (None under one, or non-persistent)."""
+    return core.publish_nowait(queues, msg, uow)[1]
 
 
 def retained_copy(m: Message, *, persistent: bool) -> Message:
