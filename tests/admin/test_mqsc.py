@@ -104,11 +104,12 @@ def test_unknown_object_type_names_position_and_expected_words():
     err = syntax_error("PING QMGR\n* note\nDISPLAY  FOO(X)")
     assert (err.line, err.column) == (3, 10)
     assert "expected QLOCAL, QUEUE, QSTATUS, CONN, QMSTATUS, QMGR, AUTHREC, LOG, UOW, " \
-           "QREMOTE, CHANNEL, CHSTATUS, LISTENER, AUTHINFO or CHLAUTH after DISPLAY" in str(err)
+           "QREMOTE, CHANNEL, CHSTATUS, LISTENER, AUTHINFO, CHLAUTH or USAGE after DISPLAY" \
+        in str(err)
     assert "found FOO" in str(err)
     assert err.expected == ("QLOCAL", "QUEUE", "QSTATUS", "CONN", "QMSTATUS", "QMGR",
                             "AUTHREC", "LOG", "UOW", "QREMOTE", "CHANNEL", "CHSTATUS",
-                            "LISTENER", "AUTHINFO", "CHLAUTH")
+                            "LISTENER", "AUTHINFO", "CHLAUTH", "USAGE")
 
 
 def test_unknown_verb():
