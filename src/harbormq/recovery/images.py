@@ -147,7 +147,7 @@ async def _image_definition(core: QueueManagerCore, name: str, force: bool) -> d
         payload=encode_json({"image_id": image_id, "object_type": definition["type"],
                              "attributes": definition, "messages": 0, "next_seq": 0,
                              "replay_from": 0}))
-    return await _end_image(core, definition, image_id, begin, begin, 0, 0, force)
+    return await _end_image(core, name, definition, image_id, begin, begin, 0, 0, force)
 
 
 async def _image_queue(core: QueueManagerCore, name: str, progress: Progress, force: bool) -> dict:
@@ -195,8 +195,8 @@ async def _image_queue(core: QueueManagerCore, name: str, progress: Progress, fo
     if written != count:
         raise HarbormqError(f"the image of queue {name} holds {written} messages, its "
                             f"snapshot counted {count}: the image is not used", msgid="HMQ7475E")
-    return await _end_image(core, definition, image_id, begin, replay_from, written, nbytes,
-                            force)
+    return await _end_image(core, name, definition, image_id, begin, replay_from, written,
+                            nbytes, force)
 
 
 async def _write_chunk(core: QueueManagerCore, q, image_id: int, batch: list[bytes]) -> int:
@@ -260,9 +260,11 @@ def _snapshot_messages(q, txn, overlay: dict):
             yield msg.encode()
 
 
-async def _end_image(core: QueueManagerCore, definition: dict, image_id: int, begin: int,
-                     replay_from: int, messages: int, nbytes: int, force: bool) -> dict:
-    name = definition["name"]
+async def _end_image(core: QueueManagerCore, name: str, definition: dict, image_id: int,
+                     begin: int, replay_from: int, messages: int, nbytes: int,
+                     force: bool) -> dict:
+    """``name``: the catalog key (``CHANNEL:X`` for a channel), as the BEGIN
+    record has it and restart and the media points look it up."""
     core.append_record(RecordType.MEDIA_IMAGE_END, object_id=definition["object_id"], name=name,
                        payload=encode_json({"image_id": image_id, "begin_lsn": begin,
                                       "messages": messages, "bytes": nbytes,
@@ -278,12 +280,16 @@ async def _end_image(core: QueueManagerCore, definition: dict, image_id: int, be
 
 
 async def shutdown_images(core: QueueManagerCore) -> int:
-    """At a controlled shutdown: the queue manager object and every empty local
-    queue (cheap, and it lets the media point move past queues that drained)."""
+    """At a controlled shutdown: the queue manager object, every empty local
+    queue and every definition without a store (a remote queue, a channel, an
+    AUTHINFO, a CHLAUTH record: one record each); cheap, and it lets the media
+    point move past queues that drained and definitions that never change."""
     if core.config.log.log_type != "linear":
         return 0
     n = 0
-    for name in [QMGR_OBJECT] + sorted(core.queues):
+    definitions = sorted(name for name, d in core.objects.items()
+                         if d["type"] not in ("QMGR", "QLOCAL"))
+    for name in [QMGR_OBJECT] + sorted(core.queues) + definitions:
         q = core.queues.get(name)
         if q is not None and (q.damaged or q.depth or q.uncommitted_puts or q.locked):
             continue
