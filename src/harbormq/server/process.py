@@ -1,7 +1,7 @@
 """The queue manager as a process (``harbormq start``).
 
 It runs the core on the main asyncio loop, runs the startup scripts
-(``startup.py``) before any listener opens, serves STOMP on the listeners of
+(``startup.py``) before the STOMP listeners open, serves STOMP on the listeners of
 qm.toml (``stomp/``), runs the channels and their listeners (``channels/``),
 and listens on the admin socket ``qmgrs/<QM>/admin.sock``
 (mode 0600: only the owning OS user administers the queue manager locally).
