@@ -73,3 +73,25 @@ def test_display_usage_shows_stores_and_extents(qm):
     assert int(extents[-1]["USEDSZ"]) > 1000
     only = ok(qm, "DISPLAY USAGE TYPE(DATASET) WHERE(ONDISK EQ YES)")
     assert not objects(only, "HMQ8896I") and objects(only, "HMQ8897I")
+
+
+def test_like_on_alias_model_process_namelist_and_topic(qm):
+    ok(qm, "DEFINE QLOCAL(TGT)\n"
+           "DEFINE QALIAS(A1) TARGET(TGT) DEFPRTY(6) PUT(DISABLED)\n"
+           "DEFINE QALIAS(A2) LIKE(A1) DESCR('second')\n"
+           "DEFINE QMODEL(M1) DEFTYPE(PERMDYN) MAXDEPTH(42)\nDEFINE QMODEL(M2) LIKE(M1)\n"
+           "DEFINE PROCESS(P1) APPLICID('/bin/true') USERDATA('u')\n"
+           "DEFINE PROCESS(P2) LIKE(P1)\n"
+           "DEFINE NAMELIST(N1) NAMES(X, Y)\nDEFINE NAMELIST(N2) LIKE(N1)\n"
+           "DEFINE TOPIC(T1) TOPICSTR('one') DEFPRTY(3)\n"
+           "DEFINE TOPIC(T2) TOPICSTR('two') LIKE(T1)")
+    [a2] = objects(ok(qm, "DISPLAY QALIAS(A2) ALL"), "HMQ8409I")
+    assert (a2["TARGET"], a2["DEFPRTY"], a2["PUT"], a2["DESCR"]) == \
+        ("TGT", "6", "DISABLED", "second")
+    [m2] = objects(ok(qm, "DISPLAY QMODEL(M2) ALL"), "HMQ8409I")
+    assert (m2["DEFTYPE"], m2["MAXDEPTH"]) == ("PERMDYN", "42")
+    assert "USERDATA(u)" in ok(qm, "DISPLAY PROCESS(P2) ALL")
+    assert "NAMES(X,Y)" in ok(qm, "DISPLAY NAMELIST(N2) ALL").replace(" ", "")
+    t2 = ok(qm, "DISPLAY TOPIC(T2) ALL")
+    assert "TOPICSTR(two)" in t2 and "DEFPRTY(3)" in t2
+    fails(qm, "DEFINE QALIAS(A3) LIKE(NOPE) TARGET(TGT)", "NOPE")

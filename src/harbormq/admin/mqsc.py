@@ -170,7 +170,8 @@ def _definition_specs(objtype: str, attrs: tuple, display: tuple, *, switches: t
     """DEFINE (REPLACE/NOREPLACE), ALTER, DELETE and DISPLAY of a type defined
     by its attributes alone; ``switches``: a bare YES/NO pair (TRIGGER/NOTRIGGER)."""
     pair = (switches,) if switches else ()
-    return {("DEFINE", objtype): Spec("required", attrs, ("REPLACE", "NOREPLACE") + switches,
+    return {("DEFINE", objtype): Spec("required", attrs + ("LIKE",),
+                                      ("REPLACE", "NOREPLACE") + switches,
                                       lists=lists, exclusive=(("REPLACE", "NOREPLACE"),) + pair),
             ("ALTER", objtype): Spec("required", attrs, switches, lists=lists, exclusive=pair),
             ("DELETE", objtype): Spec("required"),
@@ -244,7 +245,7 @@ SPECS: dict[tuple[str, str], Spec] = {
                         switches=_TRIGGER_SWITCHES),
     **_definition_specs("PROCESS", PROCESS_ATTRS, DISPLAY_PROCESS_ATTRS),
     **_definition_specs("NAMELIST", NAMELIST_ATTRS, DISPLAY_NAMELIST_ATTRS, lists=("NAMES",)),
-    ("DEFINE", "TOPIC"): Spec("required", TOPIC_ATTRS, ("REPLACE", "NOREPLACE"),
+    ("DEFINE", "TOPIC"): Spec("required", TOPIC_ATTRS + ("LIKE",), ("REPLACE", "NOREPLACE"),
                               exclusive=(("REPLACE", "NOREPLACE"),)),
     ("ALTER", "TOPIC"): Spec("required", TOPIC_ATTRS),
     ("DELETE", "TOPIC"): Spec("required"),

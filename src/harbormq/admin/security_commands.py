@@ -27,7 +27,12 @@ from ..security import chlauth, listener_channels
 from . import mqsc
 from .mqsc import Command
 
-_LIKE_TYPES = {"QREMOTE", "CHANNEL", "LISTENER", "AUTHINFO"}
+#: the definition types whose DEFINE takes LIKE here (AUTHINFO's handler reads
+#: LIKE itself; QLOCAL's is the queue's own)
+_LIKE_TYPES = ("QREMOTE", "CHANNEL", "LISTENER", "QALIAS", "QMODEL", "PROCESS", "NAMELIST",
+               "TOPIC")
+#: what LIKE does not copy: a topic object's node is its own
+_NOT_LIKE = {"TOPIC": ("TOPICSTR",)}
 
 
 class SecurityCommands:
@@ -46,9 +51,6 @@ class SecurityCommands:
             ("DELETE", "AUTHINFO"): self.delete_authinfo,
             ("DISPLAY", "AUTHINFO"): self.display_authinfo,
             ("REFRESH", "SECURITY"): self.refresh_security,
-            ("DEFINE", "QREMOTE"): self.define_like,
-            ("DEFINE", "CHANNEL"): self.define_like,
-            ("DEFINE", "LISTENER"): self.define_like,
             ("STOP", "CHANNEL"): self._svrconn_or(base[("STOP", "CHANNEL")],
                                                   self.stop_svrconn),
             ("START", "CHANNEL"): self._svrconn_or(base[("START", "CHANNEL")],
@@ -56,6 +58,8 @@ class SecurityCommands:
             ("DISPLAY", "CHSTATUS"): self.display_chstatus_all,
             ("DISPLAY", "USAGE"): self.display_usage,
         }
+        for objtype in _LIKE_TYPES:
+            out[("DEFINE", objtype)] = self._with_like(base[("DEFINE", objtype)])
         self._base_chstatus = base[("DISPLAY", "CHSTATUS")]
         for key, words in mqsc.NO_EFFECT.items():
             out[key] = self._without_no_effect(out.get(key) or base[key], words)
@@ -80,16 +84,22 @@ class SecurityCommands:
 
     # -- DEFINE ... LIKE ---------------------------------------------------------------
 
-    async def define_like(self, cmd: Command) -> list[str]:
+    def _with_like(self, handler: Callable) -> Callable:
         """DEFINE with LIKE(other): what is not given comes from the other object
-        of the same type (MQ's LIKE), then from the defaults."""
-        like = cmd.attrs.get("LIKE")
-        if like:
-            base = self.core.definition(cmd.objtype, like)["attrs"]
-            given = {k: v for k, v in cmd.attrs.items() if k != "LIKE"}
-            cmd = Command(cmd.verb, cmd.objtype, cmd.name, {**base, **given}, cmd.flags,
-                          cmd.where, cmd.line, cmd.lines, cmd.text)
-        return await self.define_object(cmd)
+        of the same type (MQ's LIKE), then from the defaults; then ``handler``."""
+        async def run(cmd: Command) -> list[str]:
+            like = cmd.attrs.get("LIKE")
+            if like:
+                base = {k: v for k, v in self.core.definition(cmd.objtype, like)["attrs"].items()
+                        if k not in _NOT_LIKE.get(cmd.objtype, ())}
+                given = {k: v for k, v in cmd.attrs.items() if k != "LIKE"}
+                cmd = Command(cmd.verb, cmd.objtype, cmd.name, {**base, **given}, cmd.flags,
+                              cmd.where, cmd.line, cmd.lines, cmd.text)
+            result = handler(cmd)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        return run
 
     # -- AUTHINFO --------------------------------------------------------------------
 
