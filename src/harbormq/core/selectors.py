@@ -54,8 +54,10 @@ class SelectorError(MessageError):
     reason = 2459
 
     def __init__(self, text: str, position: int, problem: str):
-        super().__init__(f"selector {text!r}: position {position}: {problem} "
-                         "(MQRC 2459 SELECTOR_SYNTAX_ERROR)", position=position)
+        # the position first: a long selector's text, shortened, comes last
+        shown = text if len(text) <= 120 else text[:117] + "..."
+        super().__init__(f"selector: position {position}: {problem} (MQRC 2459 "
+                         f"SELECTOR_SYNTAX_ERROR) in {shown!r}", position=position)
         self.position = position
         self.problem = problem
 
