@@ -70,6 +70,9 @@ class _NoStore(_EmptyStore):
     def get(self, key):
         return None
 
+    def get_many(self, keys):
+        return {}
+
 
 operations = st.lists(st.one_of(
     st.tuples(st.just("put"), st.integers(0, 9), st.sampled_from(["red", "blue", "green"])),
