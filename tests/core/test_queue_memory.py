@@ -1,7 +1,9 @@
 """The memory layer of a queue after a flush: ``end_flush`` takes the flushed
 keys out of the delivery-order index, but for those changed again since.
 It either discards key by key or, when most of the index was flushed, keeps
-the rest in a new index; both ways must leave the same keys, in order."""
+the rest in a new index; both ways must leave the same keys, in order.
+A selector's get goes on from where its scan stopped: it must take what a
+scan of the whole queue would."""
 
 from __future__ import annotations
 
@@ -55,3 +57,60 @@ def test_both_ways_of_ending_a_flush_are_taken():
     q.end_flush()
     assert q._mem_keys is not index
     assert list(q._mem_keys) == [_key(50)] + [_key(n) for n in range(90, 100)]
+
+
+# -- where a selector's scan goes on from (issue 31) ---------------------------------------------
+
+class _NoStore(_EmptyStore):
+    """A store that holds nothing yet: every message is in the memory layer."""
+
+    def last_key(self):
+        return None
+
+    def get(self, key):
+        return None
+
+    def get_many(self, keys):
+        return {}
+
+
+operations = st.lists(st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 9), st.sampled_from(["red", "blue", "green"])),
+    st.tuples(st.just("get"), st.integers(0, 1)),
+    st.tuples(st.just("commit"), st.integers(0, 50)),
+    st.tuples(st.just("backout"), st.integers(0, 50))), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations)
+def test_a_selector_scan_from_where_it_stopped_finds_what_a_full_scan_finds(ops):
+    """Puts of any priority, gets by two selectors, commits and backouts in any
+    order: the get that goes on from where its selector stopped takes what a
+    scan of the whole queue would."""
+    from harbormq.core.selectors import compile_selector
+    from harbormq.log.records import Message
+    q = LocalQueue({"name": "Q", "object_id": 7, "attrs": {}}, _NoStore())
+    selectors = [compile_selector("color = 'red'"), compile_selector("color <> 'red'")]
+    present: dict[bytes, Message] = {}
+    seq = 0
+    for op in ops:
+        if op[0] == "put":
+            seq += 1
+            msg = Message(priority=op[1], seq=seq, properties={"color": op[2]})
+            present[msg.key] = msg
+            q.commit_put(msg, 0)
+        elif op[0] == "get":
+            sel = selectors[op[1]]
+            expected = next((k for k in sorted(present)
+                             if k not in q.locked and sel.matches(present[k])), None)
+            key, msg, expired = q.first_available(sel, 0)
+            assert key == expected and not expired
+            if key is not None:
+                q.locked[key] = 1
+        elif q.locked:
+            key = sorted(q.locked)[op[1] % len(q.locked)]
+            if op[0] == "commit":
+                q.commit_delete(key, 0)
+                del present[key]
+            else:
+                q.unlocked(key)

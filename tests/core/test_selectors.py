@@ -273,3 +273,13 @@ def test_a_selector_nested_beyond_reason_is_an_error_not_a_crash():
         compile_selector(deep)
     long_chain = " AND ".join(f"p{i} = {i}" for i in range(2000))
     assert compile_selector(long_chain).matches(msg(**{f"p{i}": str(i) for i in range(2000)}))
+
+
+def test_a_long_selector_error_names_the_position_first():
+    """An ERROR frame's message is cut at 500 characters: the position must not
+    be behind the selector's text."""
+    text = "a = 1 AND " * 100 + "b =="
+    with pytest.raises(SelectorError) as info:
+        compile_selector(text)
+    message = str(info.value)
+    assert message.index("position 1004") < 40 and len(message) < 300

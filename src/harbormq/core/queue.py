@@ -36,6 +36,8 @@ from ..store.stores import QueueStore
 
 #: messages handed out in one dispatch before other work gets a turn of the loop
 DISPATCH_BATCH = 256
+#: keys a selector's scan reads from the store in one transaction
+SCAN_BATCH = 64
 
 
 class Consumer(Protocol):
@@ -321,17 +323,12 @@ class LocalQueue:
         Without a match the scan starts at ``_avail_from``: no key below it is
         available. Deliveries awaiting acknowledgement lock the head of a busy
         queue, and without this every get would walk all of them."""
+        if match is not None and not self._indexed(match):
+            return self._first_selected(match, now_ns)
         expired = []
-        # a predicate no index serves scans from where it stopped last time
-        scanned = match is not None and not self._indexed(match)
-        if match is None:
-            start = self._avail_from
-        else:
-            start = self._match_from.get(match) if scanned else None
+        start = self._avail_from if match is None else None
         advance = match is None
-        last = None
         for key in self._candidate_keys(match, start):
-            last = key
             if key in self.locked:
                 continue
             if advance:
@@ -345,12 +342,56 @@ class LocalQueue:
                 continue
             if match is not None and not match(msg):
                 continue
-            if scanned:
-                self._match_from[match] = key
             return key, msg, expired
-        if scanned and last is not None:
+        return None, None, expired
+
+    def _first_selected(self, match, now_ns: int):
+        """``first_available`` for a predicate no index serves (a selector): the
+        scan goes on from where the predicate's last one stopped, and reads the
+        store SCAN_BATCH keys in one transaction."""
+        expired = []
+        keys = self.iter_keys(self._match_from.get(match))
+        last = None
+        while True:
+            batch = []
+            for key in keys:
+                last = key
+                if key not in self.locked:
+                    batch.append(key)
+                    if len(batch) >= SCAN_BATCH:
+                        break
+            if not batch:
+                break
+            found = self._read(batch)
+            for key in batch:
+                msg = found.get(key)
+                if msg is None:
+                    continue
+                if msg.expired(now_ns):
+                    expired.append((key, msg))
+                    continue
+                if match(msg):
+                    self._match_from[match] = key
+                    return key, msg, expired
+        if last is not None:
             self._match_from[match] = last + b"\0"
         return None, None, expired
+
+    def _read(self, keys: list[bytes]) -> dict[bytes, Message | None]:
+        """The messages of ``keys``: from memory, the rest from the store in one
+        transaction (None or absent: gone)."""
+        found: dict[bytes, Message | None] = {}
+        stored = []
+        for key in keys:
+            for layer in (self.dirty, self.flushing):
+                if key in layer:
+                    found[key] = layer[key]
+                    break
+            else:
+                stored.append(key)
+        if stored and not self.store_hidden:
+            found.update(self.store.get_many(stored))
+        return found
 
     def available(self, limit: int, now_ns: int) -> tuple[list[Message], list]:
         """(messages, expired): up to ``limit`` messages a get may take, in
@@ -368,17 +409,7 @@ class LocalQueue:
             keys.append(key)
             if len(keys) >= limit:
                 break
-        found: dict[bytes, Message | None] = {}
-        stored = []
-        for key in keys:
-            for layer in (self.dirty, self.flushing):
-                if key in layer:
-                    found[key] = layer[key]
-                    break
-            else:
-                stored.append(key)
-        if stored and not self.store_hidden:
-            found.update(self.store.get_many(stored))
+        found = self._read(keys)
         msgs, expired = [], []
         for key in keys:
             msg = found.get(key)

@@ -54,8 +54,10 @@ class SelectorError(MessageError):
     reason = 2459
 
     def __init__(self, text: str, position: int, problem: str):
-        super().__init__(f"selector {text!r}: position {position}: {problem} "
-                         "(MQRC 2459 SELECTOR_SYNTAX_ERROR)", position=position)
+        # the position first: a long selector's text, shortened, comes last
+        shown = text if len(text) <= 120 else text[:117] + "..."
+        super().__init__(f"selector: position {position}: {problem} (MQRC 2459 "
+                         f"SELECTOR_SYNTAX_ERROR) in {shown!r}", position=position)
         self.position = position
         self.problem = problem
 
@@ -292,16 +294,17 @@ HEADER_FIELDS: dict[str, Eval] = {
 class _Node:
     """A compiled expression: its evaluator, its static kind (bool, num, str or
     any) and where it starts in the text, for errors."""
-    __slots__ = ("fn", "kind", "pos")
+    __slots__ = ("fn", "kind", "pos", "literal")
 
-    def __init__(self, fn: Eval, kind: str, pos: int):
+    def __init__(self, fn: Eval, kind: str, pos: int, literal: bool = False):
         self.fn, self.kind, self.pos = fn, kind, pos
+        self.literal = literal          # a constant: fn ignores the message
 
 
 def _const(value, pos: int) -> _Node:
     kind = ("bool" if type(value) is bool else "str" if type(value) is str else
             "any" if value is None else "num")
-    return _Node(lambda m: value, kind, pos)
+    return _Node(lambda m: value, kind, pos, literal=True)
 
 
 class _Parser:
@@ -403,6 +406,16 @@ class _Parser:
             self.next()
             right = self.sum()
             lf, rf, op = left.fn, right.fn, tok.value
+            if right.literal and right.kind == "str" and op in ("=", "<>"):
+                # the commonest selector, property = 'text': no general compare
+                text, equal = rf(None), op == "="
+
+                def compare_text(m):
+                    v = lf(m)
+                    if type(v) is str:
+                        return (v == text) is equal
+                    return _compare(op, v, text)
+                return _Node(compare_text, "bool", left.pos)
             return _Node(lambda m: _compare(op, lf(m), rf(m)), "bool", left.pos)
         if tok.kind != "KEYWORD":
             return left

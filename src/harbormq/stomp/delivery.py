@@ -49,6 +49,8 @@ _MESSAGE_HEADERS = frozenset({
 })
 #: a publication's: its topic and retained mark travel as headers of their own
 _PUBLICATION_HEADERS = _MESSAGE_HEADERS | PUBLICATION_PROPERTIES
+#: frames built before they go to the socket (whose write buffer is the bound)
+_FLUSH_FRAMES = 64
 
 
 @dataclass(slots=True)
@@ -254,7 +256,9 @@ class DeliveryMixin:
         if msg is None:
             return False
         self._deliver(sub, msg, uow)
-        if self.transport.get_write_buffer_size() > 256 * 1024:
+        if len(self._out) >= _FLUSH_FRAMES or self.transport.get_write_buffer_size() > 256 * 1024:
+            # to the socket now: past its limit it pauses writing, and then
+            # has_room keeps this subscription out of the line
             self._flush()
         return True
 
