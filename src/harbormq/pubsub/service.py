@@ -116,11 +116,24 @@ DELETE_RETRY_S = 60
 
 def put_to_queues(core: QueueManagerCore, queues: list[str], msg: Message,
                   uow: UnitOfWork | None):
-    """The one place a publication reaches its queues: the core's
-    ``publish_nowait``, one log record holding the body once and the target
-    queues. Returns the force future of a persistent publication outside a
-    unit of work (None under one, or non-persistent)."""
-    return core.publish_nowait(queues, msg, uow)[1]
+    """The one place a publication reaches its queues: the local ones through
+    the core's ``publish_nowait``, one log record holding the body once; a
+    remote queue (a DEST on another queue manager) by a put of its own, as its
+    copy is wrapped for a transmission queue (``records_needed`` counts them).
+    Returns the force future of a persistent publication outside a unit of
+    work (None under one, or non-persistent)."""
+    local = [name for name in queues if not core.is_remote_queue(name)]
+    forced = core.publish_nowait(local, msg, uow)[1] if local else None
+    for name in queues:
+        if core.is_remote_queue(name):
+            forced = core.put_nowait(name, dataclasses.replace(msg), uow)[1] or forced
+    return forced
+
+
+def records_needed(core: QueueManagerCore, queues: list[str]) -> int:
+    """How many log records ``put_to_queues`` writes for ``queues``."""
+    remote = sum(1 for name in queues if core.is_remote_queue(name))
+    return remote + (1 if len(queues) > remote else 0)
 
 
 def retained_copy(m: Message, *, persistent: bool) -> Message:
@@ -347,10 +360,10 @@ class PubSub:
             delivered.append(sub)
         parts = [(queues, m) for queues, m in (
             (kept, msg), (passed_over, dataclasses.replace(msg, persistent=False))) if queues]
-        steps = len(parts) + (1 if retain else 0)
+        # more than one record outside a unit of work: one of our own makes them atomic
+        steps = sum(records_needed(core, queues) for queues, _m in parts) + (1 if retain else 0)
         own = None
-        if uow is None and (steps > 1 or (parts and len(parts[0][0]) > 1 and
-                                          getattr(core, "publish_nowait", None) is None)):
+        if uow is None and steps > 1:
             own = uow = core.begin(owner="publish")
         forced = None
         try:
