@@ -9,13 +9,13 @@ import pytest
 from support.oplog import operator_log
 
 from harbormq.core.objects import DURABLE_SUBSCRIBER_QUEUE, RETAINED_PUB_QUEUE
+from harbormq.core.selectors import SelectorError
 from harbormq.errors import PutInhibited, UnknownObject
 from harbormq.log.records import Message
 from harbormq.pubsub.errors import (
     DurabilityNotAllowed,
     NoSubscription,
     PublicationFailure,
-    SelectorNotSupported,
     SubInhibited,
     SubNameError,
     SubscriptionExists,
@@ -197,8 +197,8 @@ def test_bad_input_gets_a_clear_error_and_loses_nothing(qm):
             pub(qm, topic, "bad")
     with pytest.raises(SubNameError, match="needs a name"):
         sub(qm, "safe/x", durable=True)
-    with pytest.raises(SelectorNotSupported, match="SELECTOR"):
-        sub(qm, "safe/x", name="SEL", selector="a = 1")
+    with pytest.raises(SelectorError, match="position 5"):
+        sub(qm, "safe/x", name="SEL", selector="a = = 1")
     with pytest.raises(UnknownObject, match="2085"):
         sub(qm, "safe/x", name="NODEST", durable=True, dest="NO.SUCH.QUEUE")
     qm._call(ps(qm).define_topic("CLOSED", {"TOPICSTR": "closed", "SUB": "INHIBITED",
@@ -254,3 +254,25 @@ def test_topic_defaults_give_persistence_and_priority(qm):
     assert ps(qm).topic_defaults("p/q", None, None) == (6, True)
     assert ps(qm).topic_defaults("other", None, None) == (0, False)
     assert ps(qm).topic_defaults("p/q", 2, False) == (2, False)
+
+
+def test_a_subscriptions_selector_takes_only_the_publications_it_selects(make_qm, open_qm):
+    """SELECTOR on a subscription (SQL-92 on the publication's properties), kept
+    across a restart with the subscription."""
+    make_qm()
+    qm = open_qm()
+    picky = sub(qm, "orders/#", name="BIG", durable=True, selector="size > 10 AND region = 'eu'")
+    every = sub(qm, "orders/#", name="ALL", durable=True)
+    for size, region in ((5, "eu"), (50, "eu"), (50, "us"), (11, "eu")):
+        qm._call(ps(qm).publish("orders/new", Message(f"{size}{region}".encode(),
+                 persistent=True, properties={"size": size, "region": region})))
+    assert bodies(qm, picky.dest) == ["50eu", "11eu"]
+    assert len(bodies(qm, every.dest)) == 4
+    qm.close()
+    qm = open_qm()
+    assert ps(qm).find("BIG").selector == "size > 10 AND region = 'eu'"
+    qm._call(ps(qm).publish("orders/new", Message(b"12eu", persistent=True,
+                                                  properties={"size": 12, "region": "eu"})))
+    qm._call(ps(qm).publish("orders/new", Message(b"1eu", persistent=True,
+                                                  properties={"size": 1, "region": "eu"})))
+    assert bodies(qm, picky.dest) == ["50eu", "11eu", "12eu"]

@@ -81,14 +81,14 @@ def test_define_alter_display_delete_sub_and_sbstatus(qm):
     out = sc(qm, "DEFINE SUB(S1) TOPICSTR('news/#') DEST(DQ)\n"
                  "DEFINE SUB(S3)\n"
                  "DEFINE SUB(S4) TOPICSTR('x') DEST(NO.SUCH.Q)\n"
-                 "DEFINE SUB(S5) TOPICSTR('x') SELECTOR('a = 1')\n"
+                 "DEFINE SUB(S5) TOPICSTR('x') SELECTOR('a = = 1')\n"
                  "DEFINE SUB(S6) TOPICSTR('x') EXPIRY(never)\n"
                  "DEFINE SUB(S7) TOPICSTR('x') DESTCLAS(PROVIDED)\n"
                  "ALTER SUB(S2) TOPICSTR('other')\n"
                  "ALTER SUB(S2) DEST(DQ)\n"
                  "DELETE SUB(NOPE)", ok=False)
     for text in ("SUB_ALREADY_EXISTS", "needs TOPICSTR or TOPICOBJ", "NO.SUCH.Q",
-                 "SELECTOR('a = 1') is not supported", "EXPIRY(NEVER) is not valid",
+                 "position 5", "EXPIRY(NEVER) is not valid",
                  "DESTCLAS(PROVIDED) needs DEST", "TOPICSTR cannot be altered",
                  "managed queue: its DEST cannot change", "NOPE does not exist (MQRC 2428"):
         assert text in out

@@ -39,11 +39,6 @@ class SubInhibited(SubscriptionError):
     msgid = "HMQ2503E"
 
 
-class SelectorNotSupported(SubscriptionError):
-    """MQRC 2459 SELECTOR_SYNTAX_ERROR: no selector module in this build."""
-    msgid = "HMQ2459E"
-
-
 class PublicationFailure(MessageError):
     """MQRC 2502 PUBLICATION_FAILURE: a durable subscriber cannot take a
     persistent publication (PMSGDLV(ALLDUR))."""

@@ -60,6 +60,7 @@ from ..core.objects import (
     RETAINED_PUB_QUEUE,
 )
 from ..core.queue import MessageMatch
+from ..core.selectors import compile_selector
 from ..crashpoints import crash_point
 from ..errors import HarbormqError, ObjectExists, ObjectInUse, PutInhibited, UnknownObject
 from ..log.records import Message
@@ -69,7 +70,6 @@ from .errors import (
     DurabilityNotAllowed,
     NoSubscription,
     PublicationFailure,
-    SelectorNotSupported,
     SubInhibited,
     SubNameError,
     SubscriptionExists,
@@ -345,6 +345,8 @@ class PubSub:
             if sub.expires_ns and sub.expires_ns <= now:
                 self._expire(sub)
                 continue
+            if sub.selector and not self._selects(sub, msg):
+                continue
             why = self._cannot_take(sub.dest, msg)
             if why is not None:
                 if sub.durable and msg.persistent:
@@ -388,6 +390,15 @@ class PubSub:
             stats[0] += 1
             stats[1] = now
         return len(delivered), forced
+
+    @staticmethod
+    def _selects(sub: Subscription, msg: Message) -> bool:
+        """The subscription's SELECTOR is true of the publication (SQL-92 on its
+        properties and header fields, ``core/selectors.py``); compiled on first
+        use after a restart."""
+        if sub.compiled is None:
+            sub.compiled = compile_selector(sub.selector)
+        return sub.compiled.matches(msg)
 
     def _cannot_take(self, dest: str, msg: Message) -> str | None:
         """Why a put of ``msg`` to ``dest`` would fail now (None: it would not)."""
@@ -459,10 +470,8 @@ class PubSub:
         core.check_running()
         topic = self.topic_string(topicobj, topic)
         subscribe_levels(topic)
-        if selector:
-            raise SelectorNotSupported(f"subscription {name or ''}: SELECTOR('{selector}') "
-                                       "is not supported by this queue manager: it has no "
-                                       "message selector module (MQRC 2459)")
+        # a selector that does not parse: MQRC 2459 naming the position
+        compiled = compile_selector(selector) if selector else None
         if durable and not name:
             raise SubNameError("a durable subscription needs a name (MQRC 2440 "
                                "SUB_NAME_ERROR)")
@@ -506,6 +515,7 @@ class PubSub:
             raise SubscriptionExists(f"subscription {name} is being created or deleted "
                                      "(MQRC 2429 SUBSCRIPTION_IN_USE)")
         sub = Subscription(name, topic, dest or "", destclass, durable, subtype,
+                           selector=selector, compiled=compiled,
                            expires_ns=time.time_ns() + expiry * 100_000_000 if expiry else 0,
                            user=user.user if user else "", owner="" if durable else owner,
                            topicobj=topicobj or "", sub_id=os.urandom(24).hex().upper())

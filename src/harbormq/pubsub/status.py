@@ -30,6 +30,7 @@ from crc32c import crc32c
 
 from ..core.objects import DURABLE_SUBSCRIBER_QUEUE, RETAINED_PUB_QUEUE
 from ..core.queue import LocalQueue
+from ..core.selectors import Selector
 from ..log.records import MSG_FIXED, Message
 from ..store.stores import SEAL, unseal
 
@@ -79,6 +80,8 @@ class Subscription:
     #: run time only (DISPLAY SBSTATUS): publications delivered, the last one's time
     delivered: int = 0
     last_ns: int = 0
+    #: run time only: ``selector`` compiled (``core/selectors.py``), on first use
+    compiled: Selector | None = None
 
     def encode(self) -> bytes:
         return _SEP.join((FIELDS_V1, self.name, self.topic, self.dest, self.destclass,
