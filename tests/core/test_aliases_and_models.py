@@ -53,13 +53,31 @@ def test_alias_target_errors(qm):
     with pytest.raises(UnknownObject, match="MQRC 2082"):
         qm.put("NOWHERE", b"x")
     qm.define("QALIAS", "TOPICAL", TARGET="SPORTS", TARGTYPE="TOPIC")
-    with pytest.raises(UnknownObject, match="publish/subscribe is not available"):
+    with pytest.raises(UnknownObject, match="topic object SPORTS is not defined"):
         qm.put("TOPICAL", b"x")
     qm.define("QALIAS", "AL2", TARGET="NOWHERE")               # an alias of an alias
     with pytest.raises(UnknownObject, match="not a local or remote queue"):
         qm.put("AL2", b"x")
     with pytest.raises(InvalidAttribute, match="TARGTYPE"):
         qm.define("QALIAS", "BAD", TARGET="X", TARGTYPE="CHANNEL")
+
+
+def test_an_alias_of_a_topic_publishes_there(qm):
+    """TARGTYPE(TOPIC): a put through the alias is a publication on the topic
+    object's string, with the alias's defaults; a get from it is refused."""
+    qm._call(qm.core.pubsub.define_topic("SPORTS", {"TOPICSTR": "sports"}))
+    fan = qm._call(qm.core.pubsub.subscribe("sports/#", name="FAN", durable=True))
+    qm.define("QALIAS", "SCORES", TARGET="SPORTS", TARGTYPE="TOPIC", DEFPSIST="YES")
+    m = qm.put("SCORES", b"2-1")
+    assert m.persistent
+    [got] = qm.browse(fan.dest)
+    assert got.body == b"2-1" and got.properties["MQTopicString"] == "sports"
+    with pytest.raises(UnknownObject, match="a topic holds no messages"):
+        qm.get("SCORES")
+    qm.define("QALIAS", "SCORES", PUT="DISABLED", replace=True)
+    with pytest.raises(PutInhibited, match="2051"):
+        qm.put("SCORES", b"3-1")
+    assert len(qm.browse(fan.dest)) == 1
 
 
 def test_model_queues_and_dynamic_names(qm):

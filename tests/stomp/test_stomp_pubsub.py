@@ -348,3 +348,17 @@ def test_bad_input_gets_an_error_naming_it_and_loses_nothing(server, conns):
     for m in got:
         keep.call("ACK", {"id": m["ack"]})
     keep.call("UNSUBSCRIBE", {"id": "keep", "durable": "true"})
+
+
+def test_a_send_to_an_alias_of_a_topic_is_a_publication_there(server, conns):
+    """QALIAS TARGTYPE(TOPIC) (MQ's way to let a queue application publish)."""
+    server.sc("DEFINE TOPIC(PS20.T) TOPICSTR('ps20/prices')\n"
+              "DEFINE QALIAS(PS20.ALIAS) TARGET(PS20.T) TARGTYPE(TOPIC)")
+    c = conns.stomp(server.port)
+    c.subscribe("/topic/ps20/#", "watch", ack="auto", headers={"receipt": "w"})
+    c.col.wait_receipt("w")
+    c.send("/queue/PS20.ALIAS", "42.5", receipt="p")
+    c.col.wait_receipt("p")
+    c.col.wait_messages(1)
+    [m] = c.col.take()
+    assert m.body == "42.5" and m.headers["destination"] == "/topic/ps20/prices"

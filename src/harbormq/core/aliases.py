@@ -9,14 +9,19 @@ through it is refused while the alias is GET(DISABLED) (MQRC 2016). Authority
 is checked on the alias, the name the application used: the front ends do
 that with the name they were given, before they call the core.
 
+An alias whose TARGTYPE is TOPIC names a TOPIC object: a put through it is
+a publication on that object's topic string (``topic_of``; the core's
+``put`` and STOMP's SEND hand it to publish/subscribe), and a get from it is
+refused (MQRC 2085), as a topic holds no messages.
+
 Not here: the put and get paths themselves (``engine.py`` calls
-``resolve``), an alias whose TARGTYPE is TOPIC (publish/subscribe is not in
-this queue manager yet: refused with MQRC 2085 and a reason).
+``resolve``).
 """
 
 from __future__ import annotations
 
 from ..errors import GetInhibited, PutInhibited, UnknownObject
+from .objects import topic_key
 
 #: what the target of an alias may be
 TARGET_TYPES = ("QLOCAL", "QREMOTE")
@@ -41,8 +46,8 @@ def resolve(objects: dict, name: str, purpose: str) -> tuple[str, dict] | None:
         raise GetInhibited(f"gets are inhibited on alias queue {name} (MQRC 2016)", queue=name)
     target = attrs["TARGET"] or ""
     if attrs.get("TARGTYPE", "QUEUE") == "TOPIC":
-        raise UnknownObject(f"alias queue {name} targets topic {target}: publish/subscribe is "
-                            "not available on this queue manager (MQRC 2085 "
+        raise UnknownObject(f"alias queue {name} targets topic {target}: a topic holds no "
+                            "messages to get, and a put to it is a publication (MQRC 2085 "
                             "UNKNOWN_OBJECT_NAME)", queue=name)
     base = objects.get(target) if target else None
     if base is None or base["type"] not in TARGET_TYPES or \
@@ -53,3 +58,21 @@ def resolve(objects: dict, name: str, purpose: str) -> tuple[str, dict] | None:
         raise UnknownObject(f"alias queue {name}: its TARGET {what} (MQRC 2082 "
                             "UNKNOWN_ALIAS_BASE_Q)", queue=name)
     return target, attrs
+
+
+def topic_of(objects: dict, name: str) -> str | None:
+    """For a QALIAS ``name`` with TARGTYPE(TOPIC): the topic string a put to it
+    publishes on (its TARGET topic object's TOPICSTR); None for any other name.
+    Raises while the alias is PUT(DISABLED) or its topic object is not there."""
+    d = objects.get(name)
+    if d is None or d["type"] != "QALIAS" or d["attrs"].get("TARGTYPE", "QUEUE") != "TOPIC":
+        return None
+    attrs = d["attrs"]
+    if attrs["PUT"] != "ENABLED":
+        raise PutInhibited(f"puts are inhibited on alias queue {name} (MQRC 2051)", queue=name)
+    topic = objects.get(topic_key(attrs["TARGET"] or ""))
+    if topic is None:
+        raise UnknownObject(f"alias queue {name}: its TARGET topic object "
+                            f"{attrs['TARGET'] or '(blank)'} is not defined (MQRC 2085 "
+                            "UNKNOWN_OBJECT_NAME)", queue=name)
+    return topic["attrs"]["TOPICSTR"]

@@ -329,7 +329,11 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
 
     def defaults_for_name(self, name: str, priority: int | None, persistent: bool | None):
         """A put's priority and persistence where the caller left them to the
-        queue (for a remote queue, its QREMOTE definition)."""
+        queue (for a remote queue, its QREMOTE definition; for an alias, the
+        alias's, a topic's alias included)."""
+        d = self.objects.get(name)
+        if d is not None and d["type"] == "QALIAS" and d["attrs"].get("TARGTYPE") == "TOPIC":
+            return self.put_defaults(d["attrs"], priority, persistent)
         return self.put_defaults(self.output_queue(name).attrs, priority, persistent)
 
     async def put(self, queue: str, msg: Message, uow: UnitOfWork | None = None) -> Message:
@@ -338,6 +342,10 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         persistent put waits while the circular log has no spare extent
         (log-space flow control, ``log_space.py``)."""
         await self.wait_for_log_room(msg)
+        if self.pubsub is not None and (topic := aliases.topic_of(self.objects, queue)):
+            # an alias of a topic: the put is a publication there
+            await self.pubsub.publish(topic, msg, uow)
+            return msg
         msg, forced = self.put_nowait(queue, msg, uow)
         if forced is not None:
             await forced

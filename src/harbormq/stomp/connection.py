@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..core import aliases
 from ..core.connections import Connection, new_conn_id
 from ..core.engine import PutTarget
 from ..core.objects import DEFAULT_LOCAL_QUEUE, check_name
@@ -307,6 +308,10 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
         define = self._needs_define(name)
         if define is not None:
             return define
+        if (topic := aliases.topic_of(self.core.objects, name)) is not None:
+            # an alias of a topic (TARGTYPE(TOPIC)): the SEND is a publication there
+            frame.headers["destination"] = TOPIC_PREFIX + topic
+            return self._publish(frame)             # topics.py
         h = frame.headers
         txn = None
         if "transaction" in h:
