@@ -95,3 +95,5 @@ def test_like_on_alias_model_process_namelist_and_topic(qm):
     t2 = ok(qm, "DISPLAY TOPIC(T2) ALL")
     assert "TOPICSTR(two)" in t2 and "DEFPRTY(3)" in t2
     fails(qm, "DEFINE QALIAS(A3) LIKE(NOPE) TARGET(TGT)", "NOPE")
+    ok(qm, "DEFINE CHANNEL(S1) CHLTYPE(SDR) CONNAME('h(1)') XMITQ(XQ)")
+    fails(qm, "DEFINE CHANNEL(V1) CHLTYPE(SVRCONN) LIKE(S1)", "of its own CHLTYPE")

@@ -127,3 +127,12 @@ def test_temporary_and_permanent_dynamic_queues_across_a_restart(make_qm, home):
         assert [m for m, _t in operator_log(home)].count("HMQ7732I") == 2
     finally:
         qm.close()
+
+
+def test_an_alias_of_a_topic_object_whose_topicstr_ends_in_a_slash(qm):
+    """MQ's developer configuration: TOPICSTR('dev/') names the node 'dev'."""
+    qm._call(qm.core.pubsub.define_topic("DEV.BASE.TOPIC", {"TOPICSTR": "dev/"}))
+    watch = qm._call(qm.core.pubsub.subscribe("dev/#", name="DEVW", durable=True))
+    qm.define("QALIAS", "DEV.ALIAS", TARGET="DEV.BASE.TOPIC", TARGTYPE="TOPIC")
+    qm.put("DEV.ALIAS", b"hello")
+    assert [m.properties["MQTopicString"] for m in qm.browse(watch.dest)] == ["dev"]

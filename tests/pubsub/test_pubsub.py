@@ -276,3 +276,35 @@ def test_a_subscriptions_selector_takes_only_the_publications_it_selects(make_qm
     qm._call(ps(qm).publish("orders/new", Message(b"1eu", persistent=True,
                                                   properties={"size": 1, "region": "eu"})))
     assert bodies(qm, picky.dest) == ["50eu", "11eu", "12eu"]
+
+
+def test_a_retained_publication_alone_is_forced_before_publish_returns(qm):
+    """No subscriber: the retained publication's replacement (a get and a put)
+    is one unit of work, committed and forced before the publisher is told."""
+    pub(qm, "alone/t", "first", retain=True)
+    pub(qm, "alone/t", "second", retain=True)
+    log = qm.core.log
+    assert log.synced_lsn >= log.end_lsn
+    assert [m.body for m in qm.browse(RETAINED_PUB_QUEUE)
+            if m.properties.get("MQTopicString") == "alone/t"] == [b"second"]
+
+
+def test_a_selector_reads_the_publications_header_fields(qm):
+    s = sub(qm, "hdr/t", name="HDR", durable=True,
+            selector="JMSTimestamp > 0 AND JMSMessageID LIKE 'ID:%'")
+    pub(qm, "hdr/t", "seen")
+    assert bodies(qm, s.dest) == ["seen"]
+
+
+def test_a_dest_that_is_an_alias_of_a_remote_queue_gets_a_wrapped_put(qm):
+    from harbormq.core import remote
+    qm.define_queue("XQ", USAGE="XMITQ")
+    qm.define("QREMOTE", "FAR", RNAME="IN", RQMNAME="QMB", XMITQ="XQ")
+    qm.define("QALIAS", "FAR.ALIAS", TARGET="FAR")
+    qm.define_queue("NEAR")
+    sub(qm, "wire/t", name="FARSUB", durable=True, dest="FAR.ALIAS")
+    sub(qm, "wire/t", name="NEARSUB", durable=True, dest="NEAR")
+    assert pub(qm, "wire/t", "over") == 2
+    [wrapped] = qm.browse("XQ")
+    assert remote.is_wrapped(wrapped.body)
+    assert bodies(qm, "NEAR") == ["over"]

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..core.objects import object_node
 from ..errors import HarbormqError, InvalidAttribute, UnknownObject
 from ..pubsub.service import PubSub
 from ..pubsub.status import Subscription
@@ -226,8 +227,8 @@ class PubSubCommands:
             for topic in sorted(t for t in topics if t and wanted(t)):
                 node = ps.topics.closest(topic)
                 values = {"TOPICSTR": topic, "TYPE": "TOPIC",
-                          "ADMIN": node["name"] if node and node["attrs"]["TOPICSTR"] == topic
-                          else "",
+                          "ADMIN": node["name"] if node and
+                          object_node(node["attrs"]["TOPICSTR"]) == topic else "",
                           **{a: ps.topics.resolve(topic, a)
                              for a in ("DURSUB", "PUB", "SUB", "DEFPSIST", "DEFPRTY")},
                           "RETAINED": "YES" if topic in retained else "NO",

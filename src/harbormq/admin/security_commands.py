@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Callable
 
 from ..core.objects import SecurityCatalog, channel_key, chlauth_key
-from ..errors import ObjectExists, ObjectInUse, UnknownObject
+from ..errors import InvalidAttribute, ObjectExists, ObjectInUse, UnknownObject
 from ..security import chlauth, listener_channels
 from . import mqsc
 from .mqsc import Command
@@ -93,6 +93,10 @@ class SecurityCommands:
                 base = {k: v for k, v in self.core.definition(cmd.objtype, like)["attrs"].items()
                         if k not in _NOT_LIKE.get(cmd.objtype, ())}
                 given = {k: v for k, v in cmd.attrs.items() if k != "LIKE"}
+                if cmd.objtype == "CHANNEL" and str(given.get("CHLTYPE", base["CHLTYPE"])
+                                                    ).upper() != base["CHLTYPE"]:
+                    raise InvalidAttribute(f"LIKE({like}) is a {base['CHLTYPE']} channel: a "
+                                           "channel is defined like one of its own CHLTYPE")
                 cmd = Command(cmd.verb, cmd.objtype, cmd.name, {**base, **given}, cmd.flags,
                               cmd.where, cmd.line, cmd.lines, cmd.text)
             result = handler(cmd)

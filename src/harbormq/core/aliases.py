@@ -21,7 +21,7 @@ Not here: the put and get paths themselves (``engine.py`` calls
 from __future__ import annotations
 
 from ..errors import GetInhibited, PutInhibited, UnknownObject
-from .objects import topic_key
+from .objects import object_node, topic_key
 
 #: what the target of an alias may be
 TARGET_TYPES = ("QLOCAL", "QREMOTE")
@@ -75,4 +75,4 @@ def topic_of(objects: dict, name: str) -> str | None:
         raise UnknownObject(f"alias queue {name}: its TARGET topic object "
                             f"{attrs['TARGET'] or '(blank)'} is not defined (MQRC 2085 "
                             "UNKNOWN_OBJECT_NAME)", queue=name)
-    return topic["attrs"]["TOPICSTR"]
+    return object_node(topic["attrs"]["TOPICSTR"])

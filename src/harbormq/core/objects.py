@@ -253,6 +253,14 @@ def topic_key(name: str) -> str:
     return f"TOPIC:{name}"
 
 
+def object_node(topicstr: str) -> str:
+    """The node a TOPIC object's TOPICSTR names: the string, less one trailing
+    '/'. MQ administrators write TOPICSTR('dev/') for the topics under dev/
+    (MQ's own developer configuration does); harbormq takes it as the node
+    'dev', whose attributes and authorities those topics resolve to."""
+    return topicstr[:-1] if len(topicstr) > 1 and topicstr.endswith("/") else topicstr
+
+
 # -- client-connection security: SVRCONN channels, AUTHINFO, CHLAUTH records ---------
 # (their checks are harbormq.security's: security/svrconn.py, security/chlauth.py)
 

@@ -158,11 +158,11 @@ class Publishing:
             raise InvalidAttribute("a publication needs at least one target queue")
         targets = []
         for name in queues:
-            if self.is_remote_queue(name):
+            target = self.output_queue(name)      # unknown (2085), damaged (2101)
+            if target.header is not None:         # a QREMOTE, or an alias of one
                 raise InvalidAttribute(
                     f"{name} is a remote queue: a publication's targets are local queues "
                     "(a subscription to a remote destination is a put of its own)", queue=name)
-            target = self.output_queue(name)      # unknown (2085), damaged (2101)
             self.check_put_to(target, msg)        # inhibited, MAXMSGL, a transmission queue
             targets.append(target.queue)
         for q, copies in Counter(targets).items():

@@ -51,6 +51,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from ..core.msgid import new_msg_id
 from ..core.objects import (
     BASE_TOPIC,
     BASE_TOPIC_ATTRS,
@@ -58,6 +59,7 @@ from ..core.objects import (
     MANAGED_QUEUE_PREFIX,
     QLOCAL_DEFAULTS,
     RETAINED_PUB_QUEUE,
+    object_node,
 )
 from ..core.queue import MessageMatch
 from ..core.selectors import compile_selector
@@ -93,7 +95,6 @@ from .topics import (
     admin_node_of,
     matches,
     object_levels,
-    object_node,
     publish_levels,
     subscribe_levels,
 )
@@ -114,6 +115,12 @@ MANAGED_QUEUE_ATTRS = {"DEFPSIST": "YES", "MAXDEPTH": 999_999_999}
 DELETE_RETRY_S = 60
 
 
+def _is_remote(core: QueueManagerCore, name: str) -> bool:
+    """A put to ``name`` is wrapped for a transmission queue (a QREMOTE, or an
+    alias of one)."""
+    return core.output_queue(name).header is not None
+
+
 def put_to_queues(core: QueueManagerCore, queues: list[str], msg: Message,
                   uow: UnitOfWork | None):
     """The one place a publication reaches its queues: the local ones through
@@ -122,17 +129,17 @@ def put_to_queues(core: QueueManagerCore, queues: list[str], msg: Message,
     copy is wrapped for a transmission queue (``records_needed`` counts them).
     Returns the force future of a persistent publication outside a unit of
     work (None under one, or non-persistent)."""
-    local = [name for name in queues if not core.is_remote_queue(name)]
+    remote = [name for name in queues if _is_remote(core, name)]
+    local = [name for name in queues if name not in remote]
     forced = core.publish_nowait(local, msg, uow)[1] if local else None
-    for name in queues:
-        if core.is_remote_queue(name):
-            forced = core.put_nowait(name, dataclasses.replace(msg), uow)[1] or forced
+    for name in remote:
+        forced = core.put_nowait(name, dataclasses.replace(msg), uow)[1] or forced
     return forced
 
 
 def records_needed(core: QueueManagerCore, queues: list[str]) -> int:
     """How many log records ``put_to_queues`` writes for ``queues``."""
-    remote = sum(1 for name in queues if core.is_remote_queue(name))
+    remote = sum(1 for name in queues if _is_remote(core, name))
     return remote + (1 if len(queues) > remote else 0)
 
 
@@ -288,7 +295,7 @@ class PubSub:
         """MQ's rule: the TOPIC object's TOPICSTR, then '/' and ``topic``."""
         if not topicobj:
             return topic or ""
-        base = self.core.definition("TOPIC", topicobj)["attrs"]["TOPICSTR"]
+        base = object_node(self.core.definition("TOPIC", topicobj)["attrs"]["TOPICSTR"])
         if not topic:
             return base
         return f"{base}/{topic}" if base else topic
@@ -339,6 +346,10 @@ class PubSub:
         msg.properties = dict(msg.properties, **{TOPIC_PROPERTY: topic})
         msg.raw = msg._key = None
         now = time.time_ns()
+        # the header fields a subscription's selector may read (JMSMessageID,
+        # JMSTimestamp) are set before the subscriptions are judged
+        msg.msg_id = msg.msg_id or new_msg_id()
+        msg.put_time_ns = now
         kept, passed_over = [], []      # queues taking the message as it is / non-persistent
         delivered = []
         for sub in self.tree.match(topic, levels):
@@ -362,8 +373,10 @@ class PubSub:
             delivered.append(sub)
         parts = [(queues, m) for queues, m in (
             (kept, msg), (passed_over, dataclasses.replace(msg, persistent=False))) if queues]
-        # more than one record outside a unit of work: one of our own makes them atomic
-        steps = sum(records_needed(core, queues) for queues, _m in parts) + (1 if retain else 0)
+        # more than one record outside a unit of work (a retained publication
+        # replaced is a get and a put): one of our own makes them atomic, and
+        # its commit is the force the publisher waits for
+        steps = sum(records_needed(core, queues) for queues, _m in parts) + (2 if retain else 0)
         own = None
         if uow is None and steps > 1:
             own = uow = core.begin(owner="publish")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from ..core.objects import BASE_TOPIC_ATTRS
+from ..core.objects import BASE_TOPIC_ATTRS, object_node
 from .errors import TopicStringError
 
 MAX_TOPIC_LENGTH = 10_240
@@ -83,14 +83,6 @@ def subscribe_levels(topic: str) -> list[str]:
                                    f"('{level[:20]}'); # and + must be a whole level "
                                    "(MQRC 2425 TOPIC_STRING_ERROR)")
     return levels
-
-
-def object_node(topicstr: str) -> str:
-    """The node a TOPIC object's TOPICSTR names: the string, less one trailing
-    '/'. MQ administrators write TOPICSTR('dev/') for the topics under dev/
-    (MQ's own developer configuration does); harbormq takes it as the node
-    'dev', whose attributes and authorities those topics resolve to."""
-    return topicstr[:-1] if len(topicstr) > 1 and topicstr.endswith("/") else topicstr
 
 
 def object_levels(topic: str) -> list[str]:

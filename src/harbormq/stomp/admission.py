@@ -47,6 +47,7 @@ from ..errors import HarbormqError
 from ..security import (
     CertificateMatch,
     ClientAdmission,
+    ConnectionRefused,
     LoginFailures,
     NotAuthorized,
     Principal,
@@ -155,7 +156,9 @@ class Admission:
             return self.clients.admit(conn.info, login, passcode, peer, local,
                                       certified=certified, run=run)
         try:
-            if not login:       # an anonymous client's OS user: a quick /proc lookup
+            if not login or certified is not None:
+                # an anonymous client's OS user (a quick /proc lookup), or the user
+                # its certificate maps to: no password to check
                 return await identify()
             self._check_rate(host)
             async with self._peer_turn(host):
@@ -170,8 +173,8 @@ class Admission:
                     raise
                 finally:
                     self.authenticating.discard(conn)
-        except Dropped:
-            raise
+        except (Dropped, ConnectionRefused):
+            raise           # (its channel's and CHLAUTH's refusals: svrconn.py logs them)
         except HarbormqError as exc:
             if exc.msgid == "HMQ5540E":
                 what = f"anonymous, its OS user not identified ({exc.message})"
