@@ -264,6 +264,11 @@ class ReceiverSession:
                 raise _undeliverable(f"it is addressed to queue manager {header.rqm}, not "
                                      f"{core.name} (MQRC 2087 UNKNOWN_REMOTE_Q_MGR)", 2087)
             target = core.objects.get(header.rq)
+            if target is not None and target["type"] == "QALIAS" and \
+                    target["attrs"].get("TARGTYPE") == "TOPIC":
+                raise _undeliverable(f"queue {header.rq} is an alias of topic object "
+                                     f"{target['attrs']['TARGET']}: a channel's messages are "
+                                     "put on queues, not published (MQRC 2085)", 2085)
             if target is not None and target["type"] == "QALIAS":
                 # MQ's name resolution: an alias stands for its target (authority and
                 # PUT(DISABLED) are the alias's, checked here and by the put)
