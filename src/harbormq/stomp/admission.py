@@ -158,8 +158,13 @@ class Admission:
         try:
             if not login or certified is not None:
                 # an anonymous client's OS user (a quick /proc lookup), or the user
-                # its certificate maps to: no password to check
-                return await identify()
+                # its certificate maps to: no password to check. Its CONNECT is
+                # under way: a flood of new sockets does not push it out meanwhile
+                self.authenticating.add(conn)
+                try:
+                    return await identify()
+                finally:
+                    self.authenticating.discard(conn)
             self._check_rate(host)
             async with self._peer_turn(host):
                 if conn not in self.waiting:
