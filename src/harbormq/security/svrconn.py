@@ -160,14 +160,15 @@ class ClientAdmission:
     async def admit(self, conn: ClientConnection, login: str | None, passcode: str | None,
                     peer: tuple, local: tuple | None, *, sslpeer: str | None = None,
                     certified: CertificateMatch | None = None,
-                    run: Callable[[Callable[[], Principal]], Awaitable[Principal]] | None = None
-                    ) -> Principal:
+                    run: Callable[[Callable[[], Principal]], Awaitable[Principal]] | None = None,
+                    login_required: bool = False) -> Principal:
         """Admit a CONNECT (steps 1-6 of the module's docstring): the principal
         it acts as, or the refusal (a SecurityError naming why, with its MQRC).
         ``certified``: the user a client certificate maps to (mutual TLS), who
         needs no password; its subject is the SSLPEER CHLAUTH records match.
         ``run``: how the password or OS user check runs off the loop (the
-        caller's threads; default: the loop's executor)."""
+        caller's threads; default: the loop's executor). ``login_required``:
+        this connection must log in whatever CONNAUTH says (a browser's)."""
         catalog = self.catalog
         channel = self.channel_of(conn.listener)
         host = _host(peer)
@@ -203,7 +204,8 @@ class ClientAdmission:
             if certified is not None and sslpeer is None:
                 sslpeer = certified.subject
             check = partial(self._identify, channel, attrs, rules if chlauth_on else None,
-                            login, passcode, peer, local, sslpeer, where, certified)
+                            login, passcode, peer, local, sslpeer, where, certified,
+                            login_required)
             if run is None:
                 principal = await asyncio.get_running_loop().run_in_executor(None, check)
             else:
@@ -240,7 +242,8 @@ class ClientAdmission:
 
     def _identify(self, channel: str, chl: dict, rules: list[Rule] | None, login: str | None,
                   passcode: str | None, peer: tuple, local: tuple | None, sslpeer: str | None,
-                  where: str, certified: CertificateMatch | None = None) -> Principal:
+                  where: str, certified: CertificateMatch | None = None,
+                  login_required: bool = False) -> Principal:
         """Steps 3-6 (``rules`` None: CHLAUTH(DISABLED))."""
         sec = self.security
         chlauth_on = rules is not None
@@ -252,6 +255,8 @@ class ClientAdmission:
                                 "(MQRC 2035 NOT_AUTHORIZED)", msgid="HMQ5534E")
         check = policy.chckclnt
         if self.connauth_floor == "required" and check != "NONE":
+            check = "REQUIRED"
+        if login_required:
             check = "REQUIRED"
         if check == "NONE":
             login = None                # MQ: credentials given are ignored

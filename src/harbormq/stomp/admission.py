@@ -145,7 +145,8 @@ class Admission:
 
     async def authenticate(self, conn: Admitted, login: str | None, passcode: str, *,
                            peer: tuple, local: tuple | None,
-                           certified: CertificateMatch | None = None) -> Principal:
+                           certified: CertificateMatch | None = None,
+                           login_required: bool = False) -> Principal:
         """Who a CONNECT's login (or, without one, its loopback peer) is; refused
         with NotAuthorized (MQRC 2035), the refusal summarised in the operator
         log."""
@@ -154,7 +155,8 @@ class Admission:
         def identify(run=None):
             # the channel's rules on the loop, the password or OS user check by ``run``
             return self.clients.admit(conn.info, login, passcode, peer, local,
-                                      certified=certified, run=run)
+                                      certified=certified, run=run,
+                                      login_required=login_required)
         try:
             if not login or certified is not None:
                 # an anonymous client's OS user (a quick /proc lookup), or the user

@@ -248,7 +248,9 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
         try:
             self._principal = await self.service.admission.authenticate(
                 self, frame.headers.get("login"), frame.headers.get("passcode", ""), peer=peer,
-                local=local, certified=self._certified)
+                local=local, certified=self._certified,
+                # (a browser over WebSocket: its settings say connauth required)
+                login_required=self.settings.connauth == "required")
         except HarbormqError:
             self.version = version
             raise
