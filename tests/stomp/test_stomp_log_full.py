@@ -15,6 +15,7 @@ from support.stomp_helpers import build_frame, raw_connected
 
 from harbormq.errors import LogFull
 from harbormq.log.records import RecordType
+from harbormq.security import Principal
 from harbormq.stomp.connection import StompConnection
 from harbormq.stomp.listener import StompService
 
@@ -25,6 +26,28 @@ class _Anyone:
         return SimpleNamespace(user="tester", groups=[], owner=True)
 
 
+class _AdmitAnyone:
+    """The service's admission (stomp/admission.py), letting every connection
+    in as ``_Anyone`` does: slots and channel rules are not what is tested."""
+    def arrived(self, conn):
+        return None
+
+    def left(self, conn):
+        pass
+
+    def connect_started(self, conn):
+        pass
+
+    def admit(self, conn):
+        pass
+
+    async def authenticate(self, conn, login, passcode, **kw):
+        return Principal("tester", owner=True)
+
+    def close(self):
+        pass
+
+
 @pytest.fixture
 def stomp_qm(make_qm, open_qm):
     """(queue manager, STOMP port, full(pred)): ``full`` makes every record
@@ -33,6 +56,7 @@ def stomp_qm(make_qm, open_qm):
     qm = open_qm()
     core = qm.core
     service = StompService(core, qm.config, _Anyone())
+    service.admission = _AdmitAnyone()
     failing = {"pred": None}
     append = core.log.append
 
