@@ -4,7 +4,7 @@
 What it needs is installed on first use, idempotently, each under a lock file
 so that parallel test processes install it once: ``chromium`` and
 ``chromium-driver`` with apt-get (``apt-get update`` first, once; as root, or
-through ``sudo -n``), and the
+through ``sudo -n``), Debian's ``npm`` (with node.js) the same way, and the
 npm package into ``.cache/npm-stompjs`` of the checkout (gitignored). An
 install that cannot be done raises ``BrowserUnavailable`` saying why: the
 tests do not skip.
@@ -63,13 +63,14 @@ def _run(cmd: list[str], timeout: float, env=None) -> None:
                                  f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
 
 
-def chromium() -> str:
-    """The path of Chromium, installed with apt-get if it is not there."""
-    found = shutil.which("chromium")
+def apt_install(command: str, packages: list[str]) -> str:
+    """The path of ``command``, installing Debian's ``packages`` with apt-get if
+    it is not there (once, under a lock against a parallel install)."""
+    found = shutil.which(command)
     if found:
         return found
-    with _locked("apt-chromium"):
-        found = shutil.which("chromium")
+    with _locked(f"apt-{command}"):
+        found = shutil.which(command)
         if found:                     # another process installed it meanwhile
             return found
         if os.geteuid() == 0:
@@ -77,19 +78,25 @@ def chromium() -> str:
         elif shutil.which("sudo"):
             as_root = ["sudo", "-n", "env", "DEBIAN_FRONTEND=noninteractive"]
         else:
-            raise BrowserUnavailable("chromium is not installed and this user cannot install "
-                                     "it: run apt-get install -y chromium chromium-driver "
-                                     "as root")
+            raise BrowserUnavailable(f"{command} is not installed and this user cannot "
+                                     f"install it: run apt-get install -y "
+                                     f"{' '.join(packages)} as root")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         lock_wait = f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}"
         _run([*as_root, "apt-get", "-o", lock_wait, "update", "-q"], APT_LOCK_WAIT_S + 600,
              env)
-        _run([*as_root, "apt-get", "-o", lock_wait, "install", "-y", "-q", "chromium",
-              "chromium-driver"], APT_LOCK_WAIT_S + 1200, env)
-    found = shutil.which("chromium")
+        _run([*as_root, "apt-get", "-o", lock_wait, "install", "-y", "-q", *packages],
+             APT_LOCK_WAIT_S + 1200, env)
+    found = shutil.which(command)
     if not found:
-        raise BrowserUnavailable("apt-get installed chromium but it is not on PATH")
+        raise BrowserUnavailable(f"apt-get installed {' '.join(packages)} but {command} is "
+                                 "not on PATH")
     return found
+
+
+def chromium() -> str:
+    """The path of Chromium, installed with apt-get if it is not there."""
+    return apt_install("chromium", ["chromium", "chromium-driver"])
 
 
 def stompjs_bundle() -> Path:
@@ -97,12 +104,11 @@ def stompjs_bundle() -> Path:
     into the checkout's .cache if it is not there."""
     if STOMPJS_BUNDLE.is_file():
         return STOMPJS_BUNDLE
-    if shutil.which("npm") is None:
-        raise BrowserUnavailable("npm is not installed: it installs @stomp/stompjs")
+    npm = apt_install("npm", ["npm"])           # Debian's npm brings node.js
     NPM_DIR.mkdir(parents=True, exist_ok=True)
     with _locked("npm-stompjs"):
         if not STOMPJS_BUNDLE.is_file():
-            _run(["npm", "install", "--no-audit", "--no-fund", "--no-save", "--prefix",
+            _run([npm, "install", "--no-audit", "--no-fund", "--no-save", "--prefix",
                   str(NPM_DIR), f"@stomp/stompjs@{STOMPJS_VERSION}"], 600)
     if not STOMPJS_BUNDLE.is_file():
         raise BrowserUnavailable(f"npm installed @stomp/stompjs but {STOMPJS_BUNDLE} is missing")

@@ -121,10 +121,9 @@ class WebSocketTransport(asyncio.Transport):
             self._protocol.pause_writing()
 
     def can_write_eof(self) -> bool:
-        return False                         # no half-close: a close frame ends both ways
-
-    def write_eof(self) -> None:
-        raise NotImplementedError("a WebSocket has no half-close")
+        # no half-close: a close frame ends both ways (so callers close instead;
+        # asyncio.Transport's write_eof refuses)
+        return False
 
     def close(self) -> None:
         """Send what is queued, then close the WebSocket; nothing more is read.
