@@ -19,8 +19,9 @@ from collections.abc import Callable
 
 from ..core.engine import ChannelCommands, QueueManagerCore
 from ..core.objects import DEFAULT_LOCAL_QUEUE, QLOCAL_DEFAULTS, QMGR_DEFAULTS
+from ..core.queue_figures import oldest_put_ns
 from ..errors import AdminRequestError, HarbormqError, ObjectExists, UnknownObject
-from ..log.records import PAGE_SIZE, extent_file_name, key_parts
+from ..log.records import PAGE_SIZE, extent_file_name
 from ..qmgr.log_offline import deletion_plan
 from ..recovery.need import log_need_facts
 from . import mqsc
@@ -186,26 +187,9 @@ class Executor(PubSubCommands, ObjectCommands, SecurityCommands):
         return out
 
     def oldest_message_ns(self, q) -> int:
-        """put time of the oldest message a get could take (0 if none). Keys sort by
-        priority then put sequence, so the oldest is the first available message of
-        some priority band: the walk looks up one message per band and stops after
-        MSGAGE_SCAN_LIMIT keys."""
-        now = _now_ns()
-        found: set[int] = set()
-        oldest = 0
-        for walked, key in enumerate(q.iter_keys()):
-            if walked >= MSGAGE_SCAN_LIMIT or len(found) == 10:
-                break
-            prio, _seq = key_parts(key)
-            if prio in found or key in q.locked:
-                continue
-            msg = q.lookup(key)
-            if msg is None or msg.expired(now):
-                continue
-            found.add(prio)
-            if not oldest or msg.put_time_ns < oldest:
-                oldest = msg.put_time_ns
-        return oldest
+        """put time of the oldest message a get could take (0 if none), walking
+        at most MSGAGE_SCAN_LIMIT keys (``core/queue_figures.py``)."""
+        return oldest_put_ns(q, _now_ns(), MSGAGE_SCAN_LIMIT)
 
     def qstatus_queue(self, name: str) -> dict:
         q = self.core.queues[name]

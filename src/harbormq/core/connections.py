@@ -87,13 +87,18 @@ class Connection:
 class ConnectionRegistry:
     def __init__(self):
         self.by_id: dict[str, Connection] = {}
+        #: connections opened and closed since the start (the metrics' counters)
+        self.opened_total = 0
+        self.closed_total = 0
 
     def add(self, conn: Connection) -> Connection:
         self.by_id[conn.conn_id] = conn
+        self.opened_total += 1
         return conn
 
     def remove(self, conn: Connection) -> None:
-        self.by_id.pop(conn.conn_id, None)
+        if self.by_id.pop(conn.conn_id, None) is not None:
+            self.closed_total += 1
 
     def __iter__(self):
         return iter(list(self.by_id.values()))

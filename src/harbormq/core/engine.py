@@ -533,6 +533,7 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
             lsn = self.append_record(RecordType.MSG_EXPIRE, obj=q, flags=RecordFlag.AUTO_COMMIT,
                                      payload=MessageRef.of(msg).encode())
         q.commit_delete(key, lsn)
+        q.expired_total += 1
 
 
 if TYPE_CHECKING:

@@ -106,6 +106,13 @@ class LocalQueue:
         self.index_ready = True
         self.last_put_ns = 0
         self.last_get_ns = 0
+        #: committed effects since the queue manager started (the metrics'
+        #: counters; restart's redo is not counted): puts, removals (gets and
+        #: expiries), expiries alone (``engine._expire``), gets backed out
+        self.puts_total = 0
+        self.removed_total = 0
+        self.expired_total = 0
+        self.backouts_total = 0
         #: where store scans start: every store key below it is deleted in memory
         self._scan_from: bytes | None = None
         #: where a get's scan starts: no key below it is available (all locked
@@ -267,6 +274,7 @@ class LocalQueue:
         assert not self.dirty and not self.flushing, "redo ends with every store flushed"
         self.ordered = True
         self._mem_keys.clear()
+        self.puts_total = self.removed_total = self.expired_total = self.backouts_total = 0
 
     def lookup(self, key: bytes) -> Message | None:
         for layer in (self.dirty, self.flushing):
@@ -457,6 +465,7 @@ class LocalQueue:
         if self.ordered:
             self._mem_keys.add(key)
         self.depth += 1
+        self.puts_total += 1
         self._note_lsn(lsn)
         self._maybe_available(key)
         self._became_available()
@@ -472,12 +481,14 @@ class LocalQueue:
         if self.ordered:
             self._mem_keys.discard(key)
         self.depth -= 1
+        self.removed_total += 1
         self._note_lsn(lsn)
         self.room_check()
 
     def commit_update(self, msg: Message, lsn: int) -> None:
         """A new version of a message already on the queue (backout count)."""
         self.dirty[msg.key] = msg
+        self.backouts_total += 1
         self._note_lsn(lsn)
         self.unlocked(msg.key)
 

@@ -41,6 +41,7 @@ from ..errors import ControlFileMismatch, LogCorrupt, LogError, LogFull, LogMiss
 from ..fsutil import fsync_dir, make_dirs
 from .control import ControlFile, ControlState, ExtentInfo
 from .copies import LogCopies
+from .force_times import ForceTimes
 from .records import (
     EXTENT_HEADER_SIZE,
     PAGE_SIZE,
@@ -78,6 +79,11 @@ class RecoveryLog(LogCopies):
         self.end_lsn = 0
         self.synced_lsn = 0
         self.records_since_checkpoint = 0
+        #: records appended before the last checkpoint (with the count since it:
+        #: every record appended since the log was opened, for the metrics)
+        self.records_before_checkpoint = 0
+        #: the writer's forces and how long they took (``force_times.py``)
+        self.force_times = ForceTimes()
         #: called on the loop after every extent switch, with the new extent number
         self.on_switch: Callable[[int], None] | None = None
         self._writer: LogWriter | None = None
@@ -448,6 +454,7 @@ class RecoveryLog(LogCopies):
             for e in st.extents:
                 if e.state == "full" and e.end_lsn <= restart_lsn:
                     e.state = "free"
+        self.records_before_checkpoint += self.records_since_checkpoint
         self.records_since_checkpoint = 0
         st.sequence += 1
         fut = self._loop.create_future()

@@ -224,6 +224,7 @@ class LogWriter(threading.Thread):
                     self.pending_bytes = 0
                     upto = self.queued_lsn
                     must_sync = self.force_target > self.synced or self.stopping
+                started = time.perf_counter()     # a force's duration: writes and sync
                 for op in ops:
                     kind = op[0]
                     if kind == "data":
@@ -243,6 +244,7 @@ class LogWriter(threading.Thread):
                     crash_point("log.after_write_before_fsync")
                     self._sync(self.current)
                     self.synced = upto
+                    self.log.force_times.record(time.perf_counter() - started)
                     crash_point("log.after_fsync_before_ack")
                     self.log._loop.call_soon_threadsafe(self.log._on_synced, upto)
         except BaseException as exc:  # disk full, EIO: the log is unusable
