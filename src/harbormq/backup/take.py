@@ -51,6 +51,7 @@ from ..log.records import extent_file_name
 from ..qmgr.lifecycle import InstanceLock
 from . import manifest as mf
 from .copying import Copier, Pacer, Progress
+from .history import record_backup
 from .materialize import CONTROL_COPY
 from .trial import trial_restore
 
@@ -370,6 +371,7 @@ def _take_backup(config: QMConfig, to: Path, *, incremental: bool, keep: int | N
         fsync_dir(part)
         final = root / name
         rename_durably(part, final)
+        record_backup(config.qm_dir, final, m["finished_ns"])
         try:
             removed = rotate(root, config.name, keep) if keep else []
         except OSError as exc:

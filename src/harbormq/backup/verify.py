@@ -27,6 +27,7 @@ from ..errors import BackupDamaged, VerifyMismatch
 from ..fsutil import make_dirs
 from . import manifest as mf
 from .copying import Copier, Progress
+from .history import record_verified
 from .materialize import backup_extents
 from .trial import trial_restore
 
@@ -73,6 +74,7 @@ def verify_backup(backup: Path, *, scratch: Path | None = None,
         raise VerifyMismatch(f"backup {backup.name}: the trial restore (rolled forward to LSN "
                              f"{states['restart']['end_lsn']}) does not give what the "
                              "manifest lists: " + "; ".join(problems), path=str(backup))
+    record_verified(m, backup, time.time_ns())
     return {"backup": str(backup), "chain": [p.name for p, _ in chain],
             "files_bytes": checked, "extents": len(extents), "queues": got,
             "consistency_lsn": m["consistency_lsn"], "restart": states["restart"]}
