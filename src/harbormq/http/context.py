@@ -24,7 +24,7 @@ a state-changing request first passes ``context.authenticator.check_csrf``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -83,3 +83,5 @@ class WebContext:
     authenticator: Authenticator
     settings: "WebSettings"
     stomp_websocket: StompWebSocket | None = None
+    #: the last restart's report (``RestartReport.as_dict``), for /metrics
+    restart_report: Callable[[], dict | None] | None = None

@@ -122,6 +122,10 @@ class QueueManagerServer:
         return 0
 
 
+    def _restart_facts(self) -> dict | None:
+        report = self.running.report if self.running else None
+        return report.as_dict() if report is not None else None
+
     async def _start_web(self) -> None:
         """The HTTP front end (``http/``), handed the MQSC runner and STOMP over
         WebSocket as the Protocols of ``http/context.py``; its address joins
@@ -149,7 +153,8 @@ class QueueManagerServer:
                                                 {"started_ns": core.started_ns,
                                                  "connauth": settings.connauth}),
                              authenticator=authenticator, settings=web,
-                             stomp_websocket=stomp_websocket)
+                             stomp_websocket=stomp_websocket,
+                             restart_report=self._restart_facts)
         self.web = WebServer(context, web_tls(self.config, core.qmgr_attrs.get("SSLKEYR", "")))
         bound = await self.web.start()
         atomic_write(self.config.listeners_path,

@@ -1,0 +1,249 @@
+"""The numbers a scrape of ``/metrics`` reports, copied from the running
+queue manager on its loop, in small steps.
+
+``take_snapshot`` reads the core's own figures (the same ones DISPLAY
+QSTATUS, DISPLAY QMSTATUS, DISPLAY LOG, DISPLAY CONN and DISPLAY CHSTATUS
+show) into plain tuples and dicts: O(queues) attribute reads, a walk of a
+few keys for the oldest message of a queue that holds messages, and one
+pass over the connections' handles. It yields the loop after every few
+milliseconds of work, so a scrape of 100,000 queues never holds message
+traffic up for longer than that. What needs no core state (free space,
+the backup record, the replay rate) is read later, off the loop, by the
+renderer (``metrics_render.py``); the text is made there too.
+
+Not here: names, help texts and types of the metrics (``metrics_render.py``),
+the route (``metrics.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+from ..core.engine import QueueManagerCore
+from ..core.objects import DEAD_LETTER_QUEUE
+from ..core.queue_figures import oldest_put_ns
+from ..errors import HarbormqError
+
+#: loop time one step of a snapshot may take before it lets other work run
+STEP_SECONDS = 0.004
+#: queues read between two looks at the clock
+CLOCK_EVERY = 256
+#: keys walked at most per queue to find its oldest message (DISPLAY QSTATUS
+#: walks up to 100,000: a scrape of many deep queues must stay cheap)
+AGE_SCAN_LIMIT = 2_000
+
+
+class QueueRow(NamedTuple):
+    """One local queue's figures."""
+    name: str
+    depth: int              # CURDEPTH: committed, not got, plus uncommitted puts
+    uncommitted: int        # uncommitted puts and gets (DISPLAY QSTATUS UNCOM)
+    oldest_age_s: float     # MSGAGE (0 when no message is available)
+    max_depth: int
+    puts: int
+    gets: int
+    expired: int
+    backouts: int
+    consumers: int          # subscriptions sharing its messages (STOMP)
+    input_handles: int      # IPPROCS
+    output_handles: int     # OPPROCS
+
+
+class RestartFacts(Protocol):
+    """Where the last restart's report comes from (``RunningQueueManager``,
+    the embedded API): a dict as ``RestartReport.as_dict`` gives, or None."""
+
+    def __call__(self) -> dict | None: ...
+
+
+@dataclass
+class Snapshot:
+    qmgr: str
+    taken_s: float                          # wall clock, seconds
+    started_s: float                        # when this queue manager started
+    quiescing: bool
+    queues: list[QueueRow] = field(default_factory=list)
+    queues_defined: int = 0
+    connections: int = 0
+    connections_opened: int = 0
+    connections_closed: int = 0
+    uows: dict[str, int] = field(default_factory=dict)
+    dead_lettered: int = 0
+    log: dict[str, Any] = field(default_factory=dict)
+    force_buckets: list[tuple[float, int]] = field(default_factory=list)
+    force_seconds: float = 0.0
+    force_count: int = 0
+    #: role -> directory whose file system's free space is reported
+    paths: dict[str, Path] = field(default_factory=dict)
+    log_dir: Path | None = None
+    channels: list[dict] = field(default_factory=list)
+    restart: dict | None = None
+    topics: int = 0
+    subscriptions: dict[str, int] = field(default_factory=dict)
+    publications: int = 0
+    #: loop time the snapshot took, and the steps it took it in
+    loop_seconds: float = 0.0
+    steps: int = 0
+
+
+class Stepper:
+    """Lets the loop run other work once a step has used STEP_SECONDS."""
+
+    def __init__(self) -> None:
+        self.started = self.step_started = time.perf_counter()
+        self.busy = 0.0
+        self.steps = 1
+
+    async def maybe_yield(self) -> None:
+        now = time.perf_counter()
+        if now - self.step_started >= STEP_SECONDS:
+            self.busy += now - self.step_started
+            await asyncio.sleep(0)
+            self.steps += 1
+            self.step_started = time.perf_counter()
+
+    def done(self) -> float:
+        return self.busy + time.perf_counter() - self.step_started
+
+
+async def take_snapshot(core: QueueManagerCore, *, restart: RestartFacts | None = None,
+                        selected=None) -> Snapshot:
+    """The queue manager's figures now. ``selected(name) -> bool`` picks the
+    queues that get rows of their own (all when None); totals count every
+    queue."""
+    step = Stepper()
+    now_ns = time.time_ns()
+    snap = Snapshot(qmgr=core.name, taken_s=now_ns / 1e9, started_s=core.started_ns / 1e9,
+                    quiescing=bool(core.stopping))
+    _take_core(core, snap)
+    handles = _handles_by_queue(core)
+    dlq = core.qmgr_attrs.get("DEADQ") or DEAD_LETTER_QUEUE
+    queues = list(core.queues.items())
+    snap.queues_defined = len(queues)
+    rows = snap.queues
+    expired = backouts = 0
+    for i, (name, q) in enumerate(queues):
+        if i % CLOCK_EVERY == 0:
+            await step.maybe_yield()
+            if core.queues.get(name) is not q:
+                continue        # deleted (or replaced) while the loop ran other work
+        expired += q.expired_total
+        backouts += q.backouts_total
+        if name == dlq:
+            snap.dead_lettered = q.puts_total
+        if selected is not None and not selected(name):
+            continue
+        available = q.depth - len(q.locked)
+        age = 0.0
+        if available > 0 and not q.damaged and not q.recreating:
+            try:
+                oldest = oldest_put_ns(q, now_ns, AGE_SCAN_LIMIT)
+            except HarbormqError:       # its store is damaged: the queue says so elsewhere
+                oldest = 0
+            if oldest:
+                age = max(0.0, (now_ns - oldest) / 1e9)
+        ip, op = handles.get(name, (0, 0))
+        rows.append(QueueRow(name, q.curdepth, q.uncommitted_puts + len(q.locked), age,
+                             q.attrs.get("MAXDEPTH", 0), q.puts_total,
+                             q.removed_total - q.expired_total, q.expired_total,
+                             q.backouts_total, len(q.consumers), ip, op))
+    snap.log["expired"] = expired
+    snap.log["redelivered"] = backouts
+    await step.maybe_yield()
+    snap.channels = _channel_rows(core)
+    snap.restart = restart() if restart is not None else None
+    snap.loop_seconds = step.done()
+    snap.steps = step.steps
+    return snap
+
+
+def _take_core(core: QueueManagerCore, snap: Snapshot) -> None:
+    """Everything but the queues and channels: O(connections + units of work
+    + extents) plain reads."""
+    conns = core.connections
+    snap.connections = len(conns)
+    snap.connections_opened = conns.opened_total
+    snap.connections_closed = conns.closed_total
+    uows: dict[str, int] = {"active": 0, "prepared": 0, "backing_out": 0}
+    for u in list(core.uows.values()):
+        if u.state in uows:
+            uows[u.state] += 1
+    snap.uows = uows
+    snap.log = _log_figures(core)
+    times = core.log.force_times
+    snap.force_buckets = times.cumulative()
+    snap.force_seconds, snap.force_count = times.seconds, times.count
+    config = core.config
+    snap.log_dir = core.log.dir
+    snap.paths = {"log": core.log.dir, "stores": config.queues_dir}
+    if core.log.dual_dir is not None:
+        snap.paths["log_dual"] = core.log.dual_dir
+    for i, path in enumerate(config.log_archive_paths):
+        snap.paths[f"archive{i + 1}" if i else "archive"] = Path(path)
+    topics = 0
+    for d in core.objects.values():
+        topics += d["type"] == "TOPIC"
+    snap.topics = topics
+    pubsub = core.pubsub
+    if pubsub is not None:
+        durable = sum(1 for s in list(pubsub.subs.values()) if getattr(s, "durable", False))
+        snap.subscriptions = {"durable": durable, "nondurable": len(pubsub.subs) - durable}
+        snap.publications = pubsub.publications
+
+
+def _log_figures(core: QueueManagerCore) -> dict[str, Any]:
+    """The log's figures (those of DISPLAY QMSTATUS and DISPLAY LOG, in bytes)."""
+    log = core.log
+    st = log.state
+    linear = st.log_type == "linear"
+    size = log.extent_size
+    end = log.end_lsn
+    oldest_needed = min(st.restart_lsn, st.media_lsn) if linear else st.restart_lsn
+    by_state: dict[str, int] = {"active": 0, "full": 0, "free": 0}
+    reusable = backlog = 0
+    archiving = linear and bool(core.config.log_archive_paths)
+    for e in list(st.extents):
+        by_state[e.state] = by_state.get(e.state, 0) + 1
+        if e.state == "free":
+            reusable += 1
+        elif e.state == "full" and not e.deleted:
+            if linear and e.end_lsn is not None and e.end_lsn <= oldest_needed:
+                reusable += 1       # neither restart nor media recovery needs it
+            if archiving and not e.archived:
+                backlog += 1
+    return {
+        "log_type": st.log_type, "extent_bytes": size, "end_lsn": end,
+        "records": log.records_before_checkpoint + log.records_since_checkpoint,
+        "restart_lsn": st.restart_lsn, "checkpoint_lsn": st.checkpoint_lsn,
+        "restart_bytes": max(0, end - st.restart_lsn),
+        "media_bytes": max(0, end - st.media_lsn) if linear else None,
+        "reusable_bytes": reusable * size, "archive_backlog_extents": backlog,
+        "archive_backlog_bytes": backlog * size, "extents": by_state,
+        "dual": log.dual_dir is not None, "degraded": st.degraded or "",
+        "producers_held": core.producers_held(),
+        "checkpoint_span_bytes": core.checkpoint_span_last,
+    }
+
+
+def _handles_by_queue(core: QueueManagerCore) -> dict[str, tuple[int, int]]:
+    """IPPROCS and OPPROCS of every queue, in one pass over the handles."""
+    out: dict[str, tuple[int, int]] = {}
+    for conn in core.connections:
+        for h in list(conn.handles.values()):
+            ip, op = out.get(h.queue, (0, 0))
+            out[h.queue] = (ip + h.input, op + h.output)
+    return out
+
+
+def _channel_rows(core: QueueManagerCore) -> list[dict]:
+    """DISPLAY CHSTATUS(*)'s rows, when the channel initiator runs here."""
+    if core.channels is None:
+        return []
+    try:
+        return core.channels.status("*")
+    except HarbormqError:
+        return []
