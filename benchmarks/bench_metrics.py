@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""/metrics: the time and size of a scrape by the number of queues, and
+STOMP traffic with a scrape every second against none.
+
+``scrape`` (``--sizes``, default 100,10000,100000): a real queue manager in
+this process (the embedded API) given N more local queues, a tenth of them
+holding 3 messages each, and scraped ``--repeat`` times through
+``MetricsEndpoint.scrape`` (what ``GET /metrics`` runs; the HTTP transfer
+aside). Defining a real queue makes an LMDB store (about 30 ms on this
+machine: an hour for 100,000), so the added queues are ``LocalQueue``
+objects over an empty stand-in store, their messages in the queue's memory
+layer: the snapshot reads the same attributes and walks the same keys as
+for a real queue, without the store's page reads. Reported per size: the
+snapshot's loop time, its steps and the longest one (how long a scrape held
+message traffic up), the render time in its thread, the whole scrape, the
+size of the text and of its gzip, and the series.
+
+``traffic``: a queue manager process with ``[web]`` and ``--queues`` (2,000)
+real queues (defined over the admin socket, one MQSC script), the
+``receipt`` mode of ``bench_stomp.py`` (1 producer, each persistent 1 KiB
+SEND waiting for its RECEIPT; 1 consumer) for ``--messages`` (6,000) a
+round, in ``--rounds`` (6) rounds alternating: no scrape, then a scrape of
+/metrics every second from another thread (as Prometheus does); the
+machine is shared, so the two conditions alternate and each reports its
+median. ``ratio`` is scraped over unscraped (msgs/s, p99 receipt ms).
+
+    .venv/bin/python benchmarks/bench_metrics.py                  # both, JSON on stdout
+    .venv/bin/python benchmarks/bench_metrics.py --part scrape --sizes 100,10000
+    .venv/bin/python benchmarks/bench_metrics.py --part traffic --queues 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import statistics
+import tempfile
+import threading
+import time
+import urllib.request
+from argparse import Namespace
+from pathlib import Path
+
+from _common import make_progress  # puts src/ on the path
+
+progress = make_progress("bench_metrics")
+
+
+class _EmptyStore:
+    """The read side of an empty ``QueueStore`` (see the module docstring)."""
+    next_seq = 0
+
+    def count(self) -> int:
+        return 0
+
+    def last_key(self):
+        return None
+
+    def iter_keys(self, start=None):
+        return iter(())
+
+    def get(self, key):
+        return None
+
+
+def add_queues(core, n: int, prefix: str) -> None:
+    """(loop thread) ``n`` local queues over stand-in stores, every tenth with
+    3 messages."""
+    from harbormq.core.objects import QLOCAL_DEFAULTS
+    from harbormq.core.queue import LocalQueue
+    from harbormq.log.records import Message
+    base = 10_000_000
+    now = time.time_ns()
+    for i in range(n):
+        name = f"{prefix}{i:06d}"
+        q = LocalQueue({"name": name, "object_id": base + i, "type": "QLOCAL",
+                        "attrs": dict(QLOCAL_DEFAULTS)}, _EmptyStore())
+        if i % 10 == 0:
+            for _ in range(3):
+                msg = Message(body=b"x" * 100, persistent=False, priority=i % 10)
+                msg.msg_id = i.to_bytes(24, "big")
+                msg.put_time_ns = now - 5_000_000_000
+                msg.seq = q.allocate_seq()
+                q.commit_put(msg, 0)
+        core.queues[name] = q
+
+
+def scrape_sizes(sizes: list[int], repeat: int) -> list[dict]:
+    from harbormq.api import QueueManager
+    from harbormq.http import metrics_snapshot
+    from harbormq.http.metrics import MetricsEndpoint
+    from harbormq.http.metrics_render import render
+    from harbormq.qmgr import lifecycle as qmgr
+    out = []
+    with tempfile.TemporaryDirectory(prefix="bench_metrics.") as tmp:
+        home = Path(tmp)
+        qmgr.create("BENCHMET", home=home, log_file_pages=256)
+        qm = QueueManager.open("BENCHMET", home=home)
+        try:
+            core = qm.core
+            have = 0
+            for n in sizes:
+                qm._call_sync(add_queues, core, n - have, f"B.{n}.")
+                have = n
+                endpoint = MetricsEndpoint(core)
+                runs = []
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    snap = qm._call(metrics_snapshot.take_snapshot(core))
+                    t1 = time.perf_counter()
+                    text = render(snap)
+                    t2 = time.perf_counter()
+                    gz = gzip.compress(text, compresslevel=1)
+                    t3 = time.perf_counter()
+                    whole = qm._call(endpoint.scrape(gzipped=True))
+                    t4 = time.perf_counter()
+                    runs.append({"snapshot_s": t1 - t0, "loop_s": snap.loop_seconds,
+                                 "steps": snap.steps, "longest_step_ms":
+                                 snap.longest_step * 1000, "render_s": t2 - t1,
+                                 "gzip_s": t3 - t2, "scrape_s": t4 - t3,
+                                 "bytes": len(text), "gzip_bytes": len(gz),
+                                 "endpoint_bytes": len(whole),
+                                 "series": text.count(b"\n") - text.count(b"\n#")})
+                endpoint.close()
+                best = min(runs, key=lambda r: r["scrape_s"])
+                row = {"queues": len(core.queues), **{k: round(v, 4) if isinstance(v, float)
+                                                      else v for k, v in best.items()},
+                       "scrape_s_all": [round(r["scrape_s"], 3) for r in runs]}
+                progress(f"{row['queues']} queues: scrape {row['scrape_s']:.3f} s (loop "
+                         f"{row['loop_s']:.3f} s in {row['steps']} steps, longest "
+                         f"{row['longest_step_ms']:.1f} ms; render {row['render_s']:.3f} s), "
+                         f"{row['bytes'] / 1e6:.1f} MB, gzip {row['gzip_bytes'] / 1e6:.2f} MB")
+                out.append(row)
+        finally:
+            # the stand-ins have no store for the shutdown's flush to write
+            qm._call_sync(lambda: [core.queues.pop(n) for n in list(core.queues)
+                                   if n.startswith("B.")])
+            qm.close("immediate")
+    return out
+
+
+class Scraper(threading.Thread):
+    """GET /metrics every ``interval`` seconds until stopped."""
+
+    def __init__(self, port: int, interval: float = 1.0):
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.interval = interval
+        self.stopped = threading.Event()
+        self.times: list[float] = []
+        self.sizes: list[int] = []
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            t0 = time.perf_counter()
+            req = urllib.request.Request(self.url, headers={"Accept-Encoding": "gzip"})
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                self.sizes.append(len(resp.read()))
+            took = time.perf_counter() - t0
+            self.times.append(took)
+            self.stopped.wait(max(0.0, self.interval - took))
+
+
+def traffic(args) -> dict:
+    import bench_stomp
+    from bench_stomp import Server
+    with tempfile.TemporaryDirectory(prefix="bench_metrics.") as tmp:
+        home = Path(tmp)
+        server = Server(home, None, "", home / "profile.out", args.prefetch,
+                        create_options={"web_port": 0, "log_file_pages": 4096})
+        server.create()
+        server.start()
+        try:
+            t0 = time.monotonic()
+            script = "\n".join(f"DEFINE QLOCAL(MET.{i:06d})" for i in range(args.queues))
+            server.admin({"cmd": "mqsc", "text": script}, timeout=3600)
+            server.mqsc(f"DEFINE QLOCAL({bench_stomp.QUEUE}) MAXDEPTH(999999999)")
+            progress(f"{args.queues} queues defined in {time.monotonic() - t0:.0f} s")
+            entries = json.loads((server.qm_dir / "listeners.json").read_text())
+            web_port = next(e["port"] for e in entries if e.get("transport") == "http")
+            phase_args = Namespace(producers=1, consumers=1, window=1, txn_size=0,
+                                   prefetch=args.prefetch, ack_every=0, max_backlog=0,
+                                   producer_rate=0.0, consumer_rate=0, body_size=1024,
+                                   sample_interval=5.0, stall_timeout=120.0)
+            rounds = []
+            asyncio.run(bench_stomp.phase(server, phase_args, "receipt", 500,
+                                          ack="client-individual", label="warm-up"))
+            for r in range(args.rounds):
+                scraped = r % 2 == 1
+                scraper = Scraper(web_port) if scraped else None
+                if scraper:
+                    scraper.start()
+                res = asyncio.run(bench_stomp.phase(server, phase_args, "receipt",
+                                                    args.messages, ack="client-individual",
+                                                    label=f"round {r}"))
+                if scraper:
+                    scraper.stopped.set()
+                    scraper.join()
+                row = {"round": r, "scraped": scraped,
+                       "msgs_per_s": res["recv_msgs_per_s"],
+                       "p99_receipt_ms": res["receipt_latency_ms"]["p99"],
+                       "loadavg": res["loadavg_after"]}
+                if scraper:
+                    row.update(scrapes=len(scraper.times),
+                               scrape_s_max=round(max(scraper.times), 3),
+                               scrape_gzip_bytes=scraper.sizes[-1] if scraper.sizes else 0)
+                progress(json.dumps(row))
+                rounds.append(row)
+        finally:
+            server.stop()
+
+    def median(scraped: bool, key: str) -> float:
+        return statistics.median(r[key] for r in rounds if r["scraped"] == scraped)
+    summary = {c: {"msgs_per_s": median(c == "scraped", "msgs_per_s"),
+                   "p99_receipt_ms": median(c == "scraped", "p99_receipt_ms")}
+               for c in ("unscraped", "scraped")}
+    return {"queues": args.queues, "messages_per_round": args.messages, "rounds": rounds,
+            "median": summary,
+            "ratio": {k: round(summary["scraped"][k] / summary["unscraped"][k], 3)
+                      for k in ("msgs_per_s", "p99_receipt_ms")}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--part", choices=("scrape", "traffic", "all"), default="all")
+    p.add_argument("--sizes", default="100,10000,100000")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--queues", type=int, default=2000)
+    p.add_argument("--messages", type=int, default=6000)
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--prefetch", type=int, default=64)
+    args = p.parse_args()
+    out: dict = {"benchmark": "bench_metrics"}
+    if args.part in ("scrape", "all"):
+        out["scrape"] = scrape_sizes([int(s) for s in args.sizes.split(",")], args.repeat)
+    if args.part in ("traffic", "all"):
+        out["traffic"] = traffic(args)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
