@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 
-from conftest import CSRF, WebClient
+from support.web_helpers import CSRF, WebClient
 
 MSG = "/ibmmq/rest/v2/messaging/qmgr/QW/queue/{}/message"
 MQSC = "/ibmmq/rest/v2/admin/action/qmgr/QW/mqsc"

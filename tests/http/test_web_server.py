@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import WebClient, web_entry
 from support.stomp_helpers import QMServer
+from support.web_helpers import WebClient, web_entry
 
 from harbormq.config import QMConfig
 
