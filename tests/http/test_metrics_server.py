@@ -10,9 +10,9 @@ import gzip
 import re
 import threading
 
-from conftest import WebClient
 from prometheus_client.parser import text_string_to_metric_families
 from support.stomp_helpers import deadline_wait, stomp_client
+from support.web_helpers import WebClient
 
 QM = "QW"
 
