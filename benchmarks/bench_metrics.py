@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import gzip
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -96,6 +98,7 @@ def scrape_sizes(sizes: list[int], repeat: int) -> list[dict]:
     out = []
     with tempfile.TemporaryDirectory(prefix="bench_metrics.") as tmp:
         home = Path(tmp)
+        progress(f"load average {os.getloadavg()}")
         qmgr.create("BENCHMET", home=home, log_file_pages=256)
         qm = QueueManager.open("BENCHMET", home=home)
         try:
@@ -107,28 +110,43 @@ def scrape_sizes(sizes: list[int], repeat: int) -> list[dict]:
                 endpoint = MetricsEndpoint(core)
                 runs = []
                 for _ in range(repeat):
+                    collections = [0, 0, 0]
+
+                    def count(phase, info, collections=collections):
+                        if phase == "start":
+                            collections[info["generation"]] += 1
+                    gc.collect()
+                    gc.callbacks.append(count)
                     t0 = time.perf_counter()
                     snap = qm._call(metrics_snapshot.take_snapshot(core))
                     t1 = time.perf_counter()
+                    gc.callbacks.remove(count)
                     text = render(snap)
                     t2 = time.perf_counter()
                     gz = gzip.compress(text, compresslevel=1)
                     t3 = time.perf_counter()
+                    c3 = time.process_time()
                     whole = qm._call(endpoint.scrape(gzipped=True))
                     t4 = time.perf_counter()
+                    c4 = time.process_time()
                     runs.append({"snapshot_s": t1 - t0, "loop_s": snap.loop_seconds,
                                  "steps": snap.steps, "longest_step_ms":
                                  snap.longest_step * 1000, "render_s": t2 - t1,
                                  "gzip_s": t3 - t2, "scrape_s": t4 - t3,
+                                 # CPU of every thread of this process: the scrape's cost
+                                 # whatever the machine's load
+                                 "scrape_cpu_s": c4 - c3,
                                  "bytes": len(text), "gzip_bytes": len(gz),
                                  "endpoint_bytes": len(whole),
+                                 "gc_collections_in_snapshot": collections,
                                  "series": text.count(b"\n") - text.count(b"\n#")})
                 endpoint.close()
                 best = min(runs, key=lambda r: r["scrape_s"])
                 row = {"queues": len(core.queues), **{k: round(v, 4) if isinstance(v, float)
                                                       else v for k, v in best.items()},
                        "scrape_s_all": [round(r["scrape_s"], 3) for r in runs]}
-                progress(f"{row['queues']} queues: scrape {row['scrape_s']:.3f} s (loop "
+                progress(f"{row['queues']} queues: scrape {row['scrape_s']:.3f} s, CPU "
+                         f"{row['scrape_cpu_s']:.3f} s (loop "
                          f"{row['loop_s']:.3f} s in {row['steps']} steps, longest "
                          f"{row['longest_step_ms']:.1f} ms; render {row['render_s']:.3f} s), "
                          f"{row['bytes'] / 1e6:.1f} MB, gzip {row['gzip_bytes'] / 1e6:.2f} MB")

@@ -172,6 +172,6 @@ def test_a_snapshot_of_many_queues_lets_puts_run_between_its_steps(make_qm, open
         return snap, core.queues["M.BUSY"].depth
     snap, depth_after = qm._call(race())
     assert snap.steps >= n // 4
-    busy = next(r for r in snap.queues if r.name == "M.BUSY")
+    busy = snap.queues.row("M.BUSY")
     # puts went on while the snapshot was taken: before and after the queue's row
-    assert 0 < busy.depth < depth_after
+    assert 0 < busy["depth"] < depth_after

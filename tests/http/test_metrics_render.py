@@ -13,16 +13,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harbormq.http.metrics import BadQueuePattern, queue_selector
 from harbormq.http.metrics_render import QUEUE_FAMILIES, QueueFamilies, _Families, render
-from harbormq.http.metrics_snapshot import QueueRow, Snapshot
+from harbormq.http.metrics_snapshot import QueueColumns, Snapshot
+
+NAMES = ["APP.IN", "SYSTEM.DEAD.LETTER.QUEUE", "a/b%c", 'odd"\\name']
 
 
-def rows() -> list[QueueRow]:
+def rows() -> QueueColumns:
     """Values that take every spelling: 0, small and big integers, fractions."""
-    out = []
-    for i, name in enumerate(["APP.IN", "SYSTEM.DEAD.LETTER.QUEUE", "a/b%c", 'odd"\\name']):
+    out = QueueColumns()
+    for i, name in enumerate(NAMES):
         big = 10 ** (i + 4) + i           # 10,000 .. 10,000,003: past 1e6 takes an exponent
-        out.append(QueueRow(name, big, i, 0.000123 * i + i * 3600, 999_999_999, big * 7, big,
-                            i, 2 ** 40 + i, i, i + 1, 0))
+        out.add(name, big, i, 0.000123 * i + i * 3600, 999_999_999, big * 7, big, i,
+                2 ** 40 + i, i, i + 1, 0)
     return out
 
 
@@ -34,7 +36,7 @@ def test_queue_lines_are_what_prometheus_client_writes():
 
 
 def test_no_queue_rows_still_declares_the_families():
-    fams = QueueFamilies("QM", [])
+    fams = QueueFamilies("QM", QueueColumns())
     assert fams.text() == generate_latest(_Families(list(fams.families()))).decode()
 
 
@@ -84,7 +86,7 @@ def test_every_family_parses_with_its_type():
         for s in fam.samples:
             assert s.labels["qmgr"] == "QM1", s
     depth = {s.labels["queue"]: s.value for s in fams["harbormq_queue_depth"].samples}
-    assert depth == {r.name: r.depth for r in rows()}     # the odd name survives escaping
+    assert depth == dict(zip(NAMES, rows().columns["depth"], strict=True))   # escaped well
     status = {s.labels["channel"]: s.value for s in fams["harbormq_channel_status"].samples}
     assert status == {"TO.B": 3, "FROM.B": 0}
     hist = {s.name + s.labels.get("le", ""): s.value

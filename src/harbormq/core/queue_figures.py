@@ -9,8 +9,9 @@ from __future__ import annotations
 from ..log.records import key_parts
 from .queue import LocalQueue
 
-#: priorities a key can have: the walk stops once it has met one of each
-PRIORITIES = 10
+#: a bit for each priority a key can have (0 to 9): the walk stops once it
+#: has met one of each
+ALL_PRIORITIES = (1 << 10) - 1
 
 
 def oldest_put_ns(q: LocalQueue, now_ns: int, scan_limit: int) -> int:
@@ -18,18 +19,18 @@ def oldest_put_ns(q: LocalQueue, now_ns: int, scan_limit: int) -> int:
     MSGAGE. Keys sort by priority then put sequence, so the oldest is the
     first available message of some priority band: the walk looks up one
     message per band and stops after ``scan_limit`` keys."""
-    found: set[int] = set()
-    oldest = 0
+    found = 0                   # a bit per priority met (no set: the metrics call
+    oldest = 0                  # this for every queue holding messages)
     for walked, key in enumerate(q.iter_keys()):
-        if walked >= scan_limit or len(found) == PRIORITIES:
+        if walked >= scan_limit or found == ALL_PRIORITIES:
             break
         prio, _seq = key_parts(key)
-        if prio in found or key in q.locked:
+        if found >> prio & 1 or key in q.locked:
             continue
         msg = q.lookup(key)
         if msg is None or msg.expired(now_ns):
             continue
-        found.add(prio)
+        found |= 1 << prio
         if not oldest or msg.put_time_ns < oldest:
             oldest = msg.put_time_ns
     return oldest

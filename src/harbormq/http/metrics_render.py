@@ -35,7 +35,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.utils import floatToGoString
 
 from ..recovery.need import replay_rate
-from .metrics_snapshot import QueueRow, Snapshot
+from .metrics_snapshot import QueueColumns, Snapshot
 
 PREFIX = "harbormq_"
 
@@ -44,7 +44,7 @@ CHANNEL_STATUS_CODES = {"INACTIVE": 0, "BINDING": 1, "STARTING": 2, "RUNNING": 3
                         "STOPPING": 4, "RETRYING": 5, "STOPPED": 6, "REQUESTING": 7,
                         "PAUSED": 8, "DISCONNECTED": 9, "INITIALIZING": 13, "SWITCHING": 14}
 
-#: the per-queue families: (name, type, help, field of QueueRow)
+#: the per-queue families: (name, type, help, column of QueueColumns)
 QUEUE_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
     ("queue_depth", "gauge", "Messages on the queue (DISPLAY QSTATUS CURDEPTH): committed and "
      "not got, plus uncommitted puts.", "depth"),
@@ -67,7 +67,6 @@ QUEUE_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
     ("queue_output_handles", "gauge", "Handles open on the queue for output (DISPLAY "
      "QSTATUS OPPROCS).", "output_handles"),
 )
-_FIELD_INDEX = {f: i for i, f in enumerate(QueueRow._fields)}
 
 
 def _label_value(value: str) -> str:
@@ -95,34 +94,34 @@ class _Families:
 class QueueFamilies:
     """The per-queue series of one snapshot."""
 
-    def __init__(self, qmgr: str, rows: list[QueueRow]):
+    def __init__(self, qmgr: str, queues: QueueColumns):
         self.qmgr = qmgr
-        self.rows = rows
+        self.queues = queues
 
     def families(self) -> Iterator[Metric]:
         """As prometheus_client families (the reference ``text`` is held to)."""
-        for name, kind, doc, fieldname in QUEUE_FAMILIES:
+        for name, kind, doc, column in QUEUE_FAMILIES:
             fam = _family(name, kind, doc, ["qmgr", "queue"])
-            i = _FIELD_INDEX[fieldname]
-            for row in self.rows:
-                fam.add_metric([self.qmgr, row.name], row[i])
+            for queue, value in zip(self.queues.names, self.queues.columns[column],
+                                    strict=True):
+                fam.add_metric([self.qmgr, queue], value)
             yield fam
 
     def text(self) -> str:
         qm = _label_value(self.qmgr)
-        labels = [f'{{qmgr="{qm}",queue="{_label_value(row.name)}"}} ' for row in self.rows]
+        labels = [f'{{qmgr="{qm}",queue="{_label_value(name)}"}} '
+                  for name in self.queues.names]
         out = []
-        for name, kind, doc, fieldname in QUEUE_FAMILIES:
+        for name, kind, doc, column in QUEUE_FAMILIES:
             fam = _family(name, kind, doc, ["qmgr", "queue"])
             out.append(generate_latest(_Families([fam])).decode())   # HELP and TYPE
             sample = fam.name + ("_total" if kind == "counter" else "")
-            i = _FIELD_INDEX[fieldname]
             # floatToGoString's spelling, a small integer's taken without a call
             # (this line runs 11 times a queue)
             out.append("".join([
-                f"{sample}{lbl}{v}.0\n" if type(v := row[i]) is int and v < 1_000_000
+                f"{sample}{lbl}{v}.0\n" if type(v) is int and v < 1_000_000
                 else f"{sample}{lbl}{floatToGoString(v)}\n"
-                for lbl, row in zip(labels, self.rows, strict=True)]))
+                for lbl, v in zip(labels, self.queues.columns[column], strict=True)]))
         return "".join(out)
 
 

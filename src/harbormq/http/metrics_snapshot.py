@@ -21,7 +21,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from ..core.engine import QueueManagerCore
 from ..core.objects import DEAD_LETTER_QUEUE
@@ -37,20 +37,38 @@ CLOCK_EVERY = 64
 AGE_SCAN_LIMIT = 2_000
 
 
-class QueueRow(NamedTuple):
-    """One local queue's figures."""
-    name: str
-    depth: int              # CURDEPTH: committed, not got, plus uncommitted puts
-    uncommitted: int        # uncommitted puts and gets (DISPLAY QSTATUS UNCOM)
-    oldest_age_s: float     # MSGAGE (0 when no message is available)
-    max_depth: int
-    puts: int
-    gets: int
-    expired: int
-    backouts: int
-    consumers: int          # subscriptions sharing its messages (STOMP)
-    input_handles: int      # IPPROCS
-    output_handles: int     # OPPROCS
+class QueueColumns:
+    """Every selected queue's figures, a list per figure (one row a queue).
+    Columns, not a tuple a queue: numbers and names are not tracked by the
+    garbage collector, so a scrape of 100,000 queues allocates nothing that
+    starts a collection (a full one over a big queue manager's objects took
+    a third of a second on the loop)."""
+
+    #: the figures, in the order of ``add``'s arguments after the name
+    FIELDS = ("depth",            # CURDEPTH: committed, not got, plus uncommitted puts
+              "uncommitted",      # uncommitted puts and gets (DISPLAY QSTATUS UNCOM)
+              "oldest_age_s",     # MSGAGE (0 when no message is available)
+              "max_depth", "puts", "gets", "expired", "backouts",
+              "consumers",        # subscriptions sharing its messages (STOMP)
+              "input_handles",    # IPPROCS
+              "output_handles")   # OPPROCS
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.columns: dict[str, list] = {f: [] for f in self.FIELDS}
+
+    def add(self, name: str, *figures) -> None:
+        self.names.append(name)
+        for column, value in zip(self.columns.values(), figures, strict=True):
+            column.append(value)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def row(self, name: str) -> dict:
+        """One queue's figures by name (tests, tools)."""
+        i = self.names.index(name)
+        return {f: c[i] for f, c in self.columns.items()}
 
 
 class RestartFacts(Protocol):
@@ -66,7 +84,7 @@ class Snapshot:
     taken_s: float                          # wall clock, seconds
     started_s: float                        # when this queue manager started
     quiescing: bool
-    queues: list[QueueRow] = field(default_factory=list)
+    queues: QueueColumns = field(default_factory=QueueColumns)
     queues_defined: int = 0
     connections: int = 0
     connections_opened: int = 0
@@ -131,15 +149,26 @@ async def take_snapshot(core: QueueManagerCore, *, restart: RestartFacts | None 
     _take_core(core, snap)
     handles = _handles_by_queue(core)
     dlq = core.qmgr_attrs.get("DEADQ") or DEAD_LETTER_QUEUE
-    queues = list(core.queues.items())
+    # the names alone: a list of (name, queue) pairs would be 100,000 tuples
+    # kept alive, enough to start a full collection of the garbage collector
+    queues = list(core.queues)
     snap.queues_defined = len(queues)
-    rows = snap.queues
+    cols = snap.queues.columns
+    names = snap.queues.names.append
+    depths, uncommitted, ages = cols["depth"].append, cols["uncommitted"].append, \
+        cols["oldest_age_s"].append
+    max_depths, puts, gets = cols["max_depth"].append, cols["puts"].append, cols["gets"].append
+    expiries, outs, consumers = cols["expired"].append, cols["backouts"].append, \
+        cols["consumers"].append
+    inputs, outputs = cols["input_handles"].append, cols["output_handles"].append
     expired = backouts = 0
-    for i, (name, q) in enumerate(queues):
+    by_name = core.queues
+    for i, name in enumerate(queues):
         if i % CLOCK_EVERY == 0:
             await step.maybe_yield()
-            if core.queues.get(name) is not q:
-                continue        # deleted (or replaced) while the loop ran other work
+        q = by_name.get(name)
+        if q is None:
+            continue            # deleted while the loop ran other work
         expired += q.expired_total
         backouts += q.backouts_total
         if name == dlq:
@@ -155,11 +184,20 @@ async def take_snapshot(core: QueueManagerCore, *, restart: RestartFacts | None 
                 oldest = 0
             if oldest:
                 age = max(0.0, (now_ns - oldest) / 1e9)
-        ip, op = handles.get(name, (0, 0))
-        rows.append(QueueRow(name, q.curdepth, q.uncommitted_puts + len(q.locked), age,
-                             q.attrs.get("MAXDEPTH", 0), q.puts_total,
-                             q.removed_total - q.expired_total, q.expired_total,
-                             q.backouts_total, len(q.consumers), ip, op))
+        # (one append a column rather than QueueColumns.add: 100,000 calls fewer)
+        names(name)
+        depths(q.curdepth)
+        uncommitted(q.uncommitted_puts + len(q.locked))
+        ages(age)
+        max_depths(q.attrs.get("MAXDEPTH", 0))
+        puts(q.puts_total)
+        gets(q.removed_total - q.expired_total)
+        expiries(q.expired_total)
+        outs(q.backouts_total)
+        consumers(len(q.consumers))
+        ip_op = handles.get(name)
+        inputs(ip_op[0] if ip_op else 0)
+        outputs(ip_op[1] if ip_op else 0)
     snap.log["expired"] = expired
     snap.log["redelivered"] = backouts
     await step.maybe_yield()
