@@ -2,9 +2,10 @@
 """/metrics: the time and size of a scrape by the number of queues, and
 STOMP traffic with a scrape every second against none.
 
-``scrape`` (``--sizes``, default 100,10000,100000): a real queue manager in
-this process (the embedded API) given N more local queues, a tenth of them
-holding 3 messages each, and scraped ``--repeat`` times through
+``scrape`` (``--sizes``: 100 and 10,000 queues, 100,000 too with ``--full``):
+a real queue manager in this process (the embedded API) given N more local
+queues, a tenth of them holding 3 messages each, and scraped ``--repeat``
+times through
 ``MetricsEndpoint.scrape`` (what ``GET /metrics`` runs; the HTTP transfer
 aside). Defining a real queue makes an LMDB store (about 30 ms on this
 machine: an hour for 100,000), so the added queues are ``LocalQueue``
@@ -15,17 +16,17 @@ snapshot's loop time, its steps and the longest one (how long a scrape held
 message traffic up), the render time in its thread, the whole scrape, the
 size of the text and of its gzip, and the series.
 
-``traffic``: a queue manager process with ``[web]`` and ``--queues`` (2,000)
-real queues (defined over the admin socket, one MQSC script), the
-``receipt`` mode of ``bench_stomp.py`` (1 producer, each persistent 1 KiB
-SEND waiting for its RECEIPT; 1 consumer) for ``--messages`` (6,000) a
-round, in ``--rounds`` (6) rounds alternating: no scrape, then a scrape of
-/metrics every second from another thread (as Prometheus does); the
-machine is shared, so the two conditions alternate and each reports its
-median. ``ratio`` is scraped over unscraped (msgs/s, p99 receipt ms).
+``traffic``: a queue manager process with ``[web]`` and ``--queues`` (500;
+``--full`` 2,000) real queues (defined over the admin socket, one MQSC
+script), the ``receipt`` mode of ``bench_stomp.py`` (1 producer, each
+persistent 1 KiB SEND waiting for its RECEIPT; 1 consumer) for
+``--messages`` (3,000; 6,000) a round, in ``--rounds`` (4; 6) rounds
+alternating: no scrape, then a scrape of /metrics every second from
+another thread (as Prometheus does); the machine is shared, so the two
+conditions alternate and each reports its median. ``ratio`` is scraped over unscraped (msgs/s, p99 receipt ms).
 
-    .venv/bin/python benchmarks/bench_metrics.py                  # both, JSON on stdout
-    .venv/bin/python benchmarks/bench_metrics.py --part scrape --sizes 100,10000
+    .venv/bin/python benchmarks/bench_metrics.py                  # both, quick; JSON on stdout
+    .venv/bin/python benchmarks/bench_metrics.py --full --part scrape     # 100 to 100,000
     .venv/bin/python benchmarks/bench_metrics.py --part traffic --queues 10000
 """
 
@@ -243,13 +244,20 @@ def traffic(args) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--part", choices=("scrape", "traffic", "all"), default="all")
-    p.add_argument("--sizes", default="100,10000,100000")
+    p.add_argument("--full", action="store_true",
+                   help="100,000 queues scraped too; traffic: 2,000 queues, 6 rounds of "
+                        "6,000 messages")
+    p.add_argument("--sizes", help="queues to scrape, e.g. 100,10000 (the quick default)")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--queues", type=int, default=2000)
-    p.add_argument("--messages", type=int, default=6000)
-    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--queues", type=int, help="traffic: queues defined (quick 500)")
+    p.add_argument("--messages", type=int, help="traffic: messages a round (quick 3,000)")
+    p.add_argument("--rounds", type=int, help="traffic: rounds, alternating (quick 4)")
     p.add_argument("--prefetch", type=int, default=64)
     args = p.parse_args()
+    args.sizes = args.sizes or ("100,10000,100000" if args.full else "100,10000")
+    args.queues = args.queues or (2000 if args.full else 500)
+    args.messages = args.messages or (6000 if args.full else 3000)
+    args.rounds = args.rounds or (6 if args.full else 4)
     out: dict = {"benchmark": "bench_metrics"}
     if args.part in ("scrape", "all"):
         out["scrape"] = scrape_sizes([int(s) for s in args.sizes.split(",")], args.repeat)
