@@ -23,7 +23,9 @@ persistent 1 KiB SEND waiting for its RECEIPT; 1 consumer) for
 ``--messages`` (3,000; 6,000) a round, in ``--rounds`` (4; 6) rounds
 alternating: no scrape, then a scrape of /metrics every second from
 another thread (as Prometheus does); the machine is shared, so the two
-conditions alternate and each reports its median. ``ratio`` is scraped over unscraped (msgs/s, p99 receipt ms).
+conditions alternate and each reports its median. ``ratio`` is scraped
+over unscraped (msgs/s, p99 receipt ms, the server's CPU a message and its
+event loop's, which the machine's load moves least).
 
     .venv/bin/python benchmarks/bench_metrics.py                  # both, quick; JSON on stdout
     .venv/bin/python benchmarks/bench_metrics.py --full --part scrape     # 100 to 100,000
@@ -220,6 +222,10 @@ def traffic(args) -> dict:
                 row = {"round": r, "scraped": scraped,
                        "msgs_per_s": res["recv_msgs_per_s"],
                        "p99_receipt_ms": res["receipt_latency_ms"]["p99"],
+                       # the server's CPU a message, and its event loop's: what the
+                       # machine's load moves least
+                       "server_cpu_us_per_msg": res["server_cpu_us_per_msg"],
+                       "server_main_thread_us_per_msg": res["server_main_thread_us_per_msg"],
                        "loadavg": res["loadavg_after"]}
                 if scraper:
                     row.update(scrapes=len(scraper.times),
@@ -232,13 +238,14 @@ def traffic(args) -> dict:
 
     def median(scraped: bool, key: str) -> float:
         return statistics.median(r[key] for r in rounds if r["scraped"] == scraped)
-    summary = {c: {"msgs_per_s": median(c == "scraped", "msgs_per_s"),
-                   "p99_receipt_ms": median(c == "scraped", "p99_receipt_ms")}
+    keys = ("msgs_per_s", "p99_receipt_ms", "server_cpu_us_per_msg",
+            "server_main_thread_us_per_msg")
+    summary = {c: {k: median(c == "scraped", k) for k in keys}
                for c in ("unscraped", "scraped")}
     return {"queues": args.queues, "messages_per_round": args.messages, "rounds": rounds,
             "median": summary,
             "ratio": {k: round(summary["scraped"][k] / summary["unscraped"][k], 3)
-                      for k in ("msgs_per_s", "p99_receipt_ms")}}
+                      for k in keys}}
 
 
 def main() -> None:
