@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from harbormq.http import metrics_render
 from harbormq.http.metrics import BadQueuePattern, queue_selector
 from harbormq.http.metrics_render import QUEUE_FAMILIES, QueueFamilies, _Families, render
 from harbormq.http.metrics_snapshot import QueueColumns, Snapshot
@@ -33,6 +34,12 @@ def test_queue_lines_are_what_prometheus_client_writes():
     reference = generate_latest(_Families(list(fams.families()))).decode()
     assert fams.text() == reference
     assert reference.count("\n") == len(QUEUE_FAMILIES) * (len(rows()) + 2)
+
+
+def test_queue_lines_written_in_chunks_are_the_same(monkeypatch):
+    whole = QueueFamilies("QM", rows()).text()
+    monkeypatch.setattr(metrics_render, "CHUNK", 3)     # 4 queues: chunks of 3 and 1
+    assert QueueFamilies("QM", rows()).text() == whole
 
 
 def test_no_queue_rows_still_declares_the_families():
