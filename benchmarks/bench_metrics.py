@@ -13,8 +13,9 @@ objects over an empty stand-in store, their messages in the queue's memory
 layer: the snapshot reads the same attributes and walks the same keys as
 for a real queue, without the store's page reads. Reported per size: the
 snapshot's loop time, its steps and the longest one (how long a scrape held
-message traffic up), the render time in its thread, the whole scrape, the
-size of the text and of its gzip, and the series.
+message traffic up), the render time in its thread, the whole scrape and its CPU, the
+size of the text and of its gzip, the series, and how late the loop ran a
+1 ms timer (p50, p99, max) for a second idle and during a scrape.
 
 ``traffic``: a queue manager process with ``[web]`` and ``--queues`` (500;
 ``--full`` 2,000) real queues (defined over the admin socket, one MQSC
@@ -92,6 +93,30 @@ def add_queues(core, n: int, prefix: str) -> None:
         core.queues[name] = q
 
 
+async def loop_lag(work=None, seconds: float = 0.0) -> dict:
+    """How late the loop runs a 1 ms timer while ``work`` (a coroutine) runs,
+    or for ``seconds`` without it: what a frame or a force waiting on the
+    loop would wait (ms: p50, p99, max)."""
+    lags: list[float] = []
+    done = asyncio.Event()
+
+    async def probe():
+        while not done.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.001)
+            lags.append((time.perf_counter() - t - 0.001) * 1000)
+    task = asyncio.ensure_future(probe())
+    if work is not None:
+        await work
+    else:
+        await asyncio.sleep(seconds)
+    done.set()
+    await task
+    lags.sort()
+    return {"p50": round(lags[len(lags) // 2], 2), "p99": round(lags[int(len(lags) * 0.99)], 2),
+            "max": round(lags[-1], 2), "samples": len(lags)}
+
+
 def scrape_sizes(sizes: list[int], repeat: int) -> list[dict]:
     from harbormq.api import QueueManager
     from harbormq.http import metrics_snapshot
@@ -143,16 +168,20 @@ def scrape_sizes(sizes: list[int], repeat: int) -> list[dict]:
                                  "endpoint_bytes": len(whole),
                                  "gc_collections_in_snapshot": collections,
                                  "series": text.count(b"\n") - text.count(b"\n#")})
+                idle = qm._call(loop_lag(seconds=1.0))
+                busy = qm._call(loop_lag(endpoint.scrape(gzipped=True)))
                 endpoint.close()
                 best = min(runs, key=lambda r: r["scrape_s"])
                 row = {"queues": len(core.queues), **{k: round(v, 4) if isinstance(v, float)
                                                       else v for k, v in best.items()},
-                       "scrape_s_all": [round(r["scrape_s"], 3) for r in runs]}
+                       "scrape_s_all": [round(r["scrape_s"], 3) for r in runs],
+                       "loop_lag_ms_idle": idle, "loop_lag_ms_scraping": busy}
                 progress(f"{row['queues']} queues: scrape {row['scrape_s']:.3f} s, CPU "
                          f"{row['scrape_cpu_s']:.3f} s (loop "
                          f"{row['loop_s']:.3f} s in {row['steps']} steps, longest "
                          f"{row['longest_step_ms']:.1f} ms; render {row['render_s']:.3f} s), "
-                         f"{row['bytes'] / 1e6:.1f} MB, gzip {row['gzip_bytes'] / 1e6:.2f} MB")
+                         f"{row['bytes'] / 1e6:.1f} MB, gzip {row['gzip_bytes'] / 1e6:.2f} MB; "
+                         f"loop lag p99 {idle['p99']} ms idle, {busy['p99']} ms scraping")
                 out.append(row)
         finally:
             # the stand-ins have no store for the shutdown's flush to write
