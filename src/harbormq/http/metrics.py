@@ -4,7 +4,7 @@ format (docs/http-metrics.md).
 A scrape takes a snapshot of the core's own figures on the loop, in steps
 of a few milliseconds (``metrics_snapshot.py``), then renders the text in
 a thread of its own (``metrics_render.py``), gzipped when the scraper
-accepts it, as Prometheus does. One scrape runs at a time: a scrape that
+accepts it (Prometheus does). One scrape runs at a time: a scrape that
 arrives meanwhile waits for the next, so a scraper retrying in a loop
 never piles snapshots up on the loop.
 
@@ -27,7 +27,6 @@ above); the listener, TLS and authentication (``server.py``, ``auth.py``).
 from __future__ import annotations
 
 import asyncio
-import gzip
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,8 +43,6 @@ from .metrics_snapshot import RestartFacts, take_snapshot
 
 #: prometheus_client's CONTENT_TYPE_LATEST: the text format, version 0.0.4
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-#: a scrape text smaller than this is sent as it is (gzip costs more than it saves)
-GZIP_FROM = 1024
 
 
 class BadQueuePattern(HarbormqError):
@@ -90,7 +87,7 @@ class MetricsEndpoint:
         self._renderer = ThreadPoolExecutor(1, thread_name_prefix=f"harbormq-metrics-{core.name}")
 
     async def scrape(self, patterns: list[str] = (), *, gzipped: bool = False) -> bytes:
-        """The text of one scrape (gzipped when asked and worth it)."""
+        """The text of one scrape (gzipped when asked)."""
         selected = queue_selector(list(patterns))
         async with self._lock:
             snap = await take_snapshot(self.core, restart=self.restart, selected=selected)
@@ -98,10 +95,8 @@ class MetricsEndpoint:
             return await loop.run_in_executor(self._renderer, self._render, snap, gzipped)
 
     def _render(self, snap, gzipped: bool) -> bytes:
-        text = render(snap, backups=self.backups() if self.backups is not None else None)
-        if gzipped and len(text) >= GZIP_FROM:
-            return gzip.compress(text, compresslevel=1)
-        return text
+        return render(snap, backups=self.backups() if self.backups is not None else None,
+                      gzipped=gzipped)
 
     def close(self) -> None:
         self._renderer.shutdown(wait=False, cancel_futures=True)

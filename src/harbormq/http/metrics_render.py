@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -41,6 +42,8 @@ from .metrics_snapshot import QueueColumns, Snapshot
 PREFIX = "harbormq_"
 #: per-queue lines written between two hand-overs of the GIL to the loop
 CHUNK = 1000
+#: gzip's fastest level: a scrape's text is repetitive enough (25 to 1)
+GZIP_LEVEL = 1
 
 #: DISPLAY CHSTATUS's STATUS as MQ's MQCHS_* values (what mq_prometheus reports)
 CHANNEL_STATUS_CODES = {"INACTIVE": 0, "BINDING": 1, "STARTING": 2, "RUNNING": 3,
@@ -110,28 +113,34 @@ class QueueFamilies:
                 fam.add_metric([self.qmgr, queue], value)
             yield fam
 
-    def text(self) -> str:
+    def chunks(self) -> Iterator[str]:
+        """The text in pieces of CHUNK lines; between two pieces the GIL goes
+        to the loop (``time.sleep(0)``) at once, not after the interpreter's
+        switch interval (5 ms): no piece holds it long, however many queues."""
         qm = _label_value(self.qmgr)
-        labels = [f'{{qmgr="{qm}",queue="{_label_value(name)}"}} '
-                  for name in self.queues.names]
-        out = []
+        names = self.queues.names
+        labels: list[str] = []
+        for start in range(0, len(names), CHUNK):
+            labels += [f'{{qmgr="{qm}",queue="{_label_value(name)}"}} '
+                       for name in names[start:start + CHUNK]]
+            time.sleep(0)
         for name, kind, doc, column in QUEUE_FAMILIES:
             fam = _family(name, kind, doc, ["qmgr", "queue"])
-            out.append(generate_latest(_Families([fam])).decode())   # HELP and TYPE
+            yield generate_latest(_Families([fam])).decode()     # HELP and TYPE
             sample = fam.name + ("_total" if kind == "counter" else "")
             values = self.queues.columns[column]
             for start in range(0, len(values), CHUNK):
                 # floatToGoString's spelling, a small integer's taken without a
                 # call (this line runs 11 times a queue)
-                out.append("".join([
+                yield "".join([
                     f"{sample}{lbl}{v}.0\n" if type(v) is int and v < 1_000_000
                     else f"{sample}{lbl}{floatToGoString(v)}\n"
                     for lbl, v in zip(labels[start:start + CHUNK],
-                                      values[start:start + CHUNK], strict=True)]))
-                # hand the GIL over: the loop waiting for it gets it now, not
-                # after the interpreter's switch interval (5 ms)
+                                      values[start:start + CHUNK], strict=True)])
                 time.sleep(0)
-        return "".join(out)
+
+    def text(self) -> str:
+        return "".join(self.chunks())
 
 
 def families(snap: Snapshot, *, free_space: dict[str, tuple[Path, int, int]],
@@ -292,15 +301,25 @@ def free_space(paths: dict[str, Path]) -> dict[str, tuple[Path, int, int]]:
     return out
 
 
-def render(snap: Snapshot, *, backups: dict | None = None) -> bytes:
-    """The whole text of one scrape (run in a thread: it reads the disks)."""
+def render(snap: Snapshot, *, backups: dict | None = None, gzipped: bool = False) -> bytes:
+    """The whole text of one scrape, gzipped when asked (run in a thread: it
+    reads the disks). Gzipped piece by piece as the pieces come (zlib lets
+    the GIL go while it compresses), so that no single step copies the whole
+    text while holding the GIL (82 MB at 100,000 queues)."""
     rate = None
     if snap.log_dir is not None:
         rate = replay_rate(_LogDir(snap.log_dir))[0]
     head = generate_latest(_Families(families(
         snap, free_space=free_space(snap.paths), backups=backups,
         replay_bytes_per_s=rate)))
-    return head + QueueFamilies(snap.qmgr, snap.queues).text().encode()
+    pieces = (piece.encode() for piece in QueueFamilies(snap.qmgr, snap.queues).chunks())
+    if not gzipped:
+        return head + b"".join(pieces)
+    gz = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)      # 31: the gzip format
+    out = [gz.compress(head)]
+    out += [gz.compress(piece) for piece in pieces]
+    out.append(gz.flush())
+    return b"".join(out)
 
 
 class _LogDir:
