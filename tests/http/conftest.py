@@ -18,7 +18,7 @@ from support.web_helpers import WebClient, make_key_repository, start_web, web_c
 @pytest.fixture(scope="session")
 def web(tmp_path_factory):
     srv = QMServer(tmp_path_factory.mktemp("web") / "hmq", "QW")
-    srv.create()
+    srv.create(max_frame_bytes=16 << 20)       # (a message bigger than socket buffers)
     if shutil.which("openssl") is None:
         pytest.skip("openssl CLI not available to make a test certificate")
     make_key_repository(srv)
