@@ -1,23 +1,29 @@
 """Fixtures of the HTTP front end's tests: ``web``, a real ``harbormq start
---foreground`` process with ``[web]`` on a free loopback port and short
-limits, its users (alice: no authority records, bob: granted by tests,
+--foreground`` process with ``[web]`` on a free loopback port, https with
+the key repository's certificate (``web.ca`` is the file a client trusts)
+and short limits, its users (alice: no authority records, bob: granted by tests,
 root: of the group mqm), and ``admin``, root's ``WebClient``. Tests on
 ``web`` use queues of their own. The helpers are tests/support/web_helpers.py.
 """
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from support.stomp_helpers import QMServer
-from support.web_helpers import WebClient, start_web
+from support.web_helpers import WebClient, make_key_repository, start_web, web_client
 
 
 @pytest.fixture(scope="session")
 def web(tmp_path_factory):
     srv = QMServer(tmp_path_factory.mktemp("web") / "hmq", "QW")
-    srv.create()
+    srv.create(max_frame_bytes=16 << 20)       # (a message bigger than socket buffers)
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not available to make a test certificate")
+    make_key_repository(srv)
     # short limits, so that the tests of slow and long requests are quick
-    start_web(srv, request_timeout_ms=2000, max_body_bytes=1 << 20)
+    start_web(srv, tls=True, request_timeout_ms=2000, max_body_bytes=1 << 20)
     srv.user_add("alice", "alicepw")                   # no authority records
     srv.user_add("bob", "bobpw")                       # granted during a test
     srv.user_add("root", "rootpw", "mqm")              # an administrator by group
@@ -27,4 +33,4 @@ def web(tmp_path_factory):
 
 @pytest.fixture
 def admin(web) -> WebClient:
-    return WebClient(web.web_port, "root", "rootpw")
+    return web_client(web, "root", "rootpw")

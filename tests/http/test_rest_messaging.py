@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
+import struct
 import threading
 import time
 
-from support.stomp_helpers import QMServer, deadline_wait, stomp_client
-from support.web_helpers import WebClient, start_web
+from support.stomp_helpers import deadline_wait, stomp_client
+from support.web_helpers import WebClient, raw_socket, restart_web, web_client
 
 MSG = "/ibmmq/rest/v2/messaging/qmgr/QW/queue/{}/message"
 LIST = "/ibmmq/rest/v2/messaging/qmgr/QW/queue/{}/messagelist"
@@ -138,7 +140,7 @@ def test_get_waits_for_a_message(web, admin):
 
 def test_client_gone_while_its_get_waits_takes_nothing(web, admin):
     admin.mqsc("DEFINE QLOCAL(MS.GONE)")
-    s = socket.create_connection(("127.0.0.1", web.web_port), timeout=10)
+    s = raw_socket(web)
     s.sendall((f"DELETE {MSG.format('MS.GONE')}?wait=20000 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                "Authorization: Basic cm9vdDpyb290cHc=\r\nibm-mq-rest-csrf-token: x\r\n"
                "\r\n").encode())
@@ -181,20 +183,44 @@ def test_expired_message_is_not_got(web, admin):
     assert admin.call("DELETE", MSG.format("MS.EXPIRE"))[0] == 204
 
 
-def test_persistent_put_answered_201_survives_sigkill(tmp_path):
-    srv = QMServer(tmp_path / "hmq", "QW")
-    srv.create()
-    start_web(srv)
+def test_persistent_put_answered_201_survives_sigkill(web, admin):
+    admin.mqsc("DEFINE QLOCAL(MS.DURABLE)")
+    for i in range(20):
+        assert admin.call("POST", MSG.format("MS.DURABLE"), f"d{i}",
+                          {"ibm-mq-md-persistence": "persistent"})[0] == 201
+    web.kill()                                 # (the session's server: started again)
+    restart_web(web)
+    status, doc = web_client(web, "root", "rootpw").json(
+        "GET", LIST.format("MS.DURABLE") + "?limit=100")
+    assert status == 200 and len(doc["messages"]) == 20
+
+
+def test_client_gone_while_its_message_is_sent_leaves_it_on_the_queue(web, admin):
+    """The get is committed only once the answer is written: a client that
+    stops reading and goes takes nothing (the message is backed out)."""
+    size = 12 << 20                            # more than the sockets' buffers hold
+    admin.mqsc(f"ALTER QMGR MAXMSGL({size})")
+    admin.mqsc(f"ALTER CHANNEL(SYSTEM.DEF.SVRCONN) CHLTYPE(SVRCONN) MAXMSGL({size})")
+    admin.mqsc(f"DEFINE QLOCAL(MS.HALFWAY) MAXMSGL({size})")
+    conn = stomp_client(web.port, login="root", passcode="rootpw")
     try:
-        client = WebClient(srv.web_port)           # the owner, anonymous on loopback
-        client.mqsc("DEFINE QLOCAL(MS.DURABLE)")
-        for i in range(20):
-            assert client.call("POST", MSG.format("MS.DURABLE"), f"d{i}",
-                               {"ibm-mq-md-persistence": "persistent"})[0] == 201
-        srv.kill()
-        start_web(srv)
-        client = WebClient(srv.web_port)
-        status, doc = client.json("GET", LIST.format("MS.DURABLE") + "?limit=100")
-        assert status == 200 and len(doc["messages"]) == 20
+        conn.send("/queue/MS.HALFWAY", b"B" * size, headers={"receipt": "r"})
+        conn.col.wait_receipt("r")
     finally:
-        srv.stop()
+        conn.disconnect()
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(10)
+    raw.connect(("127.0.0.1", web.web_port))
+    s = ssl.create_default_context(cafile=web.ca).wrap_socket(raw, server_hostname="127.0.0.1")
+    s.sendall((f"DELETE {MSG.format('MS.HALFWAY')} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               "Authorization: Basic cm9vdDpyb290cHc=\r\nibm-mq-rest-csrf-token: x\r\n"
+               "\r\n").encode())
+    assert s.recv(100).startswith(b"HTTP/1.1 200")   # the answer began...
+    time.sleep(0.5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()                                  # ...and the client went (reset)
+    deadline_wait(lambda: curdepth(admin, "MS.HALFWAY") == 1, what="the backout")
+    status, headers, body = admin.call("DELETE", MSG.format("MS.HALFWAY"))
+    assert status == 200 and len(body) == size
+    assert headers["ibm-mq-md-backoutcount"] == "1"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from support.web_helpers import WebClient
+from support.web_helpers import web_client
 
 from harbormq.admin import mqsc
 
@@ -193,7 +193,7 @@ def test_not_json_unknown_qmgr_and_wrong_method(admin):
 def test_authority_is_checked_per_command_as_for_stomp(web, admin):
     admin.mqsc("DEFINE QLOCAL(AU.OPEN)")
     admin.mqsc("DEFINE QLOCAL(AU.SECRET)")
-    bob = WebClient(web.web_port, "bob", "bobpw")
+    bob = web_client(web, "bob", "bobpw")
     status, doc = bob.mqsc("DISPLAY QLOCAL(AU.OPEN)")
     assert status == 403 and doc["error"][0]["reasonCode"] == 2035
     admin.mqsc("SET AUTHREC PROFILE('AU.OPEN') OBJTYPE(QUEUE) PRINCIPAL('bob') AUTHADD(DSP)")

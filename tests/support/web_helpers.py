@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import ssl
 
 from support.stomp_helpers import QMServer, deadline_wait
 
@@ -36,18 +37,25 @@ def start_web(srv: QMServer, **web) -> QMServer:
     data = tomllib.loads(srv.config_path.read_text())
     data["web"] = {"port": 0, **web}
     srv.config_path.write_text(tomli_w.dumps(data))
+    return restart_web(srv)
+
+
+def restart_web(srv: QMServer) -> QMServer:
+    """Start ``srv`` (its [web] as it is); the HTTP port in ``srv.web_port``."""
     srv.start()
     srv.web_port = web_entry(srv)["port"]
     return srv
 
 
 class WebClient:
-    """One caller of the listener: a new connection per request unless
-    ``keep`` (then one kept open)."""
+    """One caller of the listener, a new connection per request; HTTP basic
+    when ``user`` is given, https when ``tls_ca`` is."""
 
     def __init__(self, port: int, user: str | None = None, password: str = "",
-                 host: str = "127.0.0.1", timeout: float = 30):
+                 host: str = "127.0.0.1", timeout: float = 30, tls_ca: str | None = None):
         self.port, self.host, self.timeout = port, host, timeout
+        #: https, trusting this CA file, when given
+        self.tls_ca = tls_ca
         self.auth = None
         if user is not None:
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -67,7 +75,12 @@ class WebClient:
         elif isinstance(body, str):
             body = body.encode()
             hdrs.setdefault("Content-Type", "text/plain;charset=utf-8")
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        if self.tls_ca:
+            context = ssl.create_default_context(cafile=self.tls_ca)
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout,
+                                               context=context)
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
             conn.request(method, path, body=body, headers=hdrs)
             resp = conn.getresponse()
@@ -83,3 +96,35 @@ class WebClient:
     def mqsc(self, command: str, qm: str = "QW"):
         return self.json("POST", f"/ibmmq/rest/v2/admin/action/qmgr/{qm}/mqsc",
                          {"type": "runCommand", "parameters": {"command": command}})
+
+
+def make_key_repository(srv: QMServer) -> str:
+    """A self-signed certificate for localhost and 127.0.0.1 in the queue
+    manager's key repository (``qmgrs/<QM>/ssl``: SSLKEYR blank); the CA file
+    a client trusts, also kept as ``srv.ca``."""
+    import subprocess
+    keyr = srv.qm_dir / "ssl"
+    keyr.mkdir(exist_ok=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(keyr / "key.pem"), "-out", str(keyr / "cert.pem")],
+                   check=True, capture_output=True, timeout=60)
+    srv.ca = str(keyr / "cert.pem")
+    return srv.ca
+
+
+def web_client(srv: QMServer, user: str | None = None, password: str = "") -> WebClient:
+    """A WebClient of ``srv``'s listener (https trusting ``srv.ca`` when it has one)."""
+    return WebClient(srv.web_port, user, password, tls_ca=getattr(srv, "ca", None))
+
+
+def raw_socket(srv: QMServer, timeout: float = 10):
+    """A socket to ``srv``'s listener (TLS when it has a CA), for exact bytes."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", srv.web_port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    ca = getattr(srv, "ca", None)
+    if ca:
+        s = ssl.create_default_context(cafile=ca).wrap_socket(s, server_hostname="127.0.0.1")
+    return s

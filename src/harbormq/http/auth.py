@@ -12,7 +12,7 @@
   that rebinds its name to 127.0.0.1 is refused) and without an ``Origin``
   (a browser's page must log in, as a browser's STOMP WebSocket must): the
   OS user at the other end, as for an anonymous STOMP connection
-  (``Security.anonymous_principal``).
+  (``Security.anonymous_principal``), found once per connection.
 * **Authority**: ``require`` is ``Security.require``, the one check STOMP and
   the channels make; a refusal is MQRC 2035 and answers 403.
 * **CSRF**: a request that changes state (POST, PUT, PATCH, DELETE) must
@@ -33,6 +33,7 @@ import hashlib
 import ipaddress
 import os
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
@@ -78,6 +79,9 @@ class WebAuthenticator:
         #: (user, password hash) -> (principal, users.json stamp, when verified)
         self._remembered: dict[tuple[str, bytes], tuple[Principal, tuple, float]] = {}
         self._salt = os.urandom(16)
+        #: an anonymous connection's principal, found once per connection (the
+        #: OS user at the other end is looked up in /proc/net/tcp: milliseconds)
+        self._anonymous_by_connection: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def close(self) -> None:
         self._checks.shutdown(wait=False, cancel_futures=True)
@@ -159,13 +163,20 @@ class WebAuthenticator:
         if not _loopback_host(request.url.host):
             raise self._unauthorized(f"an anonymous request must name this machine (Host: "
                                      f"{request.host}); log in instead")
+        transport = request.transport
+        known = self._anonymous_by_connection.get(transport) if transport else None
+        if known is not None:
+            return known
         peer = _peer(request)
-        sock = request.transport.get_extra_info("sockname") if request.transport else None
+        sock = transport.get_extra_info("sockname") if transport else None
         try:
-            return self.security.authenticate(None, None, connauth="optional", peer=peer,
-                                              local=sock)
+            principal = self.security.authenticate(None, None, connauth="optional",
+                                                   peer=peer, local=sock)
         except NotAuthorized as exc:
             raise self._unauthorized(exc.message) from None
+        if transport is not None:
+            self._anonymous_by_connection[transport] = principal
+        return principal
 
     # -- what it may do ----------------------------------------------------------------
     def require(self, principal: Principal, objtype: str, name: str, authority: str) -> None:
