@@ -86,6 +86,16 @@
     [startup]                   # MQSC run at every start, before the listeners open
     scripts = []                # files (relative to qmgrs/<QM>/); none: startup/*.mqsc
     on_error = "continue"       # or "stop": a failing command fails the start
+    [web]                       # the HTTP front end (http/; docs/http.md): on when present
+    enabled = true
+    host = "127.0.0.1"          # another address needs tls and connauth = "required"
+    port = 9443                 # 0 = any free port (written to listeners.json at start)
+    tls = false                 # TLS with the key repository's cert.pem and key.pem
+    tls_cert = ""               #   (SSLKEYR), or these PEM files when given
+    tls_key = ""
+    connauth = "optional"       # or "required": every request logs in (HTTP basic)
+    max_body_bytes = 4194304    # a request body longer than this is refused (413)
+    request_timeout_ms = 30000  # a request (headers and body) not whole by then is cut
 """
 
 from __future__ import annotations
@@ -297,6 +307,39 @@ class StartupSettings:
 
 
 @dataclass
+class WebSettings:
+    """qm.toml's ``[web]``: the HTTP front end (``http/``, docs/http.md). Off
+    unless the table is there (or ``harbormq create --web-port``)."""
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    #: 9443, mqweb's HTTPS port; 0 = any free port (written to listeners.json)
+    port: int = _opt(9443, lo=0, hi=65535)
+    #: TLS with the queue manager's key material (the key repository, SSLKEYR),
+    #: or with tls_cert and tls_key when they are given
+    tls: bool = False
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: "required": every request authenticates (HTTP basic); "optional": a
+    #: loopback request without credentials acts as the OS user at the other end
+    connauth: str = _opt("optional", choices=("optional", "required"))
+    max_body_bytes: int = _opt(4 * 1024 * 1024, lo=1024, hi=1 << 30)
+    #: a request whose headers and body have not all come by then is cut off
+    request_timeout_ms: int = _opt(30_000, lo=100, hi=86_400_000)
+
+    def check(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("web needs both tls_cert and tls_key, or neither")
+        if (self.tls_cert or self.tls_key) and not self.tls:
+            raise ConfigError("web.tls_cert and tls_key are given but web.tls is false")
+
+    @classmethod
+    def from_table(cls, table, where: str) -> "WebSettings":
+        """The table present turns the front end on unless it says otherwise."""
+        table = {"enabled": True, **_table(table, "web", where)}
+        return _section(cls, table, "web", where)
+
+
+@dataclass
 class QMConfig:
     name: str
     home: Path
@@ -313,6 +356,7 @@ class QMConfig:
     image: ImageSettings = field(default_factory=ImageSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
     startup: StartupSettings = field(default_factory=StartupSettings)
+    web: WebSettings = field(default_factory=WebSettings)
     #: a trial restore's queue manager in scratch space (set by the code that
     #: made it, never read from qm.toml): its stores are never forced, as
     #: nothing relies on them, and removed unflushed they cost the disk nothing
@@ -430,7 +474,8 @@ class QMConfig:
                 "security": {"certificate_users": [dict(vars(r)) for r in
                                                    self.security.certificate_users]},
                 "startup": {"scripts": list(self.startup.scripts),
-                            "on_error": self.startup.on_error}}
+                            "on_error": self.startup.on_error},
+                **({"web": dict(vars(self.web))} if self.web.enabled else {})}
 
     def save(self) -> None:
         make_dirs(self.qm_dir)
@@ -451,11 +496,11 @@ class QMConfig:
             raise ConfigError(f"{path} is not valid TOML: {exc}", path=str(path)) from None
         where = str(path)
         unknown = set(data) - {"name", "log", "tuning", "image", "listeners", "stomp",
-                               "security", "startup"}
+                               "security", "startup", "web"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: "
                               "name, [log], [tuning], [image], [[listeners]], [stomp], "
-                              "[security], [startup]", path=where)
+                              "[security], [startup], [web]", path=where)
         if data.get("name") != name:
             raise ConfigError(f"{where}: name = {data.get('name')!r} does not match the queue "
                               f"manager's directory ({name!r})", path=where,
@@ -497,8 +542,11 @@ class QMConfig:
                        for i, li in enumerate(listeners)],
             stomp=_section(StompSettings, data.get("stomp", {}), "stomp", where),
             security=SecuritySettings.from_table(data.get("security", {}), where),
-            startup=_section(StartupSettings, data.get("startup", {}), "startup", where))
+            startup=_section(StartupSettings, data.get("startup", {}), "startup", where),
+            web=(WebSettings.from_table(data["web"], where) if "web" in data
+                 else WebSettings()))
         try:
+            cfg.web.check()
             cfg.log.validate()
             cfg.check_log_management()
             cfg.check_dual_path()

@@ -5,7 +5,7 @@
                        [--log-secondary N] [--log-path DIR] [--checkpoint-records N]
                        [--log-management manual|automatic|archive]
                        [--log-archive-path DIR ...] [--log-dual-path DIR] [--port P]
-                       [--ws-port P]
+                       [--ws-port P] [--web-port P]
     harbormq start QM [--foreground]
     harbormq stop QM [--immediate | --preemptive] [--wait]
     harbormq delete QM
@@ -59,16 +59,20 @@ from .starting import start_in_background
 @click.option("--ws-port", type=click.IntRange(0, 65535), default=None,
               help="also a STOMP over WebSocket listener (path /ws) on 127.0.0.1, this port "
                    "(0: any free port)")
+@click.option("--web-port", type=click.IntRange(0, 65535), default=None,
+              help="also the HTTP front end (REST API, metrics, console) on 127.0.0.1, this "
+                   "port (0: any free port)")
 def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
            checkpoint_records, log_management, log_archive_paths, log_dual_path, port,
-           ws_port):
+           ws_port, web_port):
     """Create queue manager QM (crtmqm)."""
     from ..qmgr import lifecycle as qmgr
     config = qmgr.create(qm, log_type=log_type, log_file_pages=log_file_pages,
                          log_primary=log_primary, log_secondary=log_secondary,
                          log_path=log_path, checkpoint_records=checkpoint_records,
                          log_management=log_management, log_archive_paths=log_archive_paths,
-                         log_dual_path=log_dual_path, port=port, ws_port=ws_port)
+                         log_dual_path=log_dual_path, port=port, ws_port=ws_port,
+                         web_port=web_port)
     console.print(f"HMQ8001I Queue manager {qm} created in {config.qm_dir} "
                   f"({log_type} log in {config.log_dir}).")
 

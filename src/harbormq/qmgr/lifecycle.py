@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from ..config import Listener, LogSettings, QMConfig, harbormq_home
+from ..config import Listener, LogSettings, QMConfig, WebSettings, harbormq_home
 from ..core.engine import QueueManagerCore
 from ..core.objects import (
     DEAD_LETTER_QUEUE,
@@ -116,9 +116,10 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
            log_path: Path | None = None, checkpoint_records: int = 10_000,
            log_management: str = "manual", log_archive_paths: list | tuple = (),
            log_dual_path: Path | None = None, port: int = 61613, ws_port: int | None = None,
-           console=None) -> QMConfig:
+           web_port: int | None = None, console=None) -> QMConfig:
     """crtmqm: directories, configuration, preallocated log, default objects; a
-    STOMP listener on ``port``, and one over WebSocket on ``ws_port`` if given."""
+    STOMP listener on ``port``, one over WebSocket on ``ws_port`` if given, and
+    the HTTP front end on ``web_port`` if given."""
     check_name(name, "queue manager")
     home = Path(home) if home else harbormq_home()
     settings = LogSettings(log_type=log_type, pages=log_file_pages, primary=log_primary,
@@ -131,7 +132,9 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
                       log_dual_path=Path(log_dual_path).resolve() if log_dual_path else None,
                       listeners=[Listener(port=port)] + (
                           [] if ws_port is None else
-                          [Listener(name="WS", port=ws_port, transport="websocket")]))
+                          [Listener(name="WS", port=ws_port, transport="websocket")]),
+                      web=WebSettings() if web_port is None else
+                      WebSettings(enabled=True, port=web_port))
     if log_management not in ("manual", "automatic", "archive"):
         raise ConfigError(f"log management must be manual, automatic or archive, not "
                           f"{log_management!r}")

@@ -15,14 +15,17 @@ backed out), then stops the queue manager.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
 
+from ..admin.command_runner import CommandRunner
 from ..admin.protocol import MAX_REQUEST_BYTES, AdminProtocol
 from ..channels.initiator import ChannelInitiator
-from ..config import QMConfig
+from ..config import Listener, QMConfig
 from ..errors import HarbormqError
+from ..fsutil import atomic_write
 from ..qmgr.lifecycle import RunningQueueManager
 from ..recovery.need import log_need_facts
 from ..security import Security
@@ -40,6 +43,7 @@ class QueueManagerServer:
         self.security = Security.for_config(config)
         self.stomp: StompService | None = None
         self.channels: ChannelInitiator | None = None
+        self.web = None                     # http.server.WebServer, when [web] is on
 
     def status(self) -> dict:
         core = self.running.core
@@ -55,6 +59,7 @@ class QueueManagerServer:
             "in_doubt": [u.id for u in core.in_doubt()],
             "restart": self.running.report.as_dict() if self.running.report else None,
             "listeners": self.stomp.bound if self.stomp else [],
+            "web": self.web.bound if self.web else None,
             "connections": len(core.connections),
             "log_need": log_need_facts(core.log, core.last_checkpoint.get("media")),
         }
@@ -79,7 +84,11 @@ class QueueManagerServer:
             await self.channels.start()
             await run_startup_scripts(self.running.core, self.config, self.security)
             await self.stomp.start()
+            if self.config.web.enabled:
+                await self._start_web()
         except BaseException:
+            if self.web is not None:
+                await self.web.stop()
             await self.channels.stop()
             await self.stomp.stop()
             await self.running.stop("immediate")
@@ -101,6 +110,8 @@ class QueueManagerServer:
         loop.add_signal_handler(signal.SIGINT, self.request_stop, "immediate")
         mode = await self.stop_mode
         server.close()
+        if self.web is not None:
+            await self.web.stop()
         await self.channels.stop()
         await self.stomp.stop()
         try:
@@ -109,6 +120,40 @@ class QueueManagerServer:
             pass
         await self.running.stop(mode)
         return 0
+
+
+    async def _start_web(self) -> None:
+        """The HTTP front end (``http/``), handed the MQSC runner and STOMP over
+        WebSocket as the Protocols of ``http/context.py``; its address joins
+        listeners.json. aiohttp is imported only when it is on."""
+        from ..http.auth import WebAuthenticator
+        from ..http.context import WebContext
+        from ..http.server import WebServer
+        from ..http.tls import web_tls
+        from ..stomp.websocket import serve_stomp_websocket
+        core, web = self.running.core, self.config.web
+        stomp = self.stomp
+        ws_listener = Listener(name="WEB", host=web.host, port=web.port,
+                               transport="websocket")
+
+        async def stomp_websocket(request):
+            return await serve_stomp_websocket(request, stomp, ws_listener)
+
+        settings = self.config.stomp
+        authenticator = WebAuthenticator(self.security, web, core.name, core.oplog.emit,
+                                         failure_limit=settings.login_failure_limit,
+                                         failure_window_s=settings.login_failure_window_ms /
+                                         1000, threads=settings.auth_threads)
+        context = WebContext(core=core, qmgr_name=core.name,
+                             mqsc=CommandRunner(core, self.security,
+                                                {"started_ns": core.started_ns,
+                                                 "connauth": settings.connauth}),
+                             authenticator=authenticator, settings=web,
+                             stomp_websocket=stomp_websocket)
+        self.web = WebServer(context, web_tls(self.config, core.qmgr_attrs.get("SSLKEYR", "")))
+        bound = await self.web.start()
+        atomic_write(self.config.listeners_path,
+                     json.dumps(stomp.bound + [bound], indent=1).encode())
 
 
 def run_event_loop(coro):
