@@ -30,7 +30,7 @@ from aiohttp import web
 
 from ..errors import ConfigError
 from ..security import check_listener
-from . import messaging, mqsc_api, openapi
+from . import console, messaging, mqsc_api, openapi
 from .context import WebContext
 from .errors import RestError, error_middleware
 
@@ -40,6 +40,7 @@ FEATURES: list[Callable[[web.Application, WebContext], None]] = [
     mqsc_api.add_routes,
     messaging.add_routes,
     openapi.add_routes,
+    console.add_routes,
 ]
 #: the app key under which a handler finds the context
 CONTEXT = web.AppKey("harbormq_web_context", WebContext)

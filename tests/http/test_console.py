@@ -1,0 +1,170 @@
+"""The web console in headless Chromium (one browser for the module) against a
+real ``harbormq start`` with ``[web]``: each page loads and shows the figures
+the queue manager reports, the queue list is paged and filtered on the
+server, a queue's messages are browsed page by page, and what a user may not
+display is not shown. Screenshots: ``HARBORMQ_SCREENSHOTS=1`` (support/screenshots.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import WebClient
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+from support.screenshots import keep_screenshot
+from support.stomp_helpers import deadline_wait, depth, stomp_client
+
+WAIT_S = 15
+
+
+def wait_for(browser, what, timeout: float = WAIT_S):
+    """The first truthy value of ``what(browser)`` (exceptions are retried)."""
+    return WebDriverWait(browser, timeout, poll_frequency=0.1,
+                         ignored_exceptions=(Exception,)).until(what)
+
+
+def log_in(browser, port: int, user: str, password: str, view: str = "overview") -> None:
+    base = f"http://127.0.0.1:{port}/console/"
+    browser.get(base)
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(base + f"#{view}")
+    browser.refresh()
+    wait_for(browser, lambda b: b.find_element(By.ID, "login").is_displayed())
+    browser.find_element(By.ID, "login-user").send_keys(user)
+    browser.find_element(By.ID, "login-password").send_keys(password)
+    browser.find_element(By.ID, "login-submit").click()
+
+
+def show(browser, view: str) -> None:
+    """Go to ``view`` and wait for its first read."""
+    browser.execute_script("location.hash = arguments[0]", view)
+    wait_for(browser, lambda b: b.find_element(By.ID, "view").get_attribute("data-view")
+             == view.split("/")[0] and b.find_element(By.ID, "view").text)
+
+
+# read in one script: the page replaces its tables on every read, so an element
+# found a moment before may be gone
+def figure(browser, key: str) -> str:
+    return browser.execute_script(
+        "const f = document.querySelector(`.card[data-figure='${arguments[0]}'] .figure`);"
+        "return f ? f.innerText : null", key)
+
+
+def column(browser, table: str, key: str) -> list[str]:
+    return browser.execute_script(
+        "return [...document.querySelectorAll(`#${arguments[0]} tbody "
+        "td[data-key='${arguments[1]}']`)].map(td => td.innerText)", table, key)
+
+
+def mqsc_value(text: str, attr: str) -> str:
+    m = re.search(rf"\b{attr}\(([^)]*)\)", text)
+    assert m, text
+    return m.group(1).strip()
+
+
+@pytest.fixture(scope="module")
+def deep(web):
+    """CONSOLE.DEEP with 120 messages (m001..m120) and 60 more queues
+    CONSOLE.PAGE.000..059 to page through; a STOMP connection open meanwhile."""
+    web.sc("DEFINE QLOCAL(CONSOLE.DEEP) DEFPSIST(YES)\n" +
+           "\n".join(f"DEFINE QLOCAL(CONSOLE.PAGE.{i:03d})" for i in range(60)))
+    conn = stomp_client(web.port)
+    for i in range(1, 121):
+        conn.send("/queue/CONSOLE.DEEP", f"m{i:03d}")
+    deadline_depth(web, "CONSOLE.DEEP", 120)
+    yield conn
+    conn.disconnect()
+
+
+def deadline_depth(srv, queue: str, want: int) -> None:
+    deadline_wait(lambda: depth(srv, queue) == want, 15, what=f"{queue} at depth {want}")
+
+
+def test_pages_show_what_the_queue_manager_reports(web, deep, browser):
+    log_in(browser, web.web_port, "root", "rootpw")
+    show(browser, "overview")
+    qmstatus = web.sc("DISPLAY QMSTATUS ALL")
+    wait_for(browser, lambda b: figure(b, "status") == "RUNNING")
+    assert figure(browser, "currlog") == mqsc_value(qmstatus, "CURRLOG")
+    assert figure(browser, "reclog") == mqsc_value(qmstatus, "RECLOG")
+    assert figure(browser, "logtype") == mqsc_value(qmstatus, "LOGTYPE")
+    assert figure(browser, "rectime").endswith(("ms", "s", "min", "h", "days"))
+    assert "restart point" in browser.find_element(By.ID, "restart-pin").text
+    extents = column(browser, "extents", "extent")
+    assert mqsc_value(qmstatus, "CURRLOG") in extents
+    keep_screenshot(browser, "console", "overview")
+
+    # the queue list: filtered and paged on the server
+    show(browser, "queues")
+    box = browser.find_element(By.ID, "queue-filter")
+    box.send_keys("CONSOLE.PAGE*")
+    wait_for(browser, lambda b: b.find_element(By.ID, "queue-range").get_attribute(
+        "data-total") == "60" and len(column(b, "queue-table", "queue")) == 50)
+    assert column(browser, "queue-table", "queue")[0] == "CONSOLE.PAGE.000"
+    browser.find_element(By.ID, "queue-next").click()
+    wait_for(browser, lambda b: column(b, "queue-table", "queue")[:1] == ["CONSOLE.PAGE.050"])
+    assert len(column(browser, "queue-table", "queue")) == 10
+    assert "51–60 of 60" in browser.find_element(By.ID, "queue-range").text
+    box.clear()
+    box.send_keys("CONSOLE.DEEP")
+    wait_for(browser, lambda b: column(b, "queue-table", "queue") == ["CONSOLE.DEEP"])
+    assert column(browser, "queue-table", "curdepth") == ["120"]
+    keep_screenshot(browser, "console", "queues")
+
+    # browsing it page by page, in delivery order
+    browser.find_element(By.LINK_TEXT, "CONSOLE.DEEP").click()
+    wait_for(browser, lambda b: len(column(b, "message-table", "body")) == 50)
+    assert column(browser, "message-table", "body")[:2] == ["m001", "m002"]
+    browser.find_element(By.ID, "browse-next").click()
+    wait_for(browser, lambda b: column(b, "message-table", "body")[:1] == ["m051"])
+    browser.find_element(By.ID, "browse-next").click()
+    wait_for(browser, lambda b: column(b, "message-table", "body")[-1:] == ["m120"])
+    assert len(column(browser, "message-table", "body")) == 20
+    assert not browser.find_element(By.ID, "browse-next").is_enabled()
+    assert column(browser, "message-table", "position")[0] == "101"
+    keep_screenshot(browser, "console", "browse")
+    assert depth(web, "CONSOLE.DEEP") == 120          # browsing took nothing
+
+    # connections (the STOMP one is open), channels, topics
+    show(browser, "connections")
+    conns = web.sc("DISPLAY CONN(*)")
+    ids = re.findall(r"CONN\(([0-9A-F]+)\)", conns)
+    wait_for(browser, lambda b: sorted(column(b, "conn-table", "conn")) == sorted(ids))
+    assert ids
+    keep_screenshot(browser, "console", "connections")
+    show(browser, "channels")
+    assert "SYSTEM.DEF.SVRCONN" in column(browser, "channel-table", "channel")
+    keep_screenshot(browser, "console", "channels")
+    show(browser, "topics")
+    assert "SYSTEM.BASE.TOPIC" in column(browser, "topic-table", "topic")
+    keep_screenshot(browser, "console", "topics")
+
+
+def test_pages_live_update(web, deep, browser):
+    """The queue list reads again by itself: a put shows without a reload."""
+    web.sc("DEFINE QLOCAL(CONSOLE.LIVE)")
+    log_in(browser, web.web_port, "root", "rootpw", view="queues")
+    box = wait_for(browser, lambda b: b.find_element(By.ID, "queue-filter"))
+    box.send_keys("CONSOLE.LIVE")
+    wait_for(browser, lambda b: column(b, "queue-table", "curdepth") == ["0"])
+    deep.send("/queue/CONSOLE.LIVE", "x")
+    wait_for(browser, lambda b: column(b, "queue-table", "curdepth") == ["1"])
+
+
+def test_a_user_sees_only_what_he_may_display(web, deep, browser):
+    """alice has no authority: the overview says so (MQRC 2035) and the queue
+    list is empty; with +dsp on one queue she sees that one alone."""
+    log_in(browser, web.web_port, "alice", "alicepw")
+    error = wait_for(browser, lambda b: b.find_element(By.ID, "view-error").text)
+    assert "2035" in error or "not authorized" in error
+    alice = WebClient(web.web_port, "alice", "alicepw")
+    status, body = alice.json("GET", "/console/api/queues?filter=CONSOLE.PAGE*")
+    assert status == 200 and body["total"] == 0
+    status, body = alice.json("GET", "/console/api/queues/CONSOLE.DEEP/messages")
+    assert status == 403 and body["error"][0]["reasonCode"] == 2035
+    web.sc("SET AUTHREC PROFILE(CONSOLE.PAGE.007) OBJTYPE(QUEUE) PRINCIPAL('alice') "
+           "AUTHADD(DSP)")
+    status, body = alice.json("GET", "/console/api/queues?filter=CONSOLE.PAGE*")
+    assert [q["queue"] for q in body["queues"]] == ["CONSOLE.PAGE.007"]
+    assert body["total"] == 1
