@@ -161,7 +161,8 @@ const views = {
       card("archive_backlog", num(d.archive_backlog.length), "extents waiting for archive") +
       card("copies", num(d.dual_log.copies), d.dual_log.copies === 2 ? "log copies (dual)" :
         "log copy (single)") +
-      `</div><p>Restart point LSN ${num(s.reclsn)}, media point LSN ${num(s.medialsn)}, ` +
+      `</div><p>Restart point LSN ${num(s.reclsn)}, media point LSN ` +
+      `${s.medialsn === "" ? "– (circular log)" : num(s.medialsn)}, ` +
       `current LSN ${num(s.currlsn)}, last checkpoint LSN ${num(s.chkptlsn)}. ` +
       `Replay rate ${num(d.replay_rate_mb_s)} MB/s (${d.replay_rate_measured ? "measured" :
         "assumed"}). Oldest log entry needed: ${esc(d.oldest_entry_time)}.</p>` +
