@@ -91,7 +91,8 @@ class WebClient:
 def web(tmp_path_factory):
     srv = QMServer(tmp_path_factory.mktemp("web") / "hmq", "QW")
     srv.create()
-    start_web(srv)
+    # short limits, so that the tests of slow and long requests are quick
+    start_web(srv, request_timeout_ms=2000, max_body_bytes=1 << 20)
     srv.user_add("alice", "alicepw")                   # no authority records
     srv.user_add("bob", "bobpw")                       # granted during a test
     srv.user_add("root", "rootpw", "mqm")              # an administrator by group

@@ -70,8 +70,14 @@ class RestError(Exception):
             f"{self.message}", "explanation": self.explanation}]}
 
     def response(self) -> web.Response:
-        return web.Response(status=self.status, text=json.dumps(self.body()),
-                            content_type="application/json", headers=self.headers)
+        """The answer; ``Connection: close`` among the headers closes the
+        connection after it (a body left unread is not drained)."""
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+        response = web.Response(status=self.status, text=json.dumps(self.body()),
+                                content_type="application/json", headers=headers)
+        if self.headers.get("Connection") == "close":
+            response.force_close()
+        return response
 
     @classmethod
     def from_harbormq(cls, exc: HarbormqError) -> "RestError":

@@ -12,9 +12,9 @@ What the listener itself enforces, before any feature runs:
   "required"`` (anonymous requests are for loopback only, and passwords
   never cross a network in clear);
 * a request whose headers have not all come within ``request_timeout_ms``
-  is cut (aiohttp's keep-alive timer runs until a request's headers are
-  complete), and a body not whole by then is refused (408): a client
-  dribbling bytes holds one socket, never the loop;
+  of its first byte, or whose body has not, is answered 408 and cut
+  (``limits.py``): a client dribbling bytes holds one socket, never the
+  loop; an idle kept-alive connection is closed after as long;
 * a body longer than ``max_body_bytes`` is refused (413) from its
   Content-Length before any of it is read, or once that much has come.
 
@@ -23,7 +23,6 @@ Not here: who a request is (``auth.py``), MQ's error bodies (``errors.py``).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Callable
 
 from aiohttp import web
@@ -32,7 +31,8 @@ from ..errors import ConfigError
 from ..security import check_listener
 from . import console, messaging, mqsc_api, openapi
 from .context import WebContext
-from .errors import RestError, error_middleware
+from .errors import error_middleware
+from .limits import DeadlineProtocol, DeadlineSite, body_limit, raw_answer, timeout_error
 
 #: the features the listener serves: each adds its routes (metrics and the console
 #: add one line each)
@@ -42,10 +42,10 @@ FEATURES: list[Callable[[web.Application, WebContext], None]] = [
     openapi.add_routes,
     console.add_routes,
 ]
-#: the app key under which a handler finds the context
-CONTEXT = web.AppKey("harbormq_web_context", WebContext)
 #: how long a stop lets requests under way finish
 SHUTDOWN_S = 5.0
+#: how long the rest of a refused body is read and thrown away before closing
+LINGER_S = 1.0
 
 
 def check_address(host: str, tls: bool, connauth: str) -> None:
@@ -61,53 +61,6 @@ def check_address(host: str, tls: bool, connauth: str) -> None:
                               "basic passwords never cross a network in clear") from None
 
 
-@web.middleware
-async def body_limit_middleware(request: web.Request, handler):
-    """413 from the Content-Length, before a byte of the body is read; the
-    connection is then closed (its unread body is not drained)."""
-    limit = request.app[CONTEXT].settings.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        error = RestError(413, "MQWB0108E", f"the request body is {request.content_length} "
-                          f"bytes long; this listener takes at most {limit} (web."
-                          "max_body_bytes)", explanation="The request body is too long.",
-                          action="Send a shorter body.", headers={"Connection": "close"})
-        response = error.response()
-        response.force_close()
-        return response
-    return await handler(request)
-
-
-async def read_body(request: web.Request) -> bytes:
-    """The whole body, within the listener's limits: 413 past max_body_bytes
-    (a chunked body has no Content-Length), 408 when it has not all come by
-    request_timeout_ms."""
-    settings = request.app[CONTEXT].settings
-    limit = settings.max_body_bytes
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async with asyncio.timeout(settings.request_timeout_ms / 1000):
-            while True:
-                chunk = await request.content.readany()
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > limit:
-                    raise RestError(413, "MQWB0108E", f"the request body is longer than "
-                                    f"{limit} bytes (web.max_body_bytes)",
-                                    explanation="The request body is too long.",
-                                    action="Send a shorter body.",
-                                    headers={"Connection": "close"})
-                chunks.append(chunk)
-    except TimeoutError:
-        raise RestError(408, "MQWB0408E", f"the request body did not arrive within "
-                        f"{settings.request_timeout_ms} ms (web.request_timeout_ms)",
-                        explanation="The client sent the request too slowly.",
-                        action="Send the whole request at once.",
-                        headers={"Connection": "close"}) from None
-    return b"".join(chunks)
-
-
 class WebServer:
     """The HTTP front end of one queue manager (see the module)."""
 
@@ -116,18 +69,33 @@ class WebServer:
         self.tls = tls
         self.runner: web.AppRunner | None = None
         self.bound: dict | None = None
+        #: each open connection's DeadlineProtocol, by its transport
+        self.deadlines: dict = {}
 
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[error_middleware, body_limit_middleware],
+        settings = self.context.settings
+        app = web.Application(middlewares=[self._deadline_middleware, error_middleware,
+                                           body_limit(settings)],
                               # read_body enforces the limit with MQ's answer; aiohttp's
                               # own (request.read) is a last guard
-                              client_max_size=self.context.settings.max_body_bytes)
-        app[CONTEXT] = self.context
+                              client_max_size=settings.max_body_bytes)
         for add_routes in FEATURES:
             add_routes(app, self.context)
         if self.context.stomp_websocket is not None:
             app.router.add_get("/ws", self._websocket)
         return app
+
+    @web.middleware
+    async def _deadline_middleware(self, request: web.Request, handler):
+        """The request's headers have come: its connection's deadline stops."""
+        deadline = self.deadlines.get(request.transport)
+        if deadline is not None:
+            deadline.request_started()
+        try:
+            return await handler(request)
+        finally:
+            if deadline is not None:
+                deadline.request_finished()
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
         return await self.context.stomp_websocket(request)
@@ -138,15 +106,22 @@ class WebServer:
         settings = self.context.settings
         check_address(settings.host, self.tls is not None, settings.connauth)
         timeout_s = settings.request_timeout_ms / 1000
-        # keepalive_timeout: aiohttp closes a connection whose next request's headers
-        # have not all come by then; handler_cancellation: a handler whose client
-        # went is cancelled (a destructive get then puts its message back)
+        # keepalive_timeout: an idle kept-alive connection is closed after twice the
+        # request deadline (DeadlineProtocol times a request from its first byte);
+        # handler_cancellation: a handler whose client went is cancelled (a
+        # destructive get then puts its message back); lingering_time: after a
+        # refusal of a body left unread, what still comes is thrown away for so
+        # long (so the client reads the answer, not a reset), then the socket closes
         self.runner = web.AppRunner(self.make_app(), handle_signals=False, access_log=None,
-                                    shutdown_timeout=SHUTDOWN_S, keepalive_timeout=timeout_s,
-                                    handler_cancellation=True)
+                                    shutdown_timeout=SHUTDOWN_S,
+                                    keepalive_timeout=2 * timeout_s,
+                                    handler_cancellation=True, lingering_time=LINGER_S)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, settings.host, settings.port, ssl_context=self.tls,
-                           reuse_address=True, backlog=512)
+        answer = raw_answer(timeout_error(settings, "headers"))
+        site = DeadlineSite(self.runner, settings.host, settings.port, ssl_context=self.tls,
+                            reuse_address=True, backlog=512,
+                            wrap=lambda inner: DeadlineProtocol(inner, timeout_s, answer,
+                                                                self.deadlines))
         try:
             await site.start()
         except OSError as exc:
