@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import WebClient
+from conftest import WebClient, start_web
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from support.screenshots import keep_screenshot
-from support.stomp_helpers import deadline_wait, depth, stomp_client
+from support.stomp_helpers import QMServer, deadline_wait, depth, stomp_client
 
 WAIT_S = 15
 
@@ -168,3 +168,99 @@ def test_a_user_sees_only_what_he_may_display(web, deep, browser):
     status, body = alice.json("GET", "/console/api/queues?filter=CONSOLE.PAGE*")
     assert [q["queue"] for q in body["queues"]] == ["CONSOLE.PAGE.007"]
     assert body["total"] == 1
+
+
+def last_action(browser, command: str) -> dict:
+    """The activity entry of ``command`` once it has an answer."""
+    return wait_for(browser, lambda b: b.execute_script(
+        "const e = [...document.querySelectorAll('#activity li.action')]"
+        ".find(li => li.dataset.command === arguments[0] && li.dataset.cc !== undefined);"
+        "return e ? {cc: e.dataset.cc, reason: e.dataset.reason, status: e.dataset.status,"
+        " text: e.innerText} : null", command))
+
+
+def click_action(browser, table: str, row: str, label: str) -> None:
+    """Click the button ``label`` of ``row`` (twice for one that asks to confirm).
+    Found and clicked in one step, retried: the page replaces its rows as it reads."""
+    def click(prefix: str):
+        def attempt(b):
+            for btn in b.find_elements(By.CSS_SELECTOR, f"#{table} tr[data-name='{row}'] button"):
+                if btn.text == prefix + label:
+                    confirm = btn.get_attribute("data-confirm") == "1"
+                    btn.click()
+                    return "confirm" if confirm and not prefix else "done"
+            return None
+        return wait_for(browser, attempt)
+    if click("") == "confirm":
+        click("Confirm: ")
+
+
+def test_actions_do_what_they_say_with_and_without_authority(web, deep, browser):
+    """Clear is CLEAR QLOCAL through runCommand: refused for alice (+dsp, no +clr)
+    with MQRC 2035 and the queue untouched; done for root; the MQSC box runs any
+    command and shows its answer."""
+    web.sc("DEFINE QLOCAL(CONSOLE.CLR)")
+    putter = stomp_client(web.port)         # gone before the clear (an open queue is not
+    for i in range(5):                      # cleared: MQRC 2055)
+        putter.send("/queue/CONSOLE.CLR", f"c{i}")
+    deadline_depth(web, "CONSOLE.CLR", 5)
+    putter.disconnect()
+    web.sc("SET AUTHREC PROFILE(CONSOLE.CLR) OBJTYPE(QUEUE) PRINCIPAL('alice') AUTHADD(DSP)")
+    command = "CLEAR QLOCAL('CONSOLE.CLR')"
+
+    log_in(browser, web.web_port, "alice", "alicepw", view="queues")
+    # only the queues she may display (this one, and one an earlier test granted)
+    wait_for(browser, lambda b: "CONSOLE.CLR" in column(b, "queue-table", "queue"))
+    assert set(column(browser, "queue-table", "queue")) <= {"CONSOLE.CLR", "CONSOLE.PAGE.007"}
+    click_action(browser, "queue-table", "CONSOLE.CLR", "Clear")
+    refused = last_action(browser, command)
+    assert refused["cc"] == "2" and refused["reason"] == "2035" and refused["status"] == "403"
+    assert "failed" in refused["text"]
+    assert depth(web, "CONSOLE.CLR") == 5
+
+    log_in(browser, web.web_port, "root", "rootpw", view="queues")
+    browser.find_element(By.ID, "queue-filter").send_keys("CONSOLE.CLR")
+    wait_for(browser, lambda b: column(b, "queue-table", "curdepth") == ["5"])
+    click_action(browser, "queue-table", "CONSOLE.CLR", "Clear")
+    done = last_action(browser, command)
+    assert done["cc"] == "0" and done["status"] == "200" and "done" in done["text"], done
+    assert depth(web, "CONSOLE.CLR") == 0
+    wait_for(browser, lambda b: column(b, "queue-table", "curdepth") == ["0"])
+
+    show(browser, "overview")
+    box = browser.find_element(By.ID, "mqsc-command")
+    box.send_keys("DEFINE QLOCAL(CONSOLE.MADE)")
+    box.submit()
+    made = last_action(browser, "DEFINE QLOCAL(CONSOLE.MADE)")
+    assert made["cc"] == "0"
+    assert "CONSOLE.MADE" in web.sc("DISPLAY QLOCAL(CONSOLE.MADE)")
+    keep_screenshot(browser, "console", "actions")
+
+
+def test_an_in_doubt_unit_of_work_is_resolved(tmp_path, browser):
+    """A unit of work prepared before a stop is in doubt after the start: the
+    connections page lists it PREPARED and its Commit is RESOLVE UOW ... ACTION(COMMIT)."""
+    from harbormq import QueueManager
+    srv = QMServer(tmp_path / "hmq", "QD")
+    srv.create()
+    qm = QueueManager.open("QD", home=srv.home)
+    qm.define_queue("CONSOLE.IND", DEFPSIST="YES")
+    u = qm.begin()
+    u.put("CONSOLE.IND", b"in doubt")
+    u.prepare()
+    uow_id = u.id
+    qm.close("immediate")
+    start_web(srv)
+    srv.user_add("root", "rootpw", "mqm")
+    try:
+        assert "PREPARED" in srv.sc(f"DISPLAY UOW({uow_id})")
+        log_in(browser, srv.web_port, "root", "rootpw", view="connections")
+        wait_for(browser, lambda b: column(b, "uow-table", "state") == ["PREPARED"])
+        keep_screenshot(browser, "console", "in-doubt")
+        click_action(browser, "uow-table", str(uow_id), "Commit")
+        done = last_action(browser, f"RESOLVE UOW({uow_id}) ACTION(COMMIT)")
+        assert done["cc"] == "0", done
+        assert depth(srv, "CONSOLE.IND") == 1
+        wait_for(browser, lambda b: not column(b, "uow-table", "state"))
+    finally:
+        srv.stop()

@@ -6,6 +6,7 @@ no data in them). The page logs in with HTTP basic (the same users as STOMP
 and ``runCommand``) and reads, every couple of seconds, the JSON of
 ``/console/api/``:
 
+* ``session``: the queue manager's name and who is logged in;
 * ``overview``: DISPLAY QMSTATUS ALL and DISPLAY LOG (the log's extents,
   the restart and media points, archive backlog), what pins the restart
   point, the predicted restart time (``recovery/need.py``), the dual log;
@@ -82,6 +83,13 @@ class Console:
     async def page(self, request: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC / "console.html",
                                 headers={"Cache-Control": "no-cache"})
+
+    async def session(self, request: web.Request) -> web.Response:
+        """Who is logged in, to which queue manager: no authority needed beyond
+        logging in (the page's first read)."""
+        who = await self._who(request)
+        return web.json_response({"qmgr": self.context.qmgr_name, "user": who.user,
+                                  "poll_s": POLL_S})
 
     async def overview(self, request: web.Request) -> web.Response:
         who = await self._who(request)
@@ -198,6 +206,7 @@ def add_routes(app: web.Application, context: WebContext) -> None:
     app.router.add_get("/console/", console.page)
     app.router.add_static("/console/static/", STATIC, follow_symlinks=False)
     api = "/console/api"
+    app.router.add_get(f"{api}/session", console.session)
     app.router.add_get(f"{api}/overview", console.overview)
     app.router.add_get(f"{api}/queues", console.queues)
     app.router.add_get(f"{api}/queues/{{name}}/messages", console.messages)

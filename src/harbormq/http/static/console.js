@@ -135,8 +135,6 @@ const quoted = (name) => `'${String(name).replace(/'/g, "''")}'`;
 const views = {
   async overview() {
     const d = await api("/console/api/overview");
-    setQmgr(d.qmgr);
-    state.pollMs = (d.poll_s || 2) * 1000;
     const s = d.status.error ? {} : d.status;
     const log = d.log.error ? {} : d.log;
     ensureToolbar("overview", () => `<form class="mqsc" id="mqsc-form"><label for=` +
@@ -374,7 +372,12 @@ async function refresh() {
   reading = true;
   const view = state.view;
   try {
-    if (!state.qmgr) setQmgr((await api("/console/api/overview")).qmgr);
+    if (!state.qmgr) {
+      const session = await api("/console/api/session");
+      setQmgr(session.qmgr);
+      $("who").textContent = session.user;
+      state.pollMs = session.poll_s * 1000;
+    }
     const html = await views[view](state.arg);
     if (view === state.view) {
       $("view").innerHTML = html;
@@ -427,7 +430,7 @@ document.addEventListener("submit", (ev) => {
     state.auth = "Basic " + btoa(unescape(encodeURIComponent(`${user}:${password}`)));
     sessionStorage.setItem(AUTH_KEY, state.auth);
     $("login").hidden = true;
-    $("who").textContent = user;
+    state.qmgr = null;                 // read the session again as this user
     refresh();
   } else if (ev.target.id === "mqsc-form") {
     const command = $("mqsc-command").value.trim();
@@ -436,9 +439,4 @@ document.addEventListener("submit", (ev) => {
 });
 
 window.addEventListener("hashchange", route);
-window.addEventListener("DOMContentLoaded", () => {
-  if (state.auth) {
-    try { $("who").textContent = atob(state.auth.slice(6)).split(":")[0]; } catch (e) { /* */ }
-  }
-  route();
-});
+window.addEventListener("DOMContentLoaded", route);
