@@ -382,6 +382,8 @@ async function refresh() {
     if (view === state.view) {
       $("view").innerHTML = html;
       $("view").dataset.view = view;
+      // since the navigation began: the first view drawn (benchmarks/bench_console.py)
+      window.harbormqFirstView = window.harbormqFirstView || performance.now();
       $("view-error").hidden = true;
       $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
       $("updated").dataset.at = Date.now();
