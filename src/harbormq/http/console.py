@@ -174,26 +174,27 @@ class Console:
             raise RestError.from_harbormq(exc) from None
         return web.json_response(page)
 
-    async def connections(self, request: web.Request) -> web.Response:
+    async def _displays(self, request: web.Request, commands: dict[str, str],
+                        none_when_refused: tuple[str, ...] = ()) -> web.Response:
+        """Each DISPLAY of ``commands`` under its key (see ``display``)."""
         who = await self._who(request)
-        return web.json_response({
-            "connections": await self.display(who, "DISPLAY CONN(*) ALL"),
-            "uows": await self.display(who, "DISPLAY UOW(*)"),
-            "time_ns": time.time_ns()})
+        out = {key: await self.display(who, command,
+                                       none_when_refused=key in none_when_refused)
+               for key, command in commands.items()}
+        return web.json_response({**out, "time_ns": time.time_ns()})
+
+    async def connections(self, request: web.Request) -> web.Response:
+        return await self._displays(request, {"connections": "DISPLAY CONN(*) ALL",
+                                              "uows": "DISPLAY UOW(*)"})
 
     async def channels(self, request: web.Request) -> web.Response:
-        who = await self._who(request)
-        return web.json_response({
-            "channels": await self.display(who, "DISPLAY CHANNEL(*)"),
-            "status": await self.display(who, "DISPLAY CHSTATUS(*) ALL"),
-            "time_ns": time.time_ns()})
+        return await self._displays(request, {"channels": "DISPLAY CHANNEL(*)",
+                                              "status": "DISPLAY CHSTATUS(*) ALL"})
 
     async def topics(self, request: web.Request) -> web.Response:
-        who = await self._who(request)
-        return web.json_response({
-            "topics": await self.display(who, "DISPLAY TOPIC(*)", none_when_refused=True),
-            "subscriptions": await self.display(who, "DISPLAY SUB(*) ALL"),
-            "time_ns": time.time_ns()})
+        return await self._displays(request, {"topics": "DISPLAY TOPIC(*)",
+                                              "subscriptions": "DISPLAY SUB(*) ALL"},
+                                    none_when_refused=("topics",))
 
 
 async def _to_console(request: web.Request) -> web.Response:
