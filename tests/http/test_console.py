@@ -264,3 +264,31 @@ def test_an_in_doubt_unit_of_work_is_resolved(tmp_path, browser):
         wait_for(browser, lambda b: not column(b, "uow-table", "state"))
     finally:
         srv.stop()
+
+
+def test_channel_start_and_stop(web, browser):
+    """A sender channel to a port nobody listens on (it waits INACTIVE for its
+    transmission queue): Stop is STOP CHANNEL (STOPPED), Start is START CHANNEL
+    (no longer stopped); the page shows status and sequence numbers as DISPLAY
+    CHSTATUS does."""
+    web.sc("DEFINE QLOCAL(CONSOLE.XQ) USAGE(XMITQ)\n"
+           "DEFINE CHANNEL(CONSOLE.TO.NOWHERE) CHLTYPE(SDR) CONNAME('127.0.0.1(1)') "
+           "XMITQ(CONSOLE.XQ)")
+    log_in(browser, web.web_port, "root", "rootpw", view="channels")
+    row = "CONSOLE.TO.NOWHERE"
+
+    def status(b):
+        return b.execute_script(
+            "const td = document.querySelector(`#channel-table tr[data-name='${arguments[0]}'] "
+            "td[data-key='status']`); return td ? td.innerText : null", row)
+    wait_for(browser, lambda b: status(b) == "INACTIVE")
+    assert column(browser, "channel-table", "lstseqno")[
+        column(browser, "channel-table", "channel").index(row)] == "0"
+    click_action(browser, "channel-table", row, "Stop")
+    assert last_action(browser, f"STOP CHANNEL('{row}')")["cc"] == "0"
+    wait_for(browser, lambda b: status(b) == "STOPPED")
+    assert "STATUS(STOPPED)" in web.sc(f"DISPLAY CHSTATUS({row})")
+    click_action(browser, "channel-table", row, "Start")
+    assert last_action(browser, f"START CHANNEL('{row}')")["cc"] == "0"
+    wait_for(browser, lambda b: status(b) not in (None, "STOPPED"))
+    assert "STATUS(STOPPED)" not in web.sc(f"DISPLAY CHSTATUS({row})")
