@@ -161,6 +161,13 @@ def test_a_user_sees_only_what_he_may_display(web, deep, browser):
     alice = WebClient(web.web_port, "alice", "alicepw")
     status, body = alice.json("GET", "/console/api/queues?filter=CONSOLE.PAGE*")
     assert status == 200 and body["total"] == 0
+    # a browser's request (an Origin) without a login gets no data
+    status, _ = WebClient(web.web_port).json("GET", "/console/api/overview",
+                                             headers={"Origin": "http://elsewhere.example"})
+    assert status == 401
+    status, headers, page = WebClient(web.web_port).call("GET", "/console/")
+    assert status == 200 and b"console.js" in page   # the page itself holds none
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
     status, body = alice.json("GET", "/console/api/queues/CONSOLE.DEEP/messages")
     assert status == 403 and body["error"][0]["reasonCode"] == 2035
     web.sc("SET AUTHREC PROFILE(CONSOLE.PAGE.007) OBJTYPE(QUEUE) PRINCIPAL('alice') "

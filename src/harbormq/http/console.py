@@ -45,6 +45,11 @@ STATIC = Path(__file__).parent / "static"
 #: the seconds between the page's reads (it reads again when one ends)
 POLL_S = 2.0
 NOT_AUTHORIZED = 2035
+#: the page runs only its own script and is never framed by another site (its
+#: buttons run commands: no clickjacking)
+PAGE_HEADERS = {"Cache-Control": "no-cache",
+                "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+                "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff"}
 #: MQRC_UNKNOWN_OBJECT_NAME
 UNKNOWN_OBJECT = 2085
 
@@ -81,8 +86,7 @@ class Console:
 
     # -- the handlers -----------------------------------------------------------------
     async def page(self, request: web.Request) -> web.StreamResponse:
-        return web.FileResponse(STATIC / "console.html",
-                                headers={"Cache-Control": "no-cache"})
+        return web.FileResponse(STATIC / "console.html", headers=PAGE_HEADERS)
 
     async def session(self, request: web.Request) -> web.Response:
         """Who is logged in, to which queue manager: no authority needed beyond
