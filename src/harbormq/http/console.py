@@ -50,8 +50,6 @@ NOT_AUTHORIZED = 2035
 PAGE_HEADERS = {"Cache-Control": "no-cache",
                 "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
                 "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff"}
-#: MQRC_UNKNOWN_OBJECT_NAME
-UNKNOWN_OBJECT = 2085
 
 
 class Console:
