@@ -6,11 +6,12 @@ dribbled a byte at a time (408) while other requests are served meanwhile."""
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
 
-from conftest import CSRF, WebClient
+from support.web_helpers import CSRF, WebClient, raw_socket, web_client
 
 MSG = "/ibmmq/rest/v2/messaging/qmgr/QW/queue/{}/message"
 MQSC = "/ibmmq/rest/v2/admin/action/qmgr/QW/mqsc"
@@ -36,7 +37,7 @@ def depth(admin: WebClient, queue: str) -> int:
 
 
 def test_wrong_password_is_401_with_a_basic_challenge(web):
-    status, headers, body = WebClient(web.web_port, "alice", "wrong").call(
+    status, headers, body = web_client(web, "alice", "wrong").call(
         "GET", MSG.format("SYSTEM.DEFAULT.LOCAL.QUEUE"))
     assert status == 401
     assert headers["www-authenticate"] == 'Basic realm="harbormq QW"'
@@ -45,11 +46,11 @@ def test_wrong_password_is_401_with_a_basic_challenge(web):
 
 def test_a_browser_page_must_log_in(web):
     # an Origin: a page of some web site; the OS user's anonymous access is not its
-    status, headers, body = WebClient(web.web_port).call(
+    status, headers, body = web_client(web).call(
         "GET", MSG.format("SYSTEM.DEFAULT.LOCAL.QUEUE"), headers={"Origin": "http://evil"})
     assert status == 401 and "Origin" in error_of(body)["message"]
     # a name rebound to 127.0.0.1 by another site: refused too
-    status, _h, body = WebClient(web.web_port).call(
+    status, _h, body = web_client(web).call(
         "GET", MSG.format("SYSTEM.DEFAULT.LOCAL.QUEUE"), headers={"Host": "evil.example:80"})
     assert status == 401 and "Host" in error_of(body)["message"]
 
@@ -57,14 +58,14 @@ def test_a_browser_page_must_log_in(web):
 def test_anonymous_loopback_request_is_the_os_user(web, admin):
     # the test runs as the queue manager's owner: anonymous on loopback, it is the owner
     admin.mqsc("DEFINE QLOCAL(LIM.ANON)")
-    status, _h, _b = WebClient(web.web_port).call("POST", MSG.format("LIM.ANON"), "x")
+    status, _h, _b = web_client(web).call("POST", MSG.format("LIM.ANON"), "x")
     assert status == 201
     assert depth(admin, "LIM.ANON") == 1
 
 
 def test_no_authority_is_403(web, admin):
     admin.mqsc("DEFINE QLOCAL(LIM.AUTH)")
-    alice = WebClient(web.web_port, "alice", "alicepw")
+    alice = web_client(web, "alice", "alicepw")
     for method in ("POST", "DELETE", "GET"):
         status, _h, body = alice.call(method, MSG.format("LIM.AUTH"),
                                       "x" if method == "POST" else None)
@@ -87,10 +88,6 @@ def test_missing_csrf_header_is_403_and_changes_nothing(web, admin):
     assert admin.call("GET", MSG.format("LIM.CSRF"), csrf=False)[0] == 200
 
 
-def _raw(port: int, timeout: float = 10) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return s
 
 
 def _read_answer(s: socket.socket) -> bytes:
@@ -108,7 +105,7 @@ def _read_answer(s: socket.socket) -> bytes:
 
 def test_100_mb_body_is_refused_before_it_is_read(web, admin):
     admin.mqsc("DEFINE QLOCAL(LIM.BIG)")
-    s = _raw(web.web_port)
+    s = raw_socket(web)
     head = (f"POST {MSG.format('LIM.BIG')} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             "Authorization: Basic cm9vdDpyb290cHc=\r\nContent-Type: text/plain\r\n"
             f"Content-Length: {100 << 20}\r\n"
@@ -127,7 +124,7 @@ def test_100_mb_body_is_refused_before_it_is_read(web, admin):
 
 def test_chunked_body_past_the_limit_is_413(web, admin):
     admin.mqsc("DEFINE QLOCAL(LIM.CHUNK)")
-    s = _raw(web.web_port)
+    s = raw_socket(web)
     s.sendall((f"POST {MSG.format('LIM.CHUNK')} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                "Authorization: Basic cm9vdDpyb290cHc=\r\nTransfer-Encoding: chunked\r\n"
                "ibm-mq-rest-csrf-token: x\r\n\r\n").encode())
@@ -143,13 +140,16 @@ def test_chunked_body_past_the_limit_is_413(web, admin):
     assert depth(admin, "LIM.CHUNK") == 0
 
 
-def _dribble(port: int, data: bytes, out: list) -> None:
-    s = _raw(port, timeout=30)
+def _dribble(srv, data: bytes, out: list) -> None:
+    """Send ``data`` a byte a second until the server answers; its answer and
+    how long it took."""
+    s = raw_socket(srv, timeout=30)
     started = time.monotonic()
     try:
         for i in range(len(data)):
             s.sendall(data[i:i + 1])
-            time.sleep(1.0)
+            if select.select([s], [], [], 1.0)[0]:
+                break                         # answered (or closed)
     except (BrokenPipeError, ConnectionResetError):
         pass
     out.append((_read_answer(s), time.monotonic() - started))
@@ -160,7 +160,7 @@ def test_dribbled_headers_get_408_and_others_are_served_meanwhile(web, admin):
     request = (f"GET {MSG.format('SYSTEM.DEFAULT.LOCAL.QUEUE')} HTTP/1.1\r\n"
                "Host: 127.0.0.1\r\n\r\n").encode()
     out: list = []
-    t = threading.Thread(target=_dribble, args=(web.web_port, request, out))
+    t = threading.Thread(target=_dribble, args=(web, request, out))
     t.start()
     time.sleep(0.3)
     # meanwhile the listener answers others at once
@@ -180,7 +180,7 @@ def test_dribbled_body_gets_408(web, admin):
     head = (f"POST {MSG.format('LIM.SLOW')} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             "Authorization: Basic cm9vdDpyb290cHc=\r\nContent-Length: 50\r\n"
             "ibm-mq-rest-csrf-token: x\r\n\r\n").encode()
-    s = _raw(web.web_port, timeout=30)
+    s = raw_socket(web, timeout=30)
     s.sendall(head)
     out: list = []
     t = threading.Thread(target=lambda: out.append(_read_answer(s)))

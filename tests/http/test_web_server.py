@@ -1,43 +1,95 @@
 """The HTTP listener itself: started by the server from qm.toml's [web] and
 by ``harbormq create --web-port``, its address in listeners.json, the
-loopback rule, and the registration point of the features."""
+loopback rule, TLS with the queue manager's key repository, the OpenAPI
+description, and STOMP over WebSocket at ``/ws``."""
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
+import tomllib
 
-from conftest import WebClient, web_entry
-from support.stomp_helpers import QMServer
+import pytest
+import tomli_w
+from support.web_helpers import web_client, web_entry
+from support.websocket_stomp import WsStomp
 
 from harbormq.config import QMConfig
+from harbormq.errors import ConfigError
+from harbormq.http.server import check_address
+from harbormq.qmgr import lifecycle as qmgr
 
 
 def test_listener_is_in_listeners_json_beside_stomp(web):
     entries = json.loads((web.qm_dir / "listeners.json").read_text())
     assert entries[0]["port"] == web.port                 # STOMP stays first
-    http_entry = web_entry(web)
-    assert http_entry == {"name": "WEB", "host": "127.0.0.1", "port": web.web_port,
-                          "tls": False, "transport": "http"}
-    status, doc = WebClient(web.web_port).json("GET", "/ibmmq/rest/v2/openapi.json")
+    assert web_entry(web) == {"name": "WEB", "host": "127.0.0.1", "port": web.web_port,
+                              "tls": True, "transport": "http"}
+
+
+def test_openapi_description_lists_the_api(web):
+    status, doc = web_client(web).json("GET", "/ibmmq/rest/v2/openapi.json")
     assert status == 200 and doc["openapi"].startswith("3.")
+    paths = doc["paths"]
+    assert set(paths["/ibmmq/rest/v2/admin/action/qmgr/{qmgr}/mqsc"]) == {"post"}
+    assert set(paths["/ibmmq/rest/v2/messaging/qmgr/{qmgr}/queue/{queue}/message"]) == \
+        {"post", "delete", "get"}
+    assert "/ibmmq/rest/v2/messaging/qmgr/{qmgr}/queue/{queue}/messagelist" in paths
+    assert "/ws" in paths and doc["components"]["securitySchemes"]["basic"]["scheme"] == \
+        "basic"
 
 
-def test_create_web_port_writes_the_web_table(tmp_path):
-    srv = QMServer(tmp_path / "hmq", "QC")
-    srv.home.mkdir(parents=True)
-    srv.cli("create", "QC", "--port", "0", "--web-port", "0", "--log-file-pages", "64")
-    config = QMConfig.load("QC", srv.home)
+def test_tls_with_the_key_repository(web):
+    # the session's listener serves https with qmgrs/QW/ssl/cert.pem; plain HTTP fails
+    status, doc = web_client(web, "root", "rootpw").mqsc("PING QMGR")
+    assert status == 200 and doc["overallCompletionCode"] == 0
+    plain = http.client.HTTPConnection("127.0.0.1", web.web_port, timeout=5)
+    with pytest.raises((http.client.HTTPException, ConnectionError)):
+        plain.request("GET", "/ibmmq/rest/v2/openapi.json")
+        plain.getresponse()
+    plain.close()
+
+
+def test_create_web_port_writes_the_web_table(home):
+    qmgr.create("QC", home=home, log_file_pages=64, web_port=0)
+    config = QMConfig.load("QC", home)
     assert config.web.enabled and config.web.port == 0 and config.web.host == "127.0.0.1"
+    qmgr.create("QD", home=home, log_file_pages=64)
+    assert not QMConfig.load("QD", home).web.enabled     # off unless asked for
 
 
-def test_non_loopback_host_without_tls_is_refused(tmp_path):
-    srv = QMServer(tmp_path / "hmq", "QN")
-    srv.create()
-    import tomllib
+def test_web_table_is_checked(home):
+    qmgr.create("QE", home=home, log_file_pages=64, web_port=0)
+    path = home / "qmgrs" / "QE" / "qm.toml"
+    good = tomllib.loads(path.read_text())
+    for change, why in (({"max_body": 5}, "unknown key web.max_body"),
+                        ({"connauth": "maybe"}, "web.connauth"),
+                        ({"tls_cert": "/x.pem"}, "tls_key"),
+                        ({"port": 70000}, "web.port")):
+        path.write_text(tomli_w.dumps({**good, "web": {**good["web"], **change}}))
+        with pytest.raises(ConfigError, match=why):
+            QMConfig.load("QE", home)
 
-    import tomli_w
-    data = tomllib.loads(srv.config_path.read_text())
-    data["web"] = {"host": "0.0.0.0", "port": 0, "connauth": "required"}
-    srv.config_path.write_text(tomli_w.dumps(data))
-    status, out = srv.start_failure()
-    assert status != 0 and "web.tls" in out and "0.0.0.0" in out
+
+def test_loopback_rule():
+    check_address("127.0.0.1", tls=False, connauth="optional")
+    check_address("::1", tls=False, connauth="optional")
+    check_address("0.0.0.0", tls=True, connauth="required")
+    with pytest.raises(ConfigError, match="connauth"):
+        check_address("0.0.0.0", tls=True, connauth="optional")
+    with pytest.raises(ConfigError, match="web.tls"):
+        check_address("0.0.0.0", tls=False, connauth="required")
+
+
+def test_stomp_over_websocket_at_ws(web):
+    c = WsStomp(f"wss://127.0.0.1:{web.web_port}/ws",
+                sslopt={"ca_certs": web.ca, "cert_reqs": ssl.CERT_REQUIRED})
+    try:
+        assert c.connect(login="root", passcode="rootpw").command == "CONNECTED"
+        c.call("SEND", {"destination": "/queue/WS.MOUNTED"}, b"over ws")
+    finally:
+        c.close()
+    status, _h, body = web_client(web, "root", "rootpw").call(
+        "DELETE", "/ibmmq/rest/v2/messaging/qmgr/QW/queue/WS.MOUNTED/message")
+    assert status == 200 and body == b"over ws"

@@ -45,6 +45,8 @@ VERB_AUTHORITY = {"DISPLAY": "DSP", "ALTER": "CHG", "DELETE": "DLT", "CLEAR": "C
                   "START": "CTRL", "STOP": "CTRL", "RESET": "CTRL", "RESOLVE": "CTRL",
                   "ARCHIVE": "CTRL", "PING": "DSP", "SET": "CHG", "REFRESH": "CHG",
                   "DEFINE": "CRT"}
+#: the authorities of the queue manager object the verbs use
+QMGR_AUTHORITIES = frozenset({"DSP", "CHG", "CTRL", "CRT"})
 #: one ATTR(value) of a response line; a value ends at ')' before the next
 #: attribute or the line's end
 _PAIR = re.compile(r"([A-Z][A-Z0-9]*)\((.*?)\)(?=\s+[A-Z][A-Z0-9]*\(|\s*$)")
@@ -78,7 +80,9 @@ def command_authority(cmd: Command, qmgr: str) -> tuple[str, str, str]:
         return "QUEUE", cmd.name, authority
     if cmd.objtype in TOPIC_TYPES and cmd.name:
         return "TOPIC", cmd.name, authority
-    return "QMGR", qmgr, authority
+    # the queue manager has no +dlt or +clr: deleting or clearing what has no
+    # authority records of its own (a channel, a topic string) changes it
+    return "QMGR", qmgr, authority if authority in QMGR_AUTHORITIES else "CHG"
 
 
 def response_parameters(block: str) -> dict:

@@ -15,6 +15,7 @@ are listed in docs/http.md. Not here: who the caller is (``auth.py``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from aiohttp import web
@@ -94,21 +95,32 @@ def bad_request(message: str, *, msg_id: str = "MQWB0002E",
                      action=action)
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler):
-    """Any error of a handler as MQ's error body; a failure of harbormq itself is
-    written to the operator log as well (500)."""
-    try:
-        return await handler(request)
-    except RestError as exc:
-        return exc.response()
-    except HarbormqError as exc:
-        return RestError.from_harbormq(exc).response()
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return RestError(exc.status, f"MQWB{exc.status:04d}E", exc.reason,
-                         explanation=exc.text or exc.reason,
-                         action="Correct the request and send it again.",
-                         headers={k: v for k, v in exc.headers.items()
-                                  if k.lower() in ("allow", "www-authenticate")}).response()
+def error_middleware(emit):
+    """The middleware that answers any error of a handler with MQ's error body;
+    a failure of harbormq itself (500) is written to the operator log with
+    ``emit`` as well."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler):
+        try:
+            return await handler(request)
+        except RestError as exc:
+            return exc.response()
+        except HarbormqError as exc:
+            return RestError.from_harbormq(exc).response()
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return RestError(exc.status, f"MQWB{exc.status:04d}E", exc.reason,
+                             explanation=exc.text or exc.reason,
+                             action="Correct the request and send it again.",
+                             headers={k: v for k, v in exc.headers.items()
+                                      if k.lower() in ("allow", "www-authenticate")}).response()
+        except (asyncio.CancelledError, ConnectionError):
+            raise                              # the client went: no one to answer
+        except Exception as exc:  # noqa: BLE001 - a bug must not cost the answer
+            emit("HMQ8152E", f"HTTP request {request.method} {request.path} failed: {exc!r}")
+            return RestError(500, "MQWB0000E", f"the queue manager failed to process the "
+                             f"request: {exc!r}", explanation=DEFAULT_MQ[2],
+                             action=DEFAULT_MQ[3]).response()
+    return middleware

@@ -151,9 +151,11 @@ class DeadlineSite(web.TCPSite):
     """aiohttp's TCP site with every connection's handler behind a
     ``DeadlineProtocol`` (the same ``start``, the factory wrapped)."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, wrap, **kw):
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, wrap,
+                 handshake_timeout_s: float, **kw):
         super().__init__(runner, host, port, **kw)
         self._wrap = wrap
+        self._handshake_timeout_s = handshake_timeout_s
 
     async def start(self) -> None:
         await web.BaseSite.start(self)            # registers the site with its runner
@@ -162,6 +164,9 @@ class DeadlineSite(web.TCPSite):
         self._server = await loop.create_server(
             lambda: self._wrap(server()), self._host, self._port, ssl=self._ssl_context,
             backlog=self._backlog, reuse_address=self._reuse_address,
-            reuse_port=self._reuse_port)
+            reuse_port=self._reuse_port,
+            # a TLS handshake not done by then is cut, as dribbled headers are
+            **({"ssl_handshake_timeout": self._handshake_timeout_s}
+               if self._ssl_context is not None else {}))
         if self._server.sockets:
             self._bound_port = self._server.sockets[0].getsockname()[1]

@@ -74,7 +74,8 @@ class WebServer:
 
     def make_app(self) -> web.Application:
         settings = self.context.settings
-        app = web.Application(middlewares=[self._deadline_middleware, error_middleware,
+        app = web.Application(middlewares=[self._deadline_middleware,
+                                           error_middleware(self.context.core.oplog.emit),
                                            body_limit(settings)],
                               # read_body enforces the limit with MQ's answer; aiohttp's
                               # own (request.read) is a last guard
@@ -120,6 +121,7 @@ class WebServer:
         answer = raw_answer(timeout_error(settings, "headers"))
         site = DeadlineSite(self.runner, settings.host, settings.port, ssl_context=self.tls,
                             reuse_address=True, backlog=512,
+                            handshake_timeout_s=timeout_s,
                             wrap=lambda inner: DeadlineProtocol(inner, timeout_s, answer,
                                                                 self.deadlines))
         try:

@@ -111,16 +111,17 @@ class QueueManagerServer:
         mode = await self.stop_mode
         server.close()
         if self.web is not None:
-            await self.web.stop()
+            await self.web.stop_accepting()
         await self.channels.stop()
-        await self.stomp.stop()
+        await self.stomp.stop()       # (its connections over /ws too)
+        if self.web is not None:
+            await self.web.stop()
         try:
             sock.unlink()
         except FileNotFoundError:
             pass
         await self.running.stop(mode)
         return 0
-
 
     async def _start_web(self) -> None:
         """The HTTP front end (``http/``), handed the MQSC runner and STOMP over
