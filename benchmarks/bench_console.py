@@ -46,17 +46,6 @@ progress = make_progress("console")
 USER, PASSWORD = "bench", "benchpw"
 
 
-def _web_helpers():
-    """tests/http/conftest.py's WebClient and start_web (loaded by path: every
-    test folder's conftest is named conftest)."""
-    import importlib.util
-    path = Path(__file__).resolve().parents[1] / "tests" / "http" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("http_test_helpers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.WebClient, module.start_web
-
-
 async def _define_all(core, names: list[str]) -> None:
     import asyncio
     await asyncio.gather(*(core.define_queue(name) for name in names))
@@ -143,9 +132,9 @@ def main() -> None:
 
     from support.browser import headless_driver
     from support.stomp_helpers import QMServer
+    from support.web_helpers import WebClient, start_web
 
     from harbormq.log.records import key_parts, message_key
-    WebClient, start_web = _web_helpers()
 
     with tempfile.TemporaryDirectory(prefix="hmq-bench-console-") as scratch:
         srv = QMServer(Path(scratch) / "hmq", "QB")

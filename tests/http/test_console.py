@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import WebClient, start_web
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+from support.browser import headless_driver
 from support.screenshots import keep_screenshot
 from support.stomp_helpers import QMServer, deadline_wait, depth, stomp_client
+from support.web_helpers import start_web, web_client
 
 WAIT_S = 15
 
@@ -24,8 +25,17 @@ def wait_for(browser, what, timeout: float = WAIT_S):
                          ignored_exceptions=(Exception,)).until(what)
 
 
-def log_in(browser, port: int, user: str, password: str, view: str = "overview") -> None:
-    base = f"http://127.0.0.1:{port}/console/"
+@pytest.fixture(scope="module")
+def browser():
+    """This module's browser: it takes the session server's self-signed
+    certificate (tests/http/conftest.py serves https)."""
+    with headless_driver(accept_insecure_certs=True) as driver:
+        yield driver
+
+
+def log_in(browser, srv, user: str, password: str, view: str = "overview") -> None:
+    scheme = "https" if getattr(srv, "ca", None) else "http"
+    base = f"{scheme}://127.0.0.1:{srv.web_port}/console/"
     browser.get(base)
     browser.execute_script("sessionStorage.clear()")
     browser.get(base + f"#{view}")
@@ -82,7 +92,7 @@ def deadline_depth(srv, queue: str, want: int) -> None:
 
 
 def test_pages_show_what_the_queue_manager_reports(web, deep, browser):
-    log_in(browser, web.web_port, "root", "rootpw")
+    log_in(browser, web, "root", "rootpw")
     show(browser, "overview")
     qmstatus = web.sc("DISPLAY QMSTATUS ALL")
     wait_for(browser, lambda b: figure(b, "status") == "RUNNING")
@@ -144,7 +154,7 @@ def test_pages_show_what_the_queue_manager_reports(web, deep, browser):
 def test_pages_live_update(web, deep, browser):
     """The queue list reads again by itself: a put shows without a reload."""
     web.sc("DEFINE QLOCAL(CONSOLE.LIVE)")
-    log_in(browser, web.web_port, "root", "rootpw", view="queues")
+    log_in(browser, web, "root", "rootpw", view="queues")
     box = wait_for(browser, lambda b: b.find_element(By.ID, "queue-filter"))
     box.send_keys("CONSOLE.LIVE")
     wait_for(browser, lambda b: column(b, "queue-table", "curdepth") == ["0"])
@@ -155,17 +165,17 @@ def test_pages_live_update(web, deep, browser):
 def test_a_user_sees_only_what_he_may_display(web, deep, browser):
     """alice has no authority: the overview says so (MQRC 2035) and the queue
     list is empty; with +dsp on one queue she sees that one alone."""
-    log_in(browser, web.web_port, "alice", "alicepw")
+    log_in(browser, web, "alice", "alicepw")
     error = wait_for(browser, lambda b: b.find_element(By.ID, "view-error").text)
     assert "2035" in error or "not authorized" in error
-    alice = WebClient(web.web_port, "alice", "alicepw")
+    alice = web_client(web, "alice", "alicepw")
     status, body = alice.json("GET", "/console/api/queues?filter=CONSOLE.PAGE*")
     assert status == 200 and body["total"] == 0
     # a browser's request (an Origin) without a login gets no data
-    status, _ = WebClient(web.web_port).json("GET", "/console/api/overview",
+    status, _ = web_client(web).json("GET", "/console/api/overview",
                                              headers={"Origin": "http://elsewhere.example"})
     assert status == 401
-    status, headers, page = WebClient(web.web_port).call("GET", "/console/")
+    status, headers, page = web_client(web).call("GET", "/console/")
     assert status == 200 and b"console.js" in page   # the page itself holds none
     assert "frame-ancestors 'none'" in headers["content-security-policy"]
     status, body = alice.json("GET", "/console/api/queues/CONSOLE.DEEP/messages")
@@ -215,7 +225,7 @@ def test_actions_do_what_they_say_with_and_without_authority(web, deep, browser)
     web.sc("SET AUTHREC PROFILE(CONSOLE.CLR) OBJTYPE(QUEUE) PRINCIPAL('alice') AUTHADD(DSP)")
     command = "CLEAR QLOCAL('CONSOLE.CLR')"
 
-    log_in(browser, web.web_port, "alice", "alicepw", view="queues")
+    log_in(browser, web, "alice", "alicepw", view="queues")
     # only the queues she may display (this one, and one an earlier test granted)
     wait_for(browser, lambda b: "CONSOLE.CLR" in column(b, "queue-table", "queue"))
     assert set(column(browser, "queue-table", "queue")) <= {"CONSOLE.CLR", "CONSOLE.PAGE.007"}
@@ -225,7 +235,7 @@ def test_actions_do_what_they_say_with_and_without_authority(web, deep, browser)
     assert "failed" in refused["text"]
     assert depth(web, "CONSOLE.CLR") == 5
 
-    log_in(browser, web.web_port, "root", "rootpw", view="queues")
+    log_in(browser, web, "root", "rootpw", view="queues")
     browser.find_element(By.ID, "queue-filter").send_keys("CONSOLE.CLR")
     wait_for(browser, lambda b: column(b, "queue-table", "curdepth") == ["5"])
     click_action(browser, "queue-table", "CONSOLE.CLR", "Clear")
@@ -261,7 +271,7 @@ def test_an_in_doubt_unit_of_work_is_resolved(tmp_path, browser):
     srv.user_add("root", "rootpw", "mqm")
     try:
         assert "PREPARED" in srv.sc(f"DISPLAY UOW({uow_id})")
-        log_in(browser, srv.web_port, "root", "rootpw", view="connections")
+        log_in(browser, srv, "root", "rootpw", view="connections")
         wait_for(browser, lambda b: column(b, "uow-table", "state") == ["PREPARED"])
         keep_screenshot(browser, "console", "in-doubt")
         click_action(browser, "uow-table", str(uow_id), "Commit")
@@ -281,7 +291,7 @@ def test_channel_start_and_stop(web, browser):
     web.sc("DEFINE QLOCAL(CONSOLE.XQ) USAGE(XMITQ)\n"
            "DEFINE CHANNEL(CONSOLE.TO.NOWHERE) CHLTYPE(SDR) CONNAME('127.0.0.1(1)') "
            "XMITQ(CONSOLE.XQ)")
-    log_in(browser, web.web_port, "root", "rootpw", view="channels")
+    log_in(browser, web, "root", "rootpw", view="channels")
     row = "CONSOLE.TO.NOWHERE"
 
     def status(b):

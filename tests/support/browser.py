@@ -110,14 +110,16 @@ def chromedriver() -> str:
 
 
 @contextmanager
-def headless_driver(width: int = 1280, height: int = 900):
+def headless_driver(width: int = 1280, height: int = 900, *, accept_insecure_certs=False):
     """A Selenium WebDriver on headless Chromium, quit on exit. Selenium is given
-    both paths, so it downloads nothing."""
+    both paths, so it downloads nothing. ``accept_insecure_certs``: a test
+    server's self-signed certificate is taken."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = chromium()
+    options.accept_insecure_certs = accept_insecure_certs
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--no-first-run", "--disable-extensions", "--disable-background-networking",
                 f"--window-size={width},{height}"):
