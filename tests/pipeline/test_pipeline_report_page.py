@@ -1,17 +1,25 @@
-"""The report's page for people, opened in headless Chromium: the summary comes
-first with the figures of report.json, times are wall-clock, every plot is
-drawn, and the JSON is linked rather than dumped on the page."""
+"""The report's page for people, opened in headless Chromium: a report made by
+hand (no Spark; tests/pipeline/test_pipeline_spark.py opens a real one the
+same way) drawn by ``report_page.write_page``: the summary comes first with
+the report's figures, times are wall-clock, every plot is drawn, report.json
+is linked rather than dumped on the page, units suit the figures."""
 
 from __future__ import annotations
 
-import json
-import time
-
+from support.report_page import check_report_page
 from support.screenshots import keep_screenshot
 
-from harbormq.pipeline.logdata import LogInput
-from harbormq.pipeline.report import run_report
-from harbormq.pipeline.report_page import byte_unit, duration_unit, human_bytes, human_duration
+from harbormq.pipeline.report_page import (
+    byte_unit,
+    duration_unit,
+    human_bytes,
+    human_duration,
+    summary,
+    write_page,
+)
+
+T0 = 1_795_000_000_000_000_000          # a wall-clock time (ns)
+S = 1_000_000_000
 
 
 def test_units_suit_the_figures():
@@ -22,54 +30,50 @@ def test_units_suit_the_figures():
     assert human_duration(0.0123) == "12 ms" and human_duration(150) == "2.5 minutes"
 
 
-def test_report_page_in_a_browser(tmp_path, spark, make_qm, open_qm, browser):
-    make_qm("QM1")
-    qm = open_qm("QM1")
-    qm.define_queue("ORDERS", DEFPSIST="YES")
-    qm.define_queue("PAY.OUT", DEFPSIST="YES")
-    for i in range(20):
-        qm.put("ORDERS", f"order {i}".encode())
-    qm.checkpoint()
-    time.sleep(1.1)                       # a second bucket of clock time
-    with qm.begin() as u:
-        for _ in range(5):
-            u.get("ORDERS")
-        u.put("PAY.OUT", b"paid")
-    qm.checkpoint()
-    out = tmp_path / "report"
-    rep = run_report(spark, LogInput(log=str(qm.config.log_dir)).records(spark), out)
-    written = json.loads((out / "report.json").read_text())
-    assert written["summary"]["records"] == rep["records"] > 0
-    assert written["queues"]["ORDERS"]["puts_total"] == 20
-    assert written["queues"]["ORDERS"]["gets_total"] == 5
-    assert rep["summary"]["queues"] == 2 and rep["summary"]["span_seconds"] >= 1
+def made_report() -> dict:
+    """Ten minutes of log in one-minute buckets: ORDERS busy in its first three
+    and last minute (30 messages left from the first), PAY.OUT once; three
+    checkpoints; 42 units of work."""
+    def queue(buckets, puts, gets, depth, ages):
+        return {"buckets": buckets, "bucket_start_ns": [T0 + b * 60 * S for b in buckets],
+                "puts_per_minute": puts, "gets_per_minute": gets, "depth": depth,
+                "oldest_age_s": ages, "puts_total": sum(puts), "gets_total": sum(gets)}
+    report = {
+        "records": 12_345, "first_ts_ns": T0, "last_ts_ns": T0 + 599 * S, "first_lsn": 4096,
+        "bucket_seconds": 60.0,
+        "retention": [{"lsn": 10_000 * (i + 1), "ts_ns": T0 + 200 * i * S,
+                       "restart_lsn": 5_000 * i, "log_bytes_needed": 2_000_000 * (i + 1),
+                       "restart_extent_first_lsn": 0} for i in range(3)],
+        "uows": {"by_outcome": {"committed": 40, "backed out": 2},
+                 "duration_ms_quantiles": {"p50": 3.0, "p90": 12.0, "p99": 80.0,
+                                           "max": 1500.0},
+                 "duration_ms_histogram_log10": {0: 30, 1: 10, 3: 2},
+                 "longest": [{"uow_id": 7, "duration_ms": 1500.0, "outcome": "committed",
+                              "operations": 12}],
+                 "in_doubt_at_end": [], "in_flight_at_end": []},
+        "queues": {"ORDERS": queue(list(range(10)), [120, 60] + [0] * 7 + [30],
+                                   [0, 60, 90] + [0] * 6 + [30], [120, 120] + [30] * 8,
+                                   [30.0 + 60 * b for b in range(10)]),
+                   "PAY.OUT": queue([4], [1], [0], [1], [12.0])},
+        "topics": {"prices/eur": {"publications": 5, "deliveries": 10, "queues_reached": 2,
+                                  "body_bytes": 500, "log_bytes": 900, "first_ns": T0,
+                                  "last_ns": T0 + 60 * S}},
+    }
+    report["summary"] = summary(report)
+    return report
 
-    browser.get((out / "index.html").as_uri())
-    figures = {c.get_attribute("data-figure"): c.find_element("css selector", ".figure").text
-               for c in browser.find_elements("css selector", "#summary .card")}
-    assert figures["records"] == f"{rep['records']:,}"
-    assert figures["units_of_work"] == f"{rep['summary']['units_of_work']:,}"
-    assert figures["queues"] == "2"
-    assert figures["span"].endswith("seconds")
-    # the summary is the first section, wall-clock times in the header, JSON linked
-    first = browser.find_element("css selector", "main section")
-    assert first.get_attribute("id") == "summary"
-    assert "UTC" in browser.find_element("id", "span").text
-    assert browser.find_element("id", "json-link").get_attribute("href").endswith("report.json")
-    assert not browser.find_elements("css selector", "pre")
-    # every plot loaded; the queue table has the totals
-    images = browser.find_elements("css selector", "img")
-    assert len(images) == 4                # retention, durations, two queues
-    for img in images:
-        assert browser.execute_script("return arguments[0].complete && "
-                                      "arguments[0].naturalWidth > 0", img), \
-            img.get_attribute("src")
-    rows = {r.find_elements("css selector", "td")[0].text:
-            [td.text for td in r.find_elements("css selector", "td")]
-            for r in browser.find_elements("css selector", "#queues tbody tr")}
-    assert rows["ORDERS"][1:5] == ["20", "5", "20", "15"]
-    # the page is styled (a stylesheet applies, not the browser's default serif)
-    family = browser.execute_script(
-        "return getComputedStyle(document.body).fontFamily")
-    assert "system-ui" in family
+
+def test_report_page_in_a_browser(tmp_path, browser):
+    report = made_report()
+    assert report["summary"]["span"] == "10.0 minutes"
+    written = write_page(report, tmp_path)
+    assert written == ["retention.png", "uow_durations.png", "queue_ORDERS.png",
+                       "queue_PAY.OUT.png", "index.html"]
+    rows = check_report_page(browser, tmp_path, report)
+    # queue, puts, gets, highest depth, depth at the end, oldest message age
+    assert rows["ORDERS"] == ["ORDERS", "210", "180", "120", "30", "9.5 minutes"]
+    text = browser.execute_script("return document.body.innerText")
+    assert "at most 6.0 MB, at the last checkpoint 6.0 MB" in text     # sizes in units
+    assert "1.5 seconds" in text                                        # the longest UoW
+    assert "prices/eur" in text
     keep_screenshot(browser, "pipeline", "report")
