@@ -69,3 +69,11 @@ def spark():
                                       "spark.default.parallelism": "2"})
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium driven by Selenium, one per test module (support/browser.py)."""
+    from support.browser import headless_driver
+    with headless_driver() as driver:
+        yield driver

@@ -13,6 +13,7 @@ import time
 import pytest
 from support.differential import all_rows, engine_state, force_log, spark_rebuilt
 from support.pipeline_logbuilder import LogBuilder
+from support.report_page import check_report_page
 
 from harbormq.errors import HarbormqError, LogFull, ObjectInUse, UnitOfWorkError
 from harbormq.pipeline.algebra import CONTROL_TYPES, plan_targets, reference_rebuild
@@ -259,7 +260,7 @@ def test_ingest_is_incremental_and_idempotent(tmp_path, spark, make_qm, open_qm)
         (tmp_path / "b" / "Q.hmqload").read_text()
 
 
-def test_report_and_trace(tmp_path, spark, make_qm, open_qm):
+def test_report_and_trace(tmp_path, spark, make_qm, open_qm, browser):
     make_qm("QM1")
     qm = open_qm("QM1")
     qm.define_queue("Q", DEFPSIST="YES")
@@ -290,6 +291,8 @@ def test_report_and_trace(tmp_path, spark, make_qm, open_qm):
     for f in ("report.json", "retention.png", "uow_durations.png", "queue_Q.png",
               "index.html"):
         assert (tmp_path / "report" / f).stat().st_size > 100
+    # the page for people, in a real browser (tests/support/report_page.py)
+    assert check_report_page(browser, tmp_path / "report", rep)["Q"][1:3] == ["2", "0"]
     qm.resolve(u.id, commit=False)
 
 

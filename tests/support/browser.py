@@ -9,6 +9,10 @@ npm package into ``.cache/npm-stompjs`` of the checkout (gitignored). An
 install that cannot be done raises ``BrowserUnavailable`` saying why: the
 tests do not skip.
 
+``headless_driver`` is a Selenium WebDriver on the same Chromium through
+Debian's ``chromedriver`` (the ``browser`` fixture of tests/conftest.py, one
+per test module), for pages that are driven rather than self-reporting.
+
 ``run_page`` serves a directory (the page, the stompjs bundle) on a free
 loopback port, opens it in headless Chromium, and waits for the page to POST
 its report to ``/report`` (a JSON object); Chromium is then ended through its
@@ -97,6 +101,34 @@ def apt_install(command: str, packages: list[str]) -> str:
 def chromium() -> str:
     """The path of Chromium, installed with apt-get if it is not there."""
     return apt_install("chromium", ["chromium", "chromium-driver"])
+
+
+def chromedriver() -> str:
+    """The path of Debian's chromedriver (with Chromium), installed if it is not there."""
+    chromium()
+    return apt_install("chromedriver", ["chromium", "chromium-driver"])
+
+
+@contextmanager
+def headless_driver(width: int = 1280, height: int = 900, *, accept_insecure_certs=False):
+    """A Selenium WebDriver on headless Chromium, quit on exit. Selenium is given
+    both paths, so it downloads nothing. ``accept_insecure_certs``: a test
+    server's self-signed certificate is taken."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium()
+    options.accept_insecure_certs = accept_insecure_certs
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--no-first-run", "--disable-extensions", "--disable-background-networking",
+                f"--window-size={width},{height}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver()), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def stompjs_bundle() -> Path:

@@ -29,7 +29,7 @@ from aiohttp import web
 
 from ..errors import ConfigError
 from ..security import check_listener
-from . import messaging, metrics, mqsc_api, openapi
+from . import console, messaging, metrics, mqsc_api, openapi
 from .context import WebContext
 from .errors import error_middleware
 from .limits import DeadlineProtocol, DeadlineSite, body_limit, raw_answer, timeout_error
@@ -41,6 +41,7 @@ FEATURES: list[Callable[[web.Application, WebContext], None]] = [
     messaging.add_routes,
     openapi.add_routes,
     metrics.add_routes,
+    console.add_routes,
 ]
 #: how long a stop lets requests under way finish
 SHUTDOWN_S = 5.0

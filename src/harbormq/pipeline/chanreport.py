@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .chanlog import RCVR, SDR, batch_rows, qm_name_of
 from .logdata import LogInput
-from .report import _safe
+from .report_page import safe_name as _safe
 from .session import Progress
 from .trace import _time
 

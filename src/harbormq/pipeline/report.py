@@ -2,8 +2,8 @@
 
 Written to OUT as ``report.json`` and PNG plots (``retention.png``,
 ``uow_durations.png``, ``queue_<name>.png``), plus ``index.html`` that shows
-them together. Spark aggregates; only per-checkpoint, per-UOW-summary and
-per-bucket rows reach the driver.
+them together (``report_page.py`` draws them). Spark aggregates; only
+per-checkpoint, per-UOW-summary and per-bucket rows reach the driver.
 
 Queue series use time buckets: the narrowest of 1 s, 5 s, 15 s, one minute
 or a multiple of minutes such that a log spans at most MAX_BUCKETS of them
@@ -16,10 +16,10 @@ depth is not known, so depth counts from the start of the log read.
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
+from .report_page import summary, write_page
 from .session import Progress
 
 MAX_BUCKETS = 240
@@ -105,7 +105,8 @@ def run_report(spark, records, out: Path, progress: Progress | None = None) -> d
     report["topics"] = topic_traffic(records)
     progress.stage(f"topics: {len(report['topics'])}")
     records.unpersist()
-    _plots(report, out)
+    report["summary"] = summary(report)
+    write_page(report, out)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     progress.stage(f"wrote {out / 'report.json'}, plots and index.html")
     return report
@@ -156,6 +157,7 @@ def _queue_series(records, t0: int, width: int) -> dict:
         per_min = width / NS_MIN
         s["puts_per_minute"] = [s["puts"].get(b, 0) / per_min for b in buckets]
         s["gets_per_minute"] = [s["gets"].get(b, 0) / per_min for b in buckets]
+        s["puts_total"], s["gets_total"] = sum(s["puts"].values()), sum(s["gets"].values())
         s["depth"] = [s["depth"].get(b, 0) for b in buckets]
         s["oldest_age_s"] = [s["oldest_age_s"].get(b) for b in buckets]
         del s["puts"], s["gets"]
@@ -203,62 +205,3 @@ def topic_traffic(records) -> dict:
                            "body_bytes": b["body_bytes"], "log_bytes": b["log_bytes"],
                            "first_ns": r["first_ns"], "last_ns": r["last_ns"]}
     return out
-
-
-def _plots(report: dict, out: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    files = []
-    cps = report["retention"]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.plot([c["lsn"] for c in cps], [c["log_bytes_needed"] / 1e6 for c in cps], marker=".")
-    ax.set_xlabel("checkpoint LSN")
-    ax.set_ylabel("log needed for restart (MB)")
-    ax.set_title("Log retention at each checkpoint")
-    fig.tight_layout()
-    fig.savefig(out / "retention.png")
-    plt.close(fig)
-    files.append(("Log retention", "retention.png"))
-
-    hist = report["uows"]["duration_ms_histogram_log10"]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    ax.bar([f"1e{b} ms" for b in hist], list(hist.values()))
-    ax.set_ylabel("units of work")
-    ax.set_title("Unit of work durations (ended ones, log10 buckets)")
-    fig.tight_layout()
-    fig.savefig(out / "uow_durations.png")
-    plt.close(fig)
-    files.append(("Unit of work durations", "uow_durations.png"))
-
-    for name, s in sorted(report["queues"].items()):
-        minutes = [(t - report["first_ts_ns"]) / 60e9 for t in s["bucket_start_ns"]]
-        fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
-        axes[0].plot(minutes, s["puts_per_minute"], label="puts/min", marker=".")
-        axes[0].plot(minutes, s["gets_per_minute"], label="gets/min", marker=".")
-        axes[0].legend()
-        axes[1].plot(minutes, s["depth"], marker=".")
-        axes[1].set_ylabel("depth")
-        axes[2].plot(minutes, [a if a is not None else float("nan") for a in s["oldest_age_s"]],
-                     marker=".")
-        axes[2].set_ylabel("oldest age (s)")
-        axes[2].set_xlabel("minutes since the start of the log read")
-        axes[0].set_title(f"Queue {name}")
-        fig.tight_layout()
-        fname = f"queue_{_safe(name)}.png"
-        fig.savefig(out / fname)
-        plt.close(fig)
-        files.append((f"Queue {name}", fname))
-    u = report["uows"]
-    body = "".join(f"<h2>{html.escape(t)}</h2><img src='{f}'>" for t, f in files)
-    summary = html.escape(json.dumps({"records": report["records"], "uows": u["by_outcome"],
-                                      "in_doubt_at_end": u["in_doubt_at_end"],
-                                      "topics": report.get("topics", {})}, indent=1))
-    (out / "index.html").write_text(
-        f"<!doctype html><meta charset='utf-8'><title>harbormq log report</title>"
-        f"<h1>harbormq log report</h1><pre>{summary}</pre>{body}\n")
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)

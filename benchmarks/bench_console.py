@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The web console at size: its queue page with 10,000 queues and browsing a
+1,000,000-message queue, in headless Chromium, and the server's memory.
+
+A queue manager is made with ``--queues`` local queues (``--full``: 10,000)
+and one queue, ``DEEP``, of ``--messages`` persistent 100-byte messages
+(``--full``: 1,000,000),
+loaded through the embedded API in units of work of 1,000 before the server
+starts. Then ``harbormq start`` with ``[web]`` and a user, and:
+
+* **time to first paint**, in Chromium (Selenium, ``tests/support/browser.py``):
+  from the navigation's start to the first table of the page drawn
+  (``window.harbormqFirstView``, set by console.js), and the browser's
+  first-contentful-paint, for the queue page (page 1 of the 10,000, by name)
+  and for ``DEEP``'s first page of messages, each the median of ``--rounds``
+  loads;
+* **the JSON behind them**, timed from Python (median of ``--rounds``): the
+  queue list's first and last page, by name and deepest first, a filtered
+  one; the first page of ``DEEP``, a page in its middle and its last page
+  (from cursors made from the message keys, as a user paging there would hold);
+* **the server's memory**: its resident size after the start, after the
+  queue pages, after the browsing, and its peak (VmHWM), from /proc.
+
+    .venv/bin/python benchmarks/bench_console.py            # 1,000 queues, 100,000 messages
+    .venv/bin/python benchmarks/bench_console.py --full     # 10,000 and 1,000,000
+
+Progress to stderr, one JSON object to stdout. Not part of CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from _common import make_progress  # noqa: E402
+
+progress = make_progress("console")
+USER, PASSWORD = "bench", "benchpw"
+
+
+async def _define_all(core, names: list[str]) -> None:
+    import asyncio
+    await asyncio.gather(*(core.define_queue(name) for name in names))
+
+
+def load(home: Path, name: str, queues: int, messages: int) -> dict:
+    """The queues and DEEP's messages, written before the server starts."""
+    from harbormq import QueueManager
+    qm = QueueManager.open(name, home=home)
+    t0 = time.monotonic()
+    try:
+        # defined 500 at a time on the loop: their log forces group-commit
+        for first in range(0, queues, 500):
+            names = [f"APP.Q{i:05d}" for i in range(first, min(first + 500, queues))]
+            qm._call(_define_all(qm.core, names))
+            progress(f"{first + len(names)} queues defined")
+        defined = time.monotonic()
+        qm.define_queue("DEEP", MAXDEPTH=str(max(messages, 5000)), DEFPSIST="YES")
+        body = b"x" * 100
+        for start in range(0, messages, 1000):
+            with qm.begin() as u:
+                for _ in range(min(1000, messages - start)):
+                    u.put("DEEP", body)
+            if start and start % 100_000 == 0:
+                progress(f"{start} messages put")
+    finally:
+        qm.close("controlled")
+    return {"define_s": round(defined - t0, 1), "load_s": round(time.monotonic() - defined, 1)}
+
+
+def server_memory(pid: int) -> dict:
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def timed_json(client, path: str, rounds: int) -> dict:
+    times, body = [], None
+    for _ in range(rounds):
+        t = time.perf_counter()
+        status, body = client.json("GET", path)
+        times.append(time.perf_counter() - t)
+        assert status == 200, (path, status, body)
+    return {"median_ms": round(statistics.median(times) * 1000, 1),
+            "bytes": len(json.dumps(body))}, body
+
+
+def first_paint(driver, url: str, ready_js: str, rounds: int) -> dict:
+    """Median over ``rounds`` loads of ``url``: navigation start to the first
+    table drawn, and to first-contentful-paint."""
+    views, fcps = [], []
+    for _ in range(rounds):
+        driver.get("about:blank")
+        driver.get(url)
+        end = time.monotonic() + 60
+        while not driver.execute_script(ready_js):
+            assert time.monotonic() < end, f"{url}: nothing drawn in 60 s"
+            time.sleep(0.02)
+        views.append(driver.execute_script("return window.harbormqFirstView"))
+        fcps.append(driver.execute_script(
+            "const p = performance.getEntriesByName('first-contentful-paint')[0];"
+            "return p ? p.startTime : null") or 0)
+    return {"first_table_ms": round(statistics.median(views), 1),
+            "first_contentful_paint_ms": round(statistics.median(fcps), 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--full", action="store_true",
+                    help="the issue's sizes: 10,000 queues, 1,000,000 messages")
+    ap.add_argument("--queues", type=int, help="local queues (quick 1,000, --full 10,000)")
+    ap.add_argument("--messages", type=int,
+                    help="messages on DEEP (quick 100,000, --full 1,000,000)")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    if args.queues is None:
+        args.queues = 10_000 if args.full else 1_000
+    if args.messages is None:
+        args.messages = 1_000_000 if args.full else 100_000
+
+    from support.browser import headless_driver
+    from support.stomp_helpers import QMServer
+    from support.web_helpers import WebClient, start_web
+
+    from harbormq.log.records import key_parts, message_key
+
+    with tempfile.TemporaryDirectory(prefix="hmq-bench-console-") as scratch:
+        srv = QMServer(Path(scratch) / "hmq", "QB")
+        srv.create(log_file_pages=4096, log_type="linear")
+        progress(f"loading {args.queues} queues and {args.messages} messages")
+        loaded = load(srv.home, "QB", args.queues, args.messages)
+        progress(f"loaded: {loaded}")
+        started = time.monotonic()
+        start_web(srv)
+        start_s = time.monotonic() - started
+        srv.user_add(USER, PASSWORD, "mqm")
+        pid = srv.proc.pid
+        mem = {"after_start": server_memory(pid)}
+        client = WebClient(srv.web_port, USER, PASSWORD)
+        rounds = args.rounds
+        api = {}
+        last = max(0, args.queues - 50)
+        for label, path in (
+                ("queues_first_page", "/console/api/queues?limit=50"),
+                ("queues_last_page", f"/console/api/queues?limit=50&offset={last}"),
+                ("queues_deepest_first", "/console/api/queues?limit=50&sort=depth"),
+                ("queues_filtered", "/console/api/queues?limit=50&filter=APP.Q09*")):
+            api[label], _ = timed_json(client, path, rounds)
+        mem["after_queue_pages"] = server_memory(pid)
+        timing, body = timed_json(client, "/console/api/queues/DEEP/messages?limit=50", rounds)
+        api["browse_first_page"] = timing
+        # a cursor is the key of the message before the page: the first message's
+        # key (the cursor after a page of one), then consecutive put sequences
+        _, one = timed_json(client, "/console/api/queues/DEEP/messages?limit=1", 1)
+        priority, first_seq = key_parts(bytes.fromhex(one["next"]))
+        for label, skip in (("browse_middle_page", args.messages // 2),
+                            ("browse_last_page", max(0, args.messages - 51))):
+            cursor = message_key(priority, first_seq + skip - 1).hex() if skip else ""
+            api[label], page = timed_json(
+                client, f"/console/api/queues/DEEP/messages?limit=50&after={cursor}", rounds)
+            api[label]["messages"] = len(page["messages"])
+        api["queue_depth_reported"] = body["depth"]
+        mem["after_browse"] = server_memory(pid)
+
+        base = f"http://127.0.0.1:{srv.web_port}/console/"
+        with headless_driver() as driver:
+            driver.get(base)
+            driver.execute_script(
+                "sessionStorage.setItem('harbormq-console-auth', arguments[0])",
+                client.auth)
+            paint = {
+                "queue_page": first_paint(
+                    driver, base + "#queues",
+                    "return document.querySelectorAll('#queue-table tbody tr').length > 0 "
+                    "&& window.harbormqFirstView", rounds),
+                "browse_page": first_paint(
+                    driver, base + "#queue/DEEP",
+                    "return document.querySelectorAll('#message-table tbody tr').length > 0 "
+                    "&& window.harbormqFirstView", rounds),
+            }
+        mem["after_browser"] = server_memory(pid)
+        srv.stop()
+    print(json.dumps({"benchmark": "console", "queues": args.queues,
+                      "messages": args.messages, "rounds": rounds, "load": loaded,
+                      "server_start_s": round(start_s, 1), "first_paint": paint,
+                      "api": api, "server_memory_mb": mem}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
