@@ -323,6 +323,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
     def is_queue_definition(self, name: str) -> bool:
         """``name`` is a queue that opens without a store of its own: a remote
         queue definition or an alias (a front end defines none on first use)."""
+        if name in self.shared_queues:      # a queue sharing group's (core/shared.py)
+            return True
         d = self.objects.get(name)
         return d is not None and d["type"] in ("QREMOTE", "QALIAS")
 
