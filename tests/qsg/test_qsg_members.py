@@ -14,7 +14,12 @@ from harbormq.errors import UnitOfWorkError
 from harbormq.log.records import RecordType, SharedChange
 from harbormq.qmgr import lifecycle as qmgr
 from harbormq.qsg import group as qgroup
-from harbormq.qsg.errors import GroupDatabaseError, GroupError, SharedPersistentNotAllowed
+from harbormq.qsg.errors import (
+    CFNotAvailable,
+    GroupDatabaseError,
+    GroupError,
+    SharedPersistentNotAllowed,
+)
 
 
 def mqsc(qm, text: str) -> dict:
@@ -179,3 +184,27 @@ def test_a_unit_of_work_is_refused_after_its_rows_were_backed_out_by_a_peer(memb
     qm1._call_sync(grp._reconnected)
     with pytest.raises(UnitOfWorkError, match="backed out by a peer"):
         uow.commit()
+
+
+def test_losing_postgresql_fails_shared_queues_alone_and_they_come_back(make_qm, open_qm,
+                                                                       private_postgres):
+    pg = private_postgres
+    db = pg.create_database("cfconlos")
+    make_qm("QM1", qsg="QSG1", qsg_db=db)
+    qm = open_qm("QM1")
+    r = mqsc(qm, "DEFINE CFSTRUCT(APP1)\nDEFINE QLOCAL(SQ) QSGDISP(SHARED) CFSTRUCT(APP1)\n"
+                 "DEFINE QLOCAL(LQ)\n")
+    assert r["errors"] == 0, r["output"]
+    qm.put("SQ", b"before", persistent=True)
+    pg.kill()
+    for _ in range(2):        # the lost connection, then no connection at all
+        with pytest.raises(CFNotAvailable, match="MQRC 2345"):
+            qm.put("SQ", b"during", persistent=True)
+    qm.put("LQ", b"local", persistent=True)          # local queues keep working
+    assert qm.get("LQ").body == b"local"
+    out = mqsc(qm, "DISPLAY QMSTATUS\n")["output"]
+    assert "QSGSTAT(DISCONNECTED)" in out
+    pg.start()
+    assert qm.get("SQ").body == b"before"             # reconnected by itself
+    qm.put("SQ", b"after", persistent=True)
+    assert qm.get("SQ").body == b"after"
