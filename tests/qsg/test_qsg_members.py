@@ -208,3 +208,43 @@ def test_losing_postgresql_fails_shared_queues_alone_and_they_come_back(make_qm,
     assert qm.get("SQ").body == b"before"             # reconnected by itself
     qm.put("SQ", b"after", persistent=True)
     assert qm.get("SQ").body == b"after"
+
+
+def uow_records(qm, uow_id: int) -> list[str]:
+    log = qm.core.log
+    return [r.type.name for r in log.read_from(log.chain()[0].first_lsn) if r.uow_id == uow_id]
+
+
+def test_restart_finishes_what_postgresql_decided_and_resolves_prepared_rows(make_qm, open_qm,
+                                                                             qsg_db):
+    make_qm("QM1", qsg="QSG1", qsg_db=qsg_db)
+    qm = open_qm("QM1")
+    r = mqsc(qm, "DEFINE CFSTRUCT(APP1)\nDEFINE QLOCAL(SQ) QSGDISP(SHARED) CFSTRUCT(APP1)\n"
+                 "DEFINE QLOCAL(LQ) DEFPSIST(YES)\n")
+    assert r["errors"] == 0, r["output"]
+    qm.put("LQ", b"l1"); qm.put("LQ", b"l2")
+    group = qm.core.group
+    # 1. shared only: PostgreSQL decided (committed), the crash came before the COMMIT record
+    decided = qm.begin()
+    decided.put("SQ", b"decided", persistent=True)
+    qm._call_sync(group.commit, decided.id)
+    # 2. mixed, prepared in PostgreSQL, the crash came before the COMMIT record
+    prepared = qm.begin()
+    assert prepared.get("LQ").body == b"l1"
+    prepared.put("SQ", b"prepared-only", persistent=True)
+    qm._call_sync(group.prepare, prepared.id)
+    # 3. mixed, its COMMIT forced, the crash came before the rows were applied
+    group.resolve_later = lambda *a: None
+    committed = qm.begin()
+    assert committed.get("LQ").body == b"l2"
+    committed.put("SQ", b"committed", persistent=True)
+    committed.commit()
+    qm.close("immediate")
+
+    qm = open_qm("QM1")
+    assert "UOW_COMMIT" in uow_records(qm, decided.id)       # restart wrote the decision
+    assert "UOW_BACKOUT" in uow_records(qm, prepared.id)
+    bodies = sorted(qm.get("SQ").body for _ in range(2))
+    assert bodies == [b"committed", b"decided"]
+    assert qm.get("SQ") is None
+    assert qm.get("LQ").body == b"l1" and qm.get("LQ") is None
