@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates .venv (once) and installs harbormq with its dev and spark extras into it.
+# Creates .venv (once) and installs harbormq with its dev, spark and qsg extras into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -9,7 +9,7 @@ fi
 stamp=.venv/.harbormq-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -m pip install -q -e '.[dev,spark]' 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -m pip install -q -e '.[dev,spark,qsg]' 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -c "import harbormq, lmdb, crc32c, pytest" 
   touch "$stamp"
 fi

@@ -105,14 +105,14 @@ def test_unknown_object_type_names_position_and_expected_words():
     assert (err.line, err.column) == (3, 10)
     assert "expected QLOCAL, QUEUE, QSTATUS, CONN, QMSTATUS, QMGR, AUTHREC, LOG, UOW, " \
            "QREMOTE, CHANNEL, CHSTATUS, LISTENER, QALIAS, QMODEL, PROCESS, NAMELIST, " \
-           "TOPIC, SUB, SBSTATUS, TPSTATUS, PUBSUB, AUTHINFO, CHLAUTH or USAGE " \
-           "after DISPLAY" in str(err)
+           "TOPIC, SUB, SBSTATUS, TPSTATUS, PUBSUB, AUTHINFO, CHLAUTH, USAGE, CFSTRUCT " \
+           "or GROUP after DISPLAY" in str(err)
     assert "found FOO" in str(err)
     assert err.expected == ("QLOCAL", "QUEUE", "QSTATUS", "CONN", "QMSTATUS", "QMGR",
                             "AUTHREC", "LOG", "UOW", "QREMOTE", "CHANNEL", "CHSTATUS",
                             "LISTENER", "QALIAS", "QMODEL", "PROCESS", "NAMELIST",
                             "TOPIC", "SUB", "SBSTATUS", "TPSTATUS", "PUBSUB", "AUTHINFO",
-                            "CHLAUTH", "USAGE")
+                            "CHLAUTH", "USAGE", "CFSTRUCT", "GROUP")
 
 
 def test_unknown_verb():
