@@ -26,6 +26,7 @@ from harbormq.log.records import (
     RecordDecodeError,
     RecordFlag,
     RecordType,
+    SharedChange,
     decode,
     decode_run,
     describe,
@@ -146,6 +147,9 @@ PAYLOADS = {
     RecordType.MSG_PUBLISH: encode_publication(
         Message(body=b"body", msg_id=b"I" * 24, properties={"MQTopicString": "a/b"}),
         [PublicationTarget(3, "Q1", 7), PublicationTarget(4, "Q2", 1)]),
+    RecordType.SHARED_PUT: SharedChange.put(50, 2, "APP1",
+                                            Message(body=b"b", msg_id=b"S" * 24, seq=8)).encode(),
+    RecordType.SHARED_GET: SharedChange.get(51, 1, "APP1", MessageRef(8, 0, b"S" * 24)).encode(),
 }
 
 

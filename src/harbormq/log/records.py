@@ -80,6 +80,11 @@ class RecordType(enum.IntEnum):
     MSG_GET = 11          # payload: MessageRef (destructive get)
     MSG_EXPIRE = 12       # payload: MessageRef, an expired message removed (auto-committed)
     MSG_PUBLISH = 13      # payload: Publication, one message put on N queues (pub/sub)
+    # shared queues of a queue sharing group (harbormq.qsg): a change this queue
+    # manager made to a persistent message in a PostgreSQL structure; object
+    # name: the shared queue, object id 0 (payload: SharedChange, below)
+    SHARED_PUT = 14       # the whole message, as MSG_PUT carries it
+    SHARED_GET = 15       # a destructive get: the message's reference
     # units of work (payload: empty, or UowInfo JSON for BEGIN)
     UOW_BEGIN = 20
     UOW_PREPARE = 21      # in doubt from here until COMMIT or BACKOUT
@@ -332,6 +337,86 @@ assert MSG_FIXED.size == 48
 # MSG_GET / MSG_EXPIRE payload (MessageRef): seq u64, priority u8, msg_id length u8, msg_id
 MSG_REF = struct.Struct("<QBB")
 assert MSG_REF.size == 10
+
+# SHARED_PUT / SHARED_GET payload (SharedChange): a change to a persistent
+# message of a shared queue, written by the member that made it, in its unit
+# of work like MSG_PUT and MSG_GET (AUTO_COMMIT outside one), so its COMMIT,
+# UOW_BACKOUT and COMPENSATION records decide it as they decide local ones.
+# The record header names the shared queue (object id 0: a shared queue is
+# no object of one queue manager's catalog).
+#   0   8  stamp          the group-wide stamp: PostgreSQL sequence hmq_stamp,
+#                         taken in the statement that made the change; the
+#                         logs of all members merge into one order by it
+#   8   8  msg_key        the message's key in the group (sequence hmq_msg_key),
+#                         the same in its put and in every get of it
+#   16  4  member         the member's number in the group (hmq_members.number)
+#   20  1  structure len  then the structure's name (UTF-8), then
+#   21  3  reserved
+#   24  s  structure
+#   ..     SHARED_PUT: the Message encoding (its seq is msg_key)
+#          SHARED_GET: the MessageRef encoding (seq = msg_key, priority, msg_id)
+SHARED_CHANGE = struct.Struct("<QQIB3x")
+assert SHARED_CHANGE.size == 24
+
+
+@dataclass(slots=True, frozen=True)
+class SharedChange:
+    """A decoded SHARED_PUT or SHARED_GET payload. ``body``: the Message
+    encoding (a put) or the MessageRef encoding (a get), as written."""
+    stamp: int
+    msg_key: int
+    member: int
+    structure: str
+    body: bytes
+
+    def encode(self) -> bytes:
+        name = self.structure.encode()
+        if len(name) > 255:
+            raise ValueError(f"structure name longer than 255 bytes: {self.structure!r}")
+        return SHARED_CHANGE.pack(self.stamp, self.msg_key, self.member, len(name)) + name + \
+            bytes(self.body)
+
+    @classmethod
+    def decode(cls, buf) -> "SharedChange":
+        stamp, key, member, nlen = SHARED_CHANGE.unpack_from(buf, 0)
+        pos = SHARED_CHANGE.size
+        name = bytes(buf[pos:pos + nlen]).decode()
+        return cls(stamp, key, member, name, bytes(buf[pos + nlen:]))
+
+    @classmethod
+    def put(cls, stamp: int, member: int, structure: str, msg: "Message") -> "SharedChange":
+        """A SHARED_PUT of ``msg``, whose seq is its key in the group."""
+        return cls(stamp, msg.seq, member, structure, msg.encode())
+
+    @classmethod
+    def get(cls, stamp: int, member: int, structure: str, ref: "MessageRef") -> "SharedChange":
+        """A SHARED_GET of the message ``ref`` names (its seq is the key)."""
+        return cls(stamp, ref.seq, member, structure, ref.encode())
+
+    def message(self, *, with_body: bool = True) -> "Message":
+        """The message of a SHARED_PUT."""
+        return Message.decode(self.body, with_body=with_body)
+
+    def ref(self) -> "MessageRef":
+        """The reference of a SHARED_GET."""
+        return MessageRef.decode(self.body)
+
+
+def describe_shared_change(rtype: "RecordType", payload) -> dict:
+    """What a SHARED_PUT or SHARED_GET holds, without a body (``log dump``)."""
+    c = SharedChange.decode(payload)
+    out = {"stamp": c.stamp, "msg_key": c.msg_key, "member": c.member,
+           "structure": c.structure}
+    if rtype == RecordType.SHARED_PUT:
+        m = c.message(with_body=False)
+        out.update(msg_id=m.msg_id.hex(), correl_id=m.correl_id.hex(), priority=m.priority,
+                   expiry_ns=m.expiry_ns, backout_count=m.backout_count,
+                   body_size=Message.body_size(c.body), properties=m.properties)
+    else:
+        r = c.ref()
+        out.update(msg_id=r.msg_id.hex(), priority=r.priority)
+    return out
+
 
 # MSG_PUBLISH payload (Publication): one message put on several local queues
 # (a publication's subscription queues) with its body written once. The record
@@ -817,6 +902,8 @@ def describe(rec: LogRecord) -> dict:
         out.update(msg_id=r.msg_id.hex(), priority=r.priority, seq=r.seq)
     elif t == RecordType.MSG_PUBLISH:
         out.update(describe_publication(rec.payload))
+    elif t in (RecordType.SHARED_PUT, RecordType.SHARED_GET):
+        out.update(describe_shared_change(t, rec.payload))
     elif t == RecordType.COMPENSATION:
         c = Compensation.decode(rec.payload)
         out.update(undone=c.undone_type.name, undone_lsn=c.undone_lsn,

@@ -1,0 +1,184 @@
+"""The group's tables and the structure store against a real PostgreSQL:
+joining (the first member creates the group; another group's database, a
+name taken and a database that cannot be reached are refused with nothing
+changed), structures, and the unit-of-work states of shared messages
+(uncommitted puts invisible, competing gets never share a message,
+priority then FIFO, commit, backout, prepare and resolve)."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+
+from harbormq.log.records import Message
+from harbormq.qsg import group as qgroup
+from harbormq.qsg.errors import (
+    CFNotAvailable,
+    CFStructError,
+    CFStructInUse,
+    GroupDatabaseError,
+    GroupError,
+)
+from harbormq.qsg.structure import StructureStore
+
+
+def msg(body: bytes, priority: int = 0, persistent: bool = True) -> Message:
+    return Message(body=body, msg_id=body.ljust(24, b"\0")[:24], priority=priority,
+                   persistent=persistent)
+
+
+@pytest.fixture
+def grp(qsg_db):
+    qgroup.join(qsg_db, "QSG1", "QM1")
+    qgroup.join(qsg_db, "QSG1", "QM2")
+    with psycopg.connect(qsg_db, autocommit=True) as conn:
+        qgroup.define_structure(conn, "APP1", {})
+    a, b = StructureStore(qsg_db, "QM1"), StructureStore(qsg_db, "QM2")
+    yield qsg_db, a, b
+    a.close(); b.close()
+
+
+def test_first_member_creates_the_group_and_the_second_joins(qsg_db):
+    m1 = qgroup.join(qsg_db, "QSG1", "QM1")
+    m2 = qgroup.join(qsg_db, "QSG1", "QM2")
+    assert (m1.number, m2.number) == (1, 2)
+    with psycopg.connect(qsg_db) as conn:
+        assert qgroup.schema_state(conn) == (1, "QSG1")
+        assert [m["name"] for m in qgroup.members(conn)] == ["QM1", "QM2"]
+
+
+def test_bad_joins_are_refused_and_change_nothing(qsg_db, postgres):
+    qgroup.join(qsg_db, "QSG1", "QM1")
+    with pytest.raises(GroupError, match="belongs to queue sharing group QSG1, not QSG2"):
+        qgroup.join(qsg_db, "QSG2", "QM9")
+    with pytest.raises(GroupError, match="two members cannot have one name"):
+        qgroup.join(qsg_db, "QSG1", "QM1")
+    bad = f"host=127.0.0.1 port={postgres.port} user=postgres dbname=nosuchdb connect_timeout=2"
+    with pytest.raises(GroupDatabaseError, match="cannot connect to the group's database"):
+        qgroup.join(bad, "QSG1", "QM2")
+    with psycopg.connect(qsg_db) as conn:
+        assert [m["name"] for m in qgroup.members(conn)] == ["QM1"]
+
+
+def test_structures_define_alter_delete(grp):
+    conninfo, a, _b = grp
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        s = qgroup.define_structure(conn, "APP2", {"RECOVER": "NO", "CFLEVEL": 4})
+        assert (s["RECOVER"], s["CFLEVEL"], s["STATUS"]) == ("NO", 4, "ACTIVE")
+        with pytest.raises(CFStructError, match="defined already"):
+            qgroup.define_structure(conn, "APP2", {})
+        with pytest.raises(CFStructError, match="needs CFLEVEL"):
+            qgroup.define_structure(conn, "APP3", {"CFLEVEL": 2})
+        qgroup.put_definition(conn, "QLOCAL", "SQ", "SHARED", {"CFSTRUCT": "APP1"})
+        with pytest.raises(CFStructError, match="not defined"):
+            qgroup.put_definition(conn, "QLOCAL", "SQ2", "SHARED", {"CFSTRUCT": "NOPE"})
+        with pytest.raises(CFStructInUse, match="used by shared queues SQ"):
+            qgroup.delete_structure(conn, "APP1")
+        a.put("APP1", "SQ", msg(b"p1"), None)
+        with pytest.raises(CFStructInUse, match="RECOVER\\(NO\\) is refused"):
+            qgroup.alter_structure(conn, "APP1", {"RECOVER": "NO"})
+        qgroup.delete_structure(conn, "APP2")
+        assert [s["CFSTRUCT"] for s in qgroup.structures(conn)] == ["APP1"]
+
+
+def test_uncommitted_put_is_invisible_until_commit(grp):
+    _c, a, b = grp
+    put = a.put("APP1", "SQ", msg(b"m1"), uow=7)
+    assert put.msg.seq > 0 and put.stamp > 0
+    assert b.get("SQ", None) is None
+    d = a.commit(7)
+    assert d.queues == ["SQ"] and d.stamp > put.stamp
+    got = b.get("SQ", None)
+    assert got.msg.body == b"m1" and got.msg.seq == put.msg.seq and got.stamp > d.stamp
+    assert a.outcome(7) == "commit"
+
+
+def test_backout_of_a_get_makes_it_available_with_a_backout_count(grp):
+    _c, a, b = grp
+    a.put("APP1", "SQ", msg(b"m1"), None)
+    got = a.get("SQ", uow=3)
+    assert got.msg.backout_count == 0
+    assert b.get("SQ", None) is None          # locked to QM1's unit of work
+    a.backout(3)
+    again = b.get("SQ", None)
+    assert again.msg.body == b"m1" and again.msg.backout_count == 1
+
+
+def test_priority_then_fifo(grp):
+    _c, a, b = grp
+    for body, prio in [(b"a", 0), (b"b", 5), (b"c", 0), (b"d", 5), (b"e", 9)]:
+        a.put("APP1", "SQ", msg(body, prio), None)
+    assert [b.get("SQ", None).msg.body for _ in range(5)] == [b"e", b"b", b"d", b"a", b"c"]
+
+
+def test_competing_gets_never_share_a_message(grp):
+    conninfo, a, _b = grp
+    n = 300
+    for i in range(n):
+        a.put("APP1", "SQ", msg(b"%d" % i), None)
+    got: list[bytes] = []
+    lock = threading.Lock()
+
+    def consume(name: str, uow_base: int) -> None:
+        store = StructureStore(conninfo, name)
+        i = 0
+        while True:
+            i += 1
+            g = store.get("SQ", uow_base + i)
+            if g is None:
+                break
+            store.commit(uow_base + i)
+            with lock:
+                got.append(g.msg.body)
+        store.close()
+
+    threads = [threading.Thread(target=consume, args=(f"QM{k % 2 + 1}", k * 100000))
+               for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(b"%d" % i for i in range(n))
+
+
+def test_prepared_rows_wait_for_resolve(grp):
+    _c, a, b = grp
+    a.put("APP1", "SQ", msg(b"keep"), None)
+    a.get("SQ", uow=11)
+    a.put("APP1", "SQ", msg(b"new"), uow=11)
+    assert a.prepare(11) == 2
+    assert {k: sorted(v) for k, v in a.in_flight().items()} == {11: ["PREP_GOT", "PREP_PUT"]}
+    assert b.get("SQ", None) is None
+    a.resolve(11, commit=True)
+    assert b.get("SQ", None).msg.body == b"new"
+    assert b.get("SQ", None) is None
+
+
+def test_get_by_message_id_and_depth(grp):
+    _c, a, b = grp
+    a.put("APP1", "SQ", msg(b"x1"), None)
+    a.put("APP1", "SQ", msg(b"x2"), None)
+    assert a.depth("SQ") == 2
+    got = b.get("SQ", None, msg_id=b"x2".ljust(24, b"\0"))
+    assert got.msg.body == b"x2" and a.depth("SQ") == 1
+
+
+def test_a_lost_database_is_mqrc_2345_and_the_store_reconnects(private_postgres):
+    pg = private_postgres
+    conninfo = pg.create_database("lost")
+    qgroup.join(conninfo, "QSG1", "QM1")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        qgroup.define_structure(conn, "APP1", {})
+    store = StructureStore(conninfo, "QM1")
+    store.put("APP1", "SQ", msg(b"before"), None)
+    pg.kill()
+    with pytest.raises(CFNotAvailable, match="MQRC 2345"):
+        store.put("APP1", "SQ", msg(b"during"), None)
+    with pytest.raises(CFNotAvailable, match="MQRC 2345"):
+        store.get("SQ", None)
+    pg.start()
+    assert store.get("SQ", None).msg.body == b"before"
+    assert store.get("SQ", None) is None
+    store.close()
