@@ -26,7 +26,6 @@ stamp (the caller passes ``stamp_of``).
 from __future__ import annotations
 
 import heapq
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,7 +197,11 @@ def member_records(plan: MemberPlan, progress: ReadProgress = no_read_progress,
     total = plan.bytes
     done = 0
     expect: int | None = None
-    for source in plan.extents:
+    sources = plan.extents
+    for i, source in enumerate(sources):
+        if i + 1 < len(sources) and sources[i + 1].first_lsn <= plan.from_lsn:
+            done += source.size         # wholly before the reading starts
+            continue
         if expect is not None and source.first_lsn != expect:
             raise LogMissing(f"member {plan.member}: its log has a gap from LSN {expect} to "
                              f"{source.first_lsn} (before {source.name})", lsn=expect,
@@ -216,7 +219,7 @@ def member_records(plan: MemberPlan, progress: ReadProgress = no_read_progress,
         if end is not None and end.how == "stopped":
             return
         if not source.newest and (end is None or end.how != "extent_end"):
-            if source is plan.extents[-1]:
+            if source is sources[-1]:
                 return        # the newest kept of a member whose log dir is gone
             raise LogCorrupt(f"member {plan.member}: log extent {source.name} "
                              f"({source.path}) ends at LSN {end.lsn if end else '?'} without "
@@ -260,10 +263,3 @@ def read_group(plans: dict[str, MemberPlan], stamp_of: StampOf,
     """Every planned member's log, stamped and merged."""
     return merged({name: stamped(name, member_records(plan, progress), stamp_of)
                    for name, plan in plans.items()})
-
-
-def file_bytes(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
