@@ -16,7 +16,7 @@ import threading
 
 import psycopg
 import pytest
-from support.qsg_logs import BuilderLog, LogMember
+from support.qsg_logs import BuilderLog, LogMember, load, rows
 
 from harbormq.errors import LogMissing
 from harbormq.log import archive
@@ -25,8 +25,6 @@ from harbormq.qsg import group as qgroup
 from harbormq.qsg import structure_recovery as sr
 from harbormq.qsg.errors import CFStructFailed
 from harbormq.qsg.merge import MemberLog
-
-QUEUES = ("SQ1", "SQ2")
 
 
 @pytest.fixture
@@ -41,44 +39,6 @@ def members(qsg_db, tmp_path):
     yield made
     for m in made:
         m.store.close()
-
-
-def load(members, rng: random.Random, rounds: int, structure: str = "APP1") -> dict:
-    """Random work on the structure from every member; some units of work
-    are left open (returned, uow -> member) for the test to decide."""
-    open_uows = {}
-    for i in range(rounds):
-        m = rng.choice(members)
-        q = rng.choice(QUEUES)
-        kind = rng.random()
-        if kind < 0.35:
-            m.put(structure, q, f"{m.name}-{i}".encode() * rng.randint(1, 20))
-        elif kind < 0.5:
-            m.get(structure, q)
-        else:
-            uow = m.new_uow()
-            for j in range(rng.randint(1, 4)):
-                if rng.random() < 0.6:
-                    m.put(structure, q, f"{m.name}-{i}-{j}".encode(), uow)
-                else:
-                    m.get(structure, q, uow)
-            end = rng.random()
-            if end < 0.6:
-                m.commit(uow)
-            elif end < 0.85:
-                m.backout(uow)
-            else:
-                open_uows[(m.name, uow)] = m
-    # the other structure too: a recovery of APP1 must leave it alone
-    members[0].put("APP2", "OTHER", b"other structure")
-    return open_uows
-
-
-def rows(conninfo: str, structure: str = "APP1") -> dict:
-    with psycopg.connect(conninfo) as conn:
-        return {r[0]: r[1:] for r in conn.execute(
-            "SELECT msg_key, queue, state, owner, uow, backout_count, message "
-            "FROM hmq_messages WHERE structure = %s", (structure,))}
 
 
 def backup(member: LogMember, conninfo: str, exclint: int = 0) -> sr.BackupResult:

@@ -11,8 +11,11 @@ member."""
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from pathlib import Path
+
+import psycopg
 
 from harbormq.log.records import (
     AUTO_COMMIT,
@@ -28,6 +31,8 @@ from support.pipeline_logbuilder import LogBuilder
 
 T = RecordType
 _ids = itertools.count(1)
+#: the shared queues the random work uses
+QUEUES = ("SQ1", "SQ2")
 
 
 class LogMember:
@@ -121,3 +126,42 @@ class BuilderLog:
 
     async def force(self) -> None:
         self.member.flush()
+
+
+def load(members: list[LogMember], rng: random.Random, rounds: int,
+         structure: str = "APP1") -> dict:
+    """Random work on the structure from every member; some units of work
+    are left open (returned, uow -> member) for the test to decide."""
+    open_uows = {}
+    for i in range(rounds):
+        m = rng.choice(members)
+        q = rng.choice(QUEUES)
+        kind = rng.random()
+        if kind < 0.35:
+            m.put(structure, q, f"{m.name}-{i}".encode() * rng.randint(1, 20))
+        elif kind < 0.5:
+            m.get(structure, q)
+        else:
+            uow = m.new_uow()
+            for j in range(rng.randint(1, 4)):
+                if rng.random() < 0.6:
+                    m.put(structure, q, f"{m.name}-{i}-{j}".encode(), uow)
+                else:
+                    m.get(structure, q, uow)
+            end = rng.random()
+            if end < 0.6:
+                m.commit(uow)
+            elif end < 0.85:
+                m.backout(uow)
+            else:
+                open_uows[(m.name, uow)] = m
+    # the other structure too: a recovery of APP1 must leave it alone
+    members[0].put("APP2", "OTHER", b"other structure")
+    return open_uows
+
+
+def rows(conninfo: str, structure: str = "APP1") -> dict:
+    with psycopg.connect(conninfo) as conn:
+        return {r[0]: r[1:] for r in conn.execute(
+            "SELECT msg_key, queue, state, owner, uow, backout_count, message "
+            "FROM hmq_messages WHERE structure = %s", (structure,))}

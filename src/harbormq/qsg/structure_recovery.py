@@ -643,7 +643,7 @@ def _recover(conn: psycopg.Connection, plan: RecoveryPlan, scratch: Path,
     rows: dict[int, BackupRow] = {}
     open_rows: list[tuple] = []
     replay = None
-    records = 0
+    records = high_stamp = high_key = 0
     if plan.type == "NORMAL":
         try:
             for name, mplan in plan.members.items():
@@ -663,13 +663,15 @@ def _recover(conn: psycopg.Connection, plan: RecoveryPlan, scratch: Path,
             for m in merged(streams):
                 rules[m.member].feed(m.rec)
                 records += 1
+                high_stamp = m.stamp
             open_rows = _settle_open_units(conn, rules, replay)
+            high_key = max([*rows, *replay.removed], default=0)
         finally:
             remove_recalled(scratch)
     else:
         backup_messages = 0
     in_doubt = sum(1 for r in open_rows if r[1].startswith("PREP_"))
-    _write_structure(conn, plan.structure, rows, open_rows)
+    _write_structure(conn, plan.structure, rows, open_rows, high_stamp, high_key)
     seconds = round(time.monotonic() - started, 3)
     return RecoveryResult(plan.structure, plan.type, len(rows), in_doubt,
                           len(open_rows) - in_doubt, plan.bytes if plan.type == "NORMAL" else 0,
@@ -706,12 +708,17 @@ def _settle_open_units(conn: psycopg.Connection, rules: dict[str, MemberRule],
 
 
 def _write_structure(conn: psycopg.Connection, structure: str, rows: dict[int, BackupRow],
-                     open_rows: list[tuple]) -> None:
+                     open_rows: list[tuple], high_stamp: int, high_key: int) -> None:
     """The rebuilt messages into ``hmq_messages`` and the structure ACTIVE, in
-    one transaction; the queues with messages announced."""
+    one transaction; the queues with messages announced. The group's sequences
+    are moved past every stamp and key the logs hold: a database restored
+    from an older backup (disaster recovery) must not give them again."""
     from .schema import AVAILABLE_CHANNEL, DEFINITIONS_CHANNEL
     held = {key: (state, member, uow, stamp) for key, state, member, uow, stamp in open_rows}
     with conn.transaction():
+        for sequence, high in (("hmq_stamp", high_stamp), ("hmq_msg_key", high_key)):
+            conn.execute(f"SELECT setval('{sequence}', greatest(%s, (SELECT last_value FROM "
+                         f"{sequence})))", (max(high, 1),))
         conn.execute("DELETE FROM hmq_messages WHERE structure = %s", (structure,))
         with conn.cursor() as cur, cur.copy(
                 "COPY hmq_messages (msg_key, structure, queue, priority, persistent, state, "
