@@ -92,6 +92,21 @@ class MemberPlan:
                 "extents": [f"{e.name} ({e.origin})" for e in self.extents]}
 
 
+def used_bytes(path: Path, block: int = 1 << 20) -> int:
+    """The bytes of an extent file up to its last one not zero (an extent is
+    preallocated: its tail is zeros until written), read from the end."""
+    with open(path, "rb") as f:
+        end = f.seek(0, 2)
+        while end > 0:
+            start = max(0, end - block)
+            f.seek(start)
+            data = f.read(end - start).rstrip(b"\0")
+            if data:
+                return start + len(data)
+            end = start
+    return 0
+
+
 def _never_used(path: Path) -> bool:
     with open(path, "rb") as f:
         return not f.read(EXTENT_HEADER_SIZE).strip(b"\0")
@@ -156,9 +171,14 @@ def plan_member(member: MemberLog, from_lsn: int = 0) -> MemberPlan:
                          f"the oldest extent kept (in its log directory or archive) starts at "
                          f"LSN {plan.extents[0].first_lsn}", lsn=from_lsn,
                          hint="put the member's archived extents back in an archive path")
-    newest = plan.extents[-1]
-    plan.extents[-1] = ExtentSource(newest.member, newest.number, newest.first_lsn, newest.path,
-                                    newest.size, newest.origin, newest.origin == "log")
+    # what is read of each: up to the next extent; the newest, up to its last byte written
+    for i, e in enumerate(plan.extents):
+        nxt = plan.extents[i + 1].first_lsn if i + 1 < len(plan.extents) else None
+        size = (EXTENT_HEADER_SIZE + nxt - e.first_lsn if nxt is not None
+                else used_bytes(e.path))
+        newest = nxt is None and e.origin == "log"
+        plan.extents[i] = ExtentSource(e.member, e.number, e.first_lsn, e.path,
+                                       min(size, e.size), e.origin, newest)
     return plan
 
 

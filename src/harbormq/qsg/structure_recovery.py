@@ -100,6 +100,8 @@ BACKUPS_DDL = """CREATE TABLE IF NOT EXISTS hmq_cfbackups (
     PRIMARY KEY (structure, backup_id)
 )"""
 
+#: a SharedChange's stamp, the first field of its head (log/records.py)
+_STAMP = struct.Struct("<Q")
 #: payload bytes per CFSTRUCT_BACKUP_CHUNK record
 CHUNK_BYTES = 256 * 1024
 #: a chunk: the backup's id; then per message its key, put stamp, backout
@@ -127,9 +129,13 @@ class BackupRow:
     put_stamp: int
     backout_count: int
     raw: bytes                # the stored encoding (structure.stored_encoding)
+    #: the message decoded already (a put replayed), else decoded when asked
+    decoded: Message | None = None
 
     def message(self) -> Message:
-        return message_of_row(self.msg_key, self.backout_count, self.raw)
+        if self.decoded is None:
+            self.decoded = message_of_row(self.msg_key, self.backout_count, self.raw)
+        return self.decoded
 
 
 def encode_chunk(backup_id: int, rows: Iterable[BackupRow]) -> bytes:
@@ -421,7 +427,7 @@ class StructureReplay:
             return
         self.puts += 1
         self.rows[key] = BackupRow(key, target.queue, target.stamp, msg.backout_count,
-                                   stored_encoding(msg))
+                                   stored_encoding(msg), msg)
 
     def delete(self, target: SharedTarget, key: bytes, lsn: int, op: PendingOp | None) -> None:
         seq = key_parts(key)[1]
@@ -470,9 +476,10 @@ REPLAYED = frozenset((T.SHARED_PUT, T.SHARED_GET, T.UOW_BEGIN, T.UOW_PREPARE, T.
 
 
 def stamp_of(rec: LogRecord) -> int | None:
-    """The group-wide stamp of a shared change (merge.StampOf)."""
+    """The group-wide stamp of a shared change (merge.StampOf): the first
+    field of its payload, read without decoding the rest."""
     if rec.type == T.SHARED_PUT or rec.type == T.SHARED_GET:
-        return SharedChange.decode(rec.payload).stamp
+        return _STAMP.unpack_from(rec.payload, 0)[0]
     return None
 
 
