@@ -92,19 +92,25 @@ class MemberPlan:
                 "extents": [f"{e.name} ({e.origin})" for e in self.extents]}
 
 
-def used_bytes(path: Path, block: int = 1 << 20) -> int:
-    """The bytes of an extent file up to its last one not zero (an extent is
-    preallocated: its tail is zeros until written), read from the end."""
+def used_bytes(path: Path, block: int = 64 << 10) -> int:
+    """About the bytes written in an extent file (an extent is preallocated:
+    its tail is zeros until written), for a plan's estimate: the written part
+    is found by halving over blocks (a block of zeros inside it, which only a
+    message body of zeros makes, could end it early: an estimate, not a read)."""
     with open(path, "rb") as f:
-        end = f.seek(0, 2)
-        while end > 0:
-            start = max(0, end - block)
-            f.seek(start)
-            data = f.read(end - start).rstrip(b"\0")
-            if data:
-                return start + len(data)
-            end = start
-    return 0
+        size = f.seek(0, 2)
+        lo, hi = 0, (size + block - 1) // block      # blocks [0, lo) written, [hi, ..) not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            f.seek(mid * block)
+            if f.read(block).strip(b"\0"):
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0:
+            return 0
+        f.seek((lo - 1) * block)
+        return (lo - 1) * block + len(f.read(block).rstrip(b"\0"))
 
 
 def _never_used(path: Path) -> bool:
