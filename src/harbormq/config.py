@@ -297,6 +297,18 @@ class StartupSettings:
 
 
 @dataclass
+class QsgSettings:
+    """The queue sharing group this queue manager is a member of ([qsg],
+    written by ``create --qsg``; docs/qsg.md): the group's name, the libpq
+    conninfo of its PostgreSQL database, the heartbeat and the silence after
+    which peers end a member's connection."""
+    name: str = ""
+    db: str = ""
+    heartbeat_interval: float = _opt(1.0, lo=0.1, hi=60.0)
+    heartbeat_timeout: float = _opt(10.0, lo=1.0, hi=600.0)
+
+
+@dataclass
 class QMConfig:
     name: str
     home: Path
@@ -313,6 +325,8 @@ class QMConfig:
     image: ImageSettings = field(default_factory=ImageSettings)
     security: SecuritySettings = field(default_factory=SecuritySettings)
     startup: StartupSettings = field(default_factory=StartupSettings)
+    #: the queue sharing group, when this queue manager is a member of one
+    qsg: QsgSettings | None = None
     #: a trial restore's queue manager in scratch space (set by the code that
     #: made it, never read from qm.toml): its stores are never forced, as
     #: nothing relies on them, and removed unflushed they cost the disk nothing
@@ -430,7 +444,8 @@ class QMConfig:
                 "security": {"certificate_users": [dict(vars(r)) for r in
                                                    self.security.certificate_users]},
                 "startup": {"scripts": list(self.startup.scripts),
-                            "on_error": self.startup.on_error}}
+                            "on_error": self.startup.on_error},
+                **({"qsg": dict(vars(self.qsg))} if self.qsg is not None else {})}
 
     def save(self) -> None:
         make_dirs(self.qm_dir)
@@ -451,11 +466,11 @@ class QMConfig:
             raise ConfigError(f"{path} is not valid TOML: {exc}", path=str(path)) from None
         where = str(path)
         unknown = set(data) - {"name", "log", "tuning", "image", "listeners", "stomp",
-                               "security", "startup"}
+                               "security", "startup", "qsg"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; known: "
                               "name, [log], [tuning], [image], [[listeners]], [stomp], "
-                              "[security], [startup]", path=where)
+                              "[security], [startup], [qsg]", path=where)
         if data.get("name") != name:
             raise ConfigError(f"{where}: name = {data.get('name')!r} does not match the queue "
                               f"manager's directory ({name!r})", path=where,
@@ -497,7 +512,8 @@ class QMConfig:
                        for i, li in enumerate(listeners)],
             stomp=_section(StompSettings, data.get("stomp", {}), "stomp", where),
             security=SecuritySettings.from_table(data.get("security", {}), where),
-            startup=_section(StartupSettings, data.get("startup", {}), "startup", where))
+            startup=_section(StartupSettings, data.get("startup", {}), "startup", where),
+            qsg=_section(QsgSettings, data["qsg"], "qsg", where) if "qsg" in data else None)
         try:
             cfg.log.validate()
             cfg.check_log_management()

@@ -105,14 +105,14 @@ def test_unknown_object_type_names_position_and_expected_words():
     assert (err.line, err.column) == (3, 10)
     assert "expected QLOCAL, QUEUE, QSTATUS, CONN, QMSTATUS, QMGR, AUTHREC, LOG, UOW, " \
            "QREMOTE, CHANNEL, CHSTATUS, LISTENER, QALIAS, QMODEL, PROCESS, NAMELIST, " \
-           "TOPIC, SUB, SBSTATUS, TPSTATUS, PUBSUB, AUTHINFO, CHLAUTH, USAGE or CFSTATUS " \
-           "after DISPLAY" in str(err)
+           "TOPIC, SUB, SBSTATUS, TPSTATUS, PUBSUB, AUTHINFO, CHLAUTH, USAGE, CFSTATUS, " \
+           "CFSTRUCT or GROUP after DISPLAY" in str(err)
     assert "found FOO" in str(err)
     assert err.expected == ("QLOCAL", "QUEUE", "QSTATUS", "CONN", "QMSTATUS", "QMGR",
                             "AUTHREC", "LOG", "UOW", "QREMOTE", "CHANNEL", "CHSTATUS",
                             "LISTENER", "QALIAS", "QMODEL", "PROCESS", "NAMELIST",
                             "TOPIC", "SUB", "SBSTATUS", "TPSTATUS", "PUBSUB", "AUTHINFO",
-                            "CHLAUTH", "USAGE", "CFSTATUS")
+                            "CHLAUTH", "USAGE", "CFSTATUS", "CFSTRUCT", "GROUP")
 
 
 def test_unknown_verb():

@@ -8,6 +8,7 @@ priority then FIFO, commit, backout, prepare and resolve)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
@@ -182,3 +183,39 @@ def test_a_lost_database_is_mqrc_2345_and_the_store_reconnects(private_postgres)
     assert store.get("SQ", None).msg.body == b"before"
     assert store.get("SQ", None) is None
     store.close()
+
+
+def test_peer_recovery_backs_out_a_dead_members_work_and_leaves_prepared_rows(grp):
+    from harbormq.qsg.member import MemberSession
+    from harbormq.qsg.peers import PeerWatch
+    conninfo, a, _b = grp
+    for body in (b"g1", b"g2", b"p1"):
+        a.put("APP1", "SQ", msg(body), None)
+    dead = MemberSession(conninfo, "QSG1", "QM1")
+    dead.start()
+    dead.get("SQ", uow=5)                 # in flight: back to everyone
+    dead.put("APP1", "SQ", msg(b"new"), uow=5)
+    dead.get("SQ", uow=6)
+    dead.prepare(6)                       # in doubt: left for QM1's restart
+    said = []
+    watch = PeerWatch(conninfo, "QM2", lambda i, t: said.append((i, t)))
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert watch.look(conn) == []     # alive: its lock is held
+        dead.close()                      # as a SIGKILL: the lock goes with the connection
+        found: list = []
+        deadline = time.monotonic() + 10  # (the backend ends a moment after the close)
+        while not found and time.monotonic() < deadline:
+            found = watch.look(conn)
+            time.sleep(0.05)
+        [r] = found
+        assert (r.member, r.made_available, r.backed_out_puts, r.units_of_work, r.in_doubt) \
+            == ("QM1", 1, 1, 1, 1)
+        state = conn.execute("SELECT state FROM hmq_members WHERE name = 'QM1'").fetchone()[0]
+        assert state == "FAILED"
+        assert watch.look(conn) == []     # recovered once
+    assert [i for i, _t in said] == ["HMQ5311I", "HMQ5312I", "HMQ5313I", "HMQ5314I"]
+    assert "CSQE011I" in said[0][1] and "QM1" in said[0][1]
+    assert [a.get("SQ", None).msg.body for _ in range(2)] == [b"g1", b"p1"]
+    assert a.get("SQ", None) is None      # g2 prepared by QM1, "new" gone
+    assert StructureStore(conninfo, "QM1").outcome(5) == "backout"
+    dead.stop()

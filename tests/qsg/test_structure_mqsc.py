@@ -7,56 +7,56 @@ prints its plan, progress and result; DISPLAY CFSTATUS in its three types."""
 from __future__ import annotations
 
 import re
+import time
 
-import psycopg
 import pytest
 from support.log_extents import blocks
 
 from harbormq.admin.commands import run_mqsc
-from harbormq.log.records import Message, RecordType
-from harbormq.qsg import group as qgroup
+from harbormq.errors import HarbormqError
+from harbormq.log.records import RecordType
 from harbormq.qsg.errors import CFStructFailed
 from harbormq.qsg.structure import StructureStore
 from harbormq.security import Security
-
-
-class Session:
-    """The member's session as the commands use it (core.qsg): conninfo, name."""
-
-    def __init__(self, conninfo: str, member: str):
-        self.conninfo = conninfo
-        self.member = member
 
 
 def run(qm, text: str) -> dict:
     return qm._call(run_mqsc(qm.core, text, security=Security.for_config(qm.config)))
 
 
+def wait_for(pred, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
+
 @pytest.fixture
 def two(qsg_db, make_qm, open_qm):
-    qms = []
+    """Two real members; SQ a shared queue on APP1 (RECAUTO(NO): recovered by hand)."""
     for name in ("QM1", "QM2"):
-        make_qm(name)
-        qgroup.join(qsg_db, "QSG1", name)
-        qm = open_qm(name)
-        qm.core.qsg = Session(qsg_db, name)
-        qms.append(qm)
-    with psycopg.connect(qsg_db, autocommit=True) as conn:
-        qgroup.define_structure(conn, "APP1", {"RECAUTO": "NO"})
+        make_qm(name, qsg="QSG1", qsg_db=qsg_db)
+    qm1, qm2 = open_qm("QM1"), open_qm("QM2")
+    r = run(qm1, "DEFINE CFSTRUCT(APP1) CFLEVEL(5) RECOVER(YES) RECAUTO(NO)\n"
+                 "DEFINE QLOCAL(SQ) QSGDISP(SHARED) CFSTRUCT(APP1) DEFPSIST(YES)\n")
+    assert r["errors"] == 0, r["output"]
+    assert wait_for(lambda: "SQ" in qm2.core.shared_queues)
     store = StructureStore(qsg_db, "QM1")
-    yield qms, store
+    yield (qm1, qm2), store
     store.close()
 
 
-def put(store, n: int) -> None:
-    for i in range(n):
-        store.put("APP1", "SQ", Message(body=f"m{i}".encode(), msg_id=f"{i:024d}".encode(),
-                                        persistent=True), None)
+def bodies(store) -> list[bytes]:
+    store.forget_structures()
+    return sorted(m.body for m in store.browse("SQ"))
 
 
 def test_backup_reset_recover_and_display(two, qsg_db):
     (qm1, qm2), store = two
-    put(store, 25)
+    for i in range(25):
+        (qm1 if i % 2 else qm2).put("SQ", f"m{i}".encode())
     out = run(qm2, "BACKUP CFSTRUCT(APP1)")
     assert out["errors"] == 0 and "HMQ5320I" in out["output"], out["output"]
     assert "25 messages" in out["output"]
@@ -68,14 +68,23 @@ def test_backup_reset_recover_and_display(two, qsg_db):
     assert backup[0]["QMNAME"] == "QM2" and backup[0]["BKUPMSGS"] == "25"
     assert backup[0]["LOGS"] == "QM1,QM2" and backup[0]["BKUPDATE"]
 
+    # after the backup: gets by one member, puts by the other, in the logs only
+    for _ in range(5):
+        assert qm1.get("SQ") is not None
+    for i in range(25, 35):
+        qm2.put("SQ", f"m{i}".encode())
+    expected = bodies(store)
+    assert len(expected) == 30
     out = run(qm1, "RESET CFSTRUCT(APP1) ACTION(FAIL)")
-    assert out["errors"] == 0 and "25 messages discarded" in out["output"], out["output"]
+    assert out["errors"] == 0 and "30 messages discarded" in out["output"], out["output"]
     summary = blocks(run(qm1, "DISPLAY CFSTATUS(*)")["output"], "HMQ8701I")
     assert (summary[0]["STATUS"], summary[0]["ENTSUSED"]) == ("FAILED", "0")
     assert summary[0]["FAILDATE"]
     store.forget_structures()
     with pytest.raises(CFStructFailed, match="MQRC 2373"):
         store.check_usable("APP1")
+    with pytest.raises(HarbormqError, match="2373"):
+        qm2.put("SQ", b"refused")
 
     out = run(qm1, "RECOVER CFSTRUCT(APP1)")
     assert out["errors"] == 0, out["output"]
@@ -84,12 +93,15 @@ def test_backup_reset_recover_and_display(two, qsg_db):
                                      text.index("HMQ5324I"))
     assert plan_at < progress_at < done_at                  # plan, progress, result
     assert "backup" in text[plan_at:progress_at] and "estimated" in text[plan_at:progress_at]
-    assert "25 messages" in text[done_at:]
+    assert "30 messages" in text[done_at:]
     summary = blocks(run(qm2, "DISPLAY CFSTATUS(APP1) TYPE(SUMMARY)")["output"], "HMQ8701I")
-    assert (summary[0]["STATUS"], summary[0]["ENTSUSED"]) == ("ACTIVE", "25")
-    store.forget_structures()
-    assert sorted(m.body for m in store.browse("SQ")) == sorted(f"m{i}".encode()
-                                                                for i in range(25))
+    assert (summary[0]["STATUS"], summary[0]["ENTSUSED"]) == ("ACTIVE", "30")
+    assert bodies(store) == expected
+    # the members serve it again: every message once
+    got = []
+    while (m := qm2.get("SQ")) is not None:
+        got.append(m.body)
+    assert sorted(got) == expected
     connect = blocks(run(qm1, "DISPLAY CFSTATUS(APP1) TYPE(CONNECT)")["output"], "HMQ8701I")
     assert [b["QMNAME"] for b in connect] == ["QM1", "QM2"]
     # the operator log has the plan and the outcome
@@ -99,7 +111,8 @@ def test_backup_reset_recover_and_display(two, qsg_db):
 
 def test_bad_input_is_refused_with_nothing_changed(two, qsg_db):
     (qm1, _qm2), store = two
-    put(store, 3)
+    for i in range(3):
+        qm1.put("SQ", f"m{i}".encode())
     for text, why in (("RECOVER CFSTRUCT(APP1)", "only a failed structure"),
                       ("RECOVER CFSTRUCT(NOPE)", "MQRC 2349"),
                       ("RESET CFSTRUCT(APP1)", "ACTION\\(FAIL\\)"),
@@ -110,6 +123,7 @@ def test_bad_input_is_refused_with_nothing_changed(two, qsg_db):
         assert out["errors"] == 1, (text, out["output"])
         assert re.search(why, out["output"]), (text, out["output"])
     assert store.depth("SQ") == 3
-    del qm1.core.qsg
+    group, qm1.core.group = qm1.core.group, None
     out = run(qm1, "DISPLAY CFSTATUS(*)")
+    qm1.core.group = group
     assert out["errors"] == 1 and "HMQ5330E" in out["output"]

@@ -3,8 +3,8 @@ group: BACKUP CFSTRUCT, RECOVER CFSTRUCT, RESET CFSTRUCT ACTION(FAIL) and
 DISPLAY CFSTATUS (docs/qsg.md, "Structure backup and recovery").
 
 ``CFStructCommands`` is a base of ``commands.Executor``, whose ``core`` it
-uses: the core's log takes a backup's records, the member's group session
-(``core.qsg``: its conninfo and member name) reaches PostgreSQL. The work is
+uses: the core's log takes a backup's records, the member's group
+(``core.group``: its database's conninfo) reaches PostgreSQL. The work is
 ``qsg/structure_recovery.py``'s; the blocking reads run in a thread so the
 queue manager's loop serves puts and gets meanwhile. The grammar is in
 ``mqsc.py``'s tables. Not here: DEFINE, ALTER, DELETE and DISPLAY CFSTRUCT
@@ -38,10 +38,13 @@ class NotInGroup(HarbormqError):
     msgid = "HMQ5330E"
 
 
-class GroupSession(Protocol):
-    """What these commands use of the member's session with its group."""
-    conninfo: str
-    member: str
+class GroupSettings(Protocol):
+    db: str              # the group's conninfo
+
+
+class GroupMember(Protocol):
+    """What these commands use of the member's group (``core.group``)."""
+    settings: GroupSettings
 
 
 def _date_time(ts: _dt.datetime | None) -> tuple[str, str]:
@@ -62,13 +65,14 @@ class CFStructCommands:
                 ("DISPLAY", "CFSTATUS"): self.display_cfstatus}
 
     @property
-    def group_session(self) -> GroupSession:
-        session = getattr(self.core, "qsg", None)
-        if session is None:
+    def group_conninfo(self) -> str:
+        """The group's database, as this member reaches it."""
+        group: GroupMember | None = getattr(self.core, "group", None)
+        if group is None:
             raise NotInGroup(f"queue manager {self.core.name} is not a member of a queue "
                              "sharing group: structures are the group's",
                              hint="create it with --qsg and --qsg-db")
-        return session
+        return group.settings.db
 
     def _say(self, msgid: str, text: str) -> None:
         self.core.oplog.emit(msgid, text)
@@ -76,7 +80,7 @@ class CFStructCommands:
     # -- BACKUP CFSTRUCT -----------------------------------------------------------------
 
     async def backup_cfstruct(self, cmd: Command) -> list[str]:
-        session = self.group_session
+        conninfo = self.group_conninfo
         exclint = cmd.attrs.get("EXCLINT", "0")
         if not str(exclint).isdigit():
             raise InvalidAttribute(f"EXCLINT({exclint}) is not valid: 0 to 3600 seconds")
@@ -85,7 +89,7 @@ class CFStructCommands:
         async def force() -> None:
             await core.log.force()
 
-        result = await _recovery().backup_structure(core, force, session.conninfo, cmd.name,
+        result = await _recovery().backup_structure(core, force, conninfo, cmd.name,
                                            int(exclint))
         text = (f"backup of structure {cmd.name} written to the log of {result.member} "
                 f"(LSN {result.start_lsn}..{result.end_lsn}): {result.messages} messages, "
@@ -97,14 +101,14 @@ class CFStructCommands:
     # -- RESET CFSTRUCT ACTION(FAIL) -----------------------------------------------------
 
     async def reset_cfstruct(self, cmd: Command) -> list[str]:
-        session = self.group_session
+        conninfo = self.group_conninfo
         action = cmd.attrs.get("ACTION", "").upper()
         if action != "FAIL":
             raise InvalidAttribute("RESET CFSTRUCT needs ACTION(FAIL)")
         sr = _recovery()
-        gone = await asyncio.to_thread(_with_conn, session.conninfo,
+        gone = await asyncio.to_thread(_with_conn, conninfo,
                                        lambda c: sr.fail_structure(c, cmd.name))
-        text = (f"structure {cmd.name} marked FAILED by {session.member}: {gone} messages "
+        text = (f"structure {cmd.name} marked FAILED by {self.core.name}: {gone} messages "
                 f"discarded; RECOVER CFSTRUCT({cmd.name}) rebuilds it")
         self._say("HMQ5321W", text)
         return [mqsc.format_message("HMQ5321W", text + ".")]
@@ -112,7 +116,7 @@ class CFStructCommands:
     # -- RECOVER CFSTRUCT ----------------------------------------------------------------
 
     async def recover_cfstruct(self, cmd: Command) -> list[str]:
-        session = self.group_session
+        conninfo = self.group_conninfo
         rtype = cmd.attrs.get("TYPE", "NORMAL").upper()
         sr = _recovery()
         home = self.core.config.home
@@ -134,8 +138,8 @@ class CFStructCommands:
             return sr.recover_structure(conn, plan, scratch, say=self._say_threadsafe,
                                         progress=progress_lines, logs=logs)
 
-        result = await asyncio.to_thread(_with_conn, session.conninfo, run)
-        text = (f"structure {cmd.name} recovered by {session.member} ({result.type}): "
+        result = await asyncio.to_thread(_with_conn, conninfo, run)
+        text = (f"structure {cmd.name} recovered by {self.core.name} ({result.type}): "
                 f"{result.messages} messages ({result.in_doubt} in doubt, {result.in_flight} "
                 f"held by units of work in flight), {result.bytes_read / 1e6:.1f} MB of log "
                 f"merged in {result.seconds} s")
@@ -149,12 +153,12 @@ class CFStructCommands:
     # -- DISPLAY CFSTATUS ----------------------------------------------------------------
 
     async def display_cfstatus(self, cmd: Command) -> list[str]:
-        session = self.group_session
+        conninfo = self.group_conninfo
         kind = cmd.attrs.get("TYPE", "SUMMARY").upper()
         if kind not in ("SUMMARY", "BACKUP", "CONNECT"):
             raise InvalidAttribute(f"TYPE({kind}) is not valid for DISPLAY CFSTATUS: SUMMARY, "
                                    "BACKUP or CONNECT")
-        facts = await asyncio.to_thread(_with_conn, session.conninfo,
+        facts = await asyncio.to_thread(_with_conn, conninfo,
                                         lambda c: _cfstatus_facts(c, cmd.name, kind))
         out = []
         order = {"SUMMARY": mqsc.CFSTATUS_SUMMARY_ATTRS, "BACKUP": mqsc.CFSTATUS_BACKUP_ATTRS,

@@ -28,6 +28,7 @@ from .cfstruct_commands import CFStructCommands
 from .mqsc import Command, MqscSyntaxError, mq_date, mq_time
 from .object_commands import ObjectCommands
 from .pubsub_commands import PubSubCommands
+from .qsg_commands import QsgCommands
 from .security_commands import SecurityCommands
 
 #: at most this many message keys are walked to find the oldest message (MSGAGE)
@@ -59,7 +60,8 @@ _select = mqsc.select_attrs
 
 # -- the executor ------------------------------------------------------------------------
 
-class Executor(PubSubCommands, ObjectCommands, SecurityCommands, CFStructCommands):
+class Executor(PubSubCommands, ObjectCommands, SecurityCommands, CFStructCommands,
+               QsgCommands):
     def __init__(self, core: QueueManagerCore, security, qm_info: dict | None = None):
         self.core = core
         self.security = security
@@ -110,6 +112,7 @@ class Executor(PubSubCommands, ObjectCommands, SecurityCommands, CFStructCommand
         self.handlers.update(self.object_handlers())     # QALIAS, QMODEL, PROCESS, NAMELIST
         self.handlers.update(self.security_handlers())
         self.handlers.update(self.cfstruct_handlers())   # BACKUP/RECOVER/RESET CFSTRUCT
+        self.handlers.update(self.qsg_handlers())   # last: it wraps QLOCAL's and QMSTATUS's
 
     async def execute(self, cmd: Command) -> list[str]:
         """Run one command; returns its output blocks; raises HarbormqError when

@@ -347,6 +347,24 @@ SPECS.update({
         CFSTATUS_SUMMARY_ATTRS + CFSTATUS_BACKUP_ATTRS + CFSTATUS_CONNECT_ATTRS)) + ("ALL",)),
 })
 
+# -- queue sharing groups (admin/qsg_commands.py; docs/qsg.md)
+OBJTYPES.update({"CFSTRUCT": "CFSTRUCT", "GROUP": "GROUP"})
+CFSTRUCT_ATTRS = ("CFLEVEL", "RECOVER", "RECAUTO", "DESCR")
+DISPLAY_CFSTRUCT_ATTRS = ("CFSTRUCT",) + CFSTRUCT_ATTRS + ("STATUS", "ALTDATE", "ALTTIME")
+#: DISPLAY GROUP: one block per member (MQ's names where it has them)
+GROUP_ATTRS = ("QMNAME", "QSGNAME", "NUMBER", "STATUS", "STARTDA", "STARTTI", "HBTIME")
+#: DISPLAY QMSTATUS's block of a member of a group
+QMSTATUS_QSG_ATTRS = ("QMNAME", "QSGNAME", "QSGNUM", "QSGSTAT", "SHQUEUES")
+SPECS.update({
+    **_definition_specs("CFSTRUCT", CFSTRUCT_ATTRS, DISPLAY_CFSTRUCT_ATTRS),
+    ("DISPLAY", "GROUP"): Spec("", (), GROUP_ATTRS + ("ALL",)),
+    ("DEFINE", "QLOCAL"): Spec("required", SPECS[("DEFINE", "QLOCAL")].valued
+                               + ("QSGDISP", "CFSTRUCT"), SPECS[("DEFINE", "QLOCAL")].bare,
+                               exclusive=SPECS[("DEFINE", "QLOCAL")].exclusive),
+    ("DELETE", "QLOCAL"): Spec("required", ("QSGDISP",), SPECS[("DELETE", "QLOCAL")].bare,
+                               exclusive=SPECS[("DELETE", "QLOCAL")].exclusive),
+})
+
 #: object types each verb takes, in the order error messages list them
 VERB_OBJTYPES: dict[str, tuple[str, ...]] = {}
 for (_v, _o) in SPECS:

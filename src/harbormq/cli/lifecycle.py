@@ -59,18 +59,26 @@ from .starting import start_in_background
 @click.option("--ws-port", type=click.IntRange(0, 65535), default=None,
               help="also a STOMP over WebSocket listener (path /ws) on 127.0.0.1, this port "
                    "(0: any free port)")
+@click.option("--qsg", "qsg_name", default=None,
+              help="join this queue sharing group (the first member creates it; docs/qsg.md)")
+@click.option("--qsg-db", default=None,
+              help="the group's PostgreSQL database: a libpq conninfo or URI (with --qsg)")
 def create(qm, log_type, log_file_pages, log_primary, log_secondary, log_path,
            checkpoint_records, log_management, log_archive_paths, log_dual_path, port,
-           ws_port):
+           ws_port, qsg_name, qsg_db):
     """Create queue manager QM (crtmqm)."""
     from ..qmgr import lifecycle as qmgr
+    if (qsg_name is None) != (qsg_db is None):
+        raise click.UsageError("--qsg and --qsg-db go together")
     config = qmgr.create(qm, log_type=log_type, log_file_pages=log_file_pages,
                          log_primary=log_primary, log_secondary=log_secondary,
                          log_path=log_path, checkpoint_records=checkpoint_records,
                          log_management=log_management, log_archive_paths=log_archive_paths,
-                         log_dual_path=log_dual_path, port=port, ws_port=ws_port)
+                         log_dual_path=log_dual_path, port=port, ws_port=ws_port,
+                         qsg=qsg_name, qsg_db=qsg_db)
     console.print(f"HMQ8001I Queue manager {qm} created in {config.qm_dir} "
-                  f"({log_type} log in {config.log_dir}).")
+                  f"({log_type} log in {config.log_dir})"
+                  + (f", member of queue sharing group {qsg_name}." if qsg_name else "."))
 
 
 @click.command()

@@ -58,6 +58,7 @@ from .operator_log import OperatorLog
 from .publish import Publishing
 from .queue import LocalQueue, MessageMatch
 from .remote import TransmissionHeader
+from .shared import SharedQueues
 from .shunting import LogShunting
 from .triggering import Triggering
 from .uow import UnitOfWork, UnitsOfWork, UowOp
@@ -106,7 +107,7 @@ class ChannelCommands(Protocol):
 
 
 class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting,
-                       LogSpaceFlowControl, Publishing, DynamicQueues, Triggering):
+                       LogSpaceFlowControl, Publishing, DynamicQueues, Triggering, SharedQueues):
     def __init__(self, config: QMConfig, oplog: OperatorLog):
         self.config = config
         self.name = config.name
@@ -143,6 +144,7 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         self._init_log_space_flow()
         self._init_dynamic()
         self._init_triggering()
+        self._init_shared()
 
     # ------------------------------------------------------------------ helpers
 
@@ -299,6 +301,9 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         alias = aliases.resolve(self.objects, name, "put")
         if alias is not None:      # the target resolved; the defaults are the alias's
             return self.output_queue(alias[0])._replace(attrs=alias[1])
+        shared = self.shared_queues.get(name)
+        if shared is not None:      # a queue sharing group's (core/shared.py)
+            return PutTarget(shared, None, shared.attrs)
         found = remote.resolve(self.objects, name)
         if found is None:
             q = self.queue(name)
@@ -318,6 +323,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
     def is_queue_definition(self, name: str) -> bool:
         """``name`` is a queue that opens without a store of its own: a remote
         queue definition or an alias (a front end defines none on first use)."""
+        if name in self.shared_queues:      # a queue sharing group's (core/shared.py)
+            return True
         d = self.objects.get(name)
         return d is not None and d["type"] in ("QREMOTE", "QALIAS")
 
@@ -325,7 +332,9 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         """The local queue a get from ``name`` takes from: the queue, or an
         alias's target (the alias's GET checked)."""
         alias = aliases.resolve(self.objects, name, "get")
-        return self.queue(alias[0] if alias is not None else name)
+        name = alias[0] if alias is not None else name
+        shared = self.shared_queues.get(name)
+        return shared if shared is not None else self.queue(name)
 
     def defaults_for_name(self, name: str, priority: int | None, persistent: bool | None):
         """A put's priority and persistence where the caller left them to the
@@ -376,6 +385,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
             target = target or self.output_queue(queue)
             self.check_put_to(target, msg)
         q, header, _attrs = target
+        if q.shared:
+            return self.shared_put(q, msg, uow)
         if q.attrs.get("TRIGGER") == "YES" and not self.triggering:
             triggered = self.put_triggering(queue, msg, uow, target)
             if triggered is not None:
@@ -447,6 +458,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
         q = self._queue_to_get_from(queue)
         if uow is not None:
             self._check_uow(uow)   # it may have been backed out while a caller waited
+        if q.shared:
+            return self.shared_get(q, uow, match)
         if isinstance(match, MessageMatch) and match.ident is None:
             match = None     # (a match of another kind selects by its own rule)
         key, msg, expired = q.first_available(match, time.time_ns())
@@ -511,6 +524,8 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
                match: MessageMatch | None = None) -> list[Message]:
         """Messages a get could take, in delivery order, without removing them."""
         q = self.input_queue(queue)
+        if q.shared:
+            return q.browse(limit=limit, match=match)
         now = time.time_ns()
         out = []
         for key in q.iter_keys():

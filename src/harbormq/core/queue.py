@@ -69,6 +69,9 @@ class MessageMatch:
 
 
 class LocalQueue:
+    #: a queue sharing group's shared queue is not one (core/shared.py)
+    shared = False
+
     def __init__(self, definition: dict, store: QueueStore):
         self.name: str = definition["name"]
         self.object_id: int = definition["object_id"]

@@ -53,6 +53,9 @@ def _begin_payload(owner: str) -> bytes:
 
 #: the owner of the units of work that move messages at BOTHRESH
 REQUEUE_OWNER = "backout-requeue"
+#: the kinds of ``UowOp`` on a queue sharing group's shared queues (core/shared.py)
+SHARED_PUT, SHARED_GET = "shared_put", "shared_get"
+SHARED_KINDS = frozenset((SHARED_PUT, SHARED_GET))
 
 
 @dataclass
@@ -210,6 +213,7 @@ class UnitsOfWork:
         after which it is in doubt on disk (a sender channel gets its next batch
         meanwhile)."""
         self._check_uow(uow)
+        self._prepare_shared(uow)
         self._log_deferred(uow, uow)
         self._log_uow(uow, RecordType.UOW_PREPARE, None, b"")
         uow.state = "prepared"
@@ -254,6 +258,8 @@ class UnitsOfWork:
             op.deferred = False
             self._apply_commit(uow, op.lsn)
             return self.log.force() if force else None
+        # a queue sharing group's side first: decided, or prepared (core/shared.py)
+        shared = self._decide_shared_first(uow, joined) if self.group is not None else ()
         self._log_deferred(uow, uow)
         for j in joined:
             # a joined unit that logged nothing yet: its gets become this unit's
@@ -283,7 +289,10 @@ class UnitsOfWork:
                     # as restart would (which writes j's own record then)
                     j_lsn = effect_lsn
             self._apply_commit(j, j_lsn)
-        return self.log.force() if effect_lsn and force else None
+        forced = self.log.force() if effect_lsn and (force or shared) else None
+        if shared:
+            self._resolve_shared_after(shared, forced)
+        return forced if force else None
 
     def _log_deferred(self, uow: UnitOfWork, into: UnitOfWork) -> None:
         """Log the deferred gets of ``uow`` as records of ``into`` (``uow``
@@ -307,7 +316,7 @@ class UnitsOfWork:
                 q.uncommitted_puts -= 1
                 q.commit_put(op.msg, effect_lsn if op.lsn else 0)
                 touched.add(q)
-            else:
+            elif op.kind == "get":
                 q.commit_delete(op.msg.key, effect_lsn if op.lsn else 0)
         uow.state = "committed"
         self.uows.pop(uow.id, None)
@@ -334,11 +343,16 @@ class UnitsOfWork:
         Returns got messages that reached their queue's backout threshold."""
         uow.state = "backing_out"
         requeue = []
+        had_shared = self.group is not None and self._has_shared(uow)
         # each op leaves the list only once it is compensated: if the log fills
         # part way (LogFull), a retry goes on where this stopped
         while uow.ops:
             op = uow.ops[-1]
             q = op.queue
+            if op.kind in SHARED_KINDS:     # its rows are backed out below
+                self._undo_shared_op(uow, op)
+                uow.ops.pop()
+                continue
             if op.publication is not None:
                 self._undo_publication(uow, op.publication)
                 continue
@@ -362,6 +376,7 @@ class UnitsOfWork:
                                               prev_lsn=uow.last_lsn)
         uow.state = "backed_out"
         self.uows.pop(uow.id, None)
+        self._back_out_shared(uow, had_shared)
         return requeue
 
     def _undo_publication(self, uow: UnitOfWork, group: PublishedTargets) -> None:
@@ -450,7 +465,7 @@ class UnitsOfWork:
         for op in uow.ops:
             if op.kind == "get":
                 op.queue.unlocked(op.msg.key)
-            else:
+            elif op.kind == "put":
                 op.queue.put_backed_out()
         uow.ops.clear()
         uow.state = "backed_out"

@@ -116,9 +116,11 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
            log_path: Path | None = None, checkpoint_records: int = 10_000,
            log_management: str = "manual", log_archive_paths: list | tuple = (),
            log_dual_path: Path | None = None, port: int = 61613, ws_port: int | None = None,
-           console=None) -> QMConfig:
+           console=None, qsg: str | None = None, qsg_db: str | None = None) -> QMConfig:
     """crtmqm: directories, configuration, preallocated log, default objects; a
-    STOMP listener on ``port``, and one over WebSocket on ``ws_port`` if given."""
+    STOMP listener on ``port``, and one over WebSocket on ``ws_port`` if given;
+    with ``qsg``, a member of that queue sharing group in ``qsg_db`` (joined
+    first, left again if the rest fails)."""
     check_name(name, "queue manager")
     home = Path(home) if home else harbormq_home()
     settings = LogSettings(log_type=log_type, pages=log_file_pages, primary=log_primary,
@@ -143,6 +145,9 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
                     (config.log_dual_dir, "dual log directory (--log-dual-path)")):
         if d is not None and d.exists() and (not d.is_dir() or any(d.iterdir())):
             raise QueueManagerExists(f"{what} {d} is not empty")
+    if qsg is not None:
+        from ..qsg import membership
+        config.qsg = membership.join_group(qsg, qsg_db, name)
     try:
         _make_home_durable(home)
         make_dirs(config.queues_dir)
@@ -150,6 +155,8 @@ def create(name: str, *, home: Path | None = None, log_type: str = "circular",
         asyncio.run(_first_start(config, console))
         config.save()   # last: a queue manager exists once its qm.toml does
     except BaseException:
+        if config.qsg is not None:
+            membership.leave_group(config.qsg, name)
         remove_tree(config.qm_dir)
         remove_tree(config.log_dir)
         if config.log_dual_dir is not None:
@@ -193,6 +200,10 @@ def delete(name: str, *, home: Path | None = None) -> None:
     config = QMConfig.load(name, home)
     if running_pid(config) is not None:
         raise QueueManagerRunning(f"queue manager {name} is running; stop it before deleting")
+    if config.qsg is not None:
+        # out of its group first: refused while the group still needs it
+        from ..qsg import membership
+        membership.leave_group(config.qsg, name)
     # qm.toml first: a cut partway leaves no half queue manager that seems to exist
     config.config_path.unlink()
     fsync_dir(config.qm_dir)
@@ -254,6 +265,10 @@ class RunningQueueManager:
         core.log.on_failed = core.log_write_failed
         self = cls(core, lock)
         try:
+            if config.qsg is not None:
+                # the group before restart: it asks what the group decided (docs/qsg.md)
+                from ..qsg.service import QueueSharingGroup
+                QueueSharingGroup.connect(core, config.qsg)
             self.report = await Restart(core, progress).run()
             need.record_replay_rate(core.log, self.report.bytes_replayed,
                                     sum(self.report.phases.values()))
@@ -268,7 +283,11 @@ class RunningQueueManager:
                 await ensure_client_defaults(core)
             # publish/subscribe's status queues read back before any listener opens
             await PubSub.start(core)
+            if core.group is not None:
+                await core.group.start()        # shared queues, peers, NOTIFYs
         except BaseException:
+            if core.group is not None:
+                core.group.stop("preemptive")
             core.log.close()
             core.close_stores()
             lock.release()
@@ -370,6 +389,8 @@ class RunningQueueManager:
             self._record_clean_stop(mode)
         core.log.close()
         core.close_stores()
+        if core.group is not None:
+            core.group.stop(mode)
         self.lock.release()
         core.oplog.emit("HMQ8004I", f"Queue manager {core.name} ended ({mode})")
 

@@ -39,6 +39,8 @@ class MemberSession(StructureStore):
         self.group = group
         self.number: int | None = None
         self.incarnation = 0
+        #: connections made by this process: the second and later are reconnections
+        self.connections = 0
         self.heartbeat_interval = heartbeat_interval
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -79,7 +81,8 @@ class MemberSession(StructureStore):
             "UPDATE hmq_members SET state = 'ACTIVE', started_at = now(), heartbeat_at = now(), "
             "backend_pid = pg_backend_pid(), incarnation = incarnation + 1 WHERE name = %s "
             "RETURNING incarnation", (self.member,)).fetchone()[0]
-        if self.incarnation > 1 and self.on_reconnected is not None:
+        self.connections += 1
+        if self.connections > 1 and self.on_reconnected is not None:
             self.on_reconnected()
 
     def stop(self) -> None:

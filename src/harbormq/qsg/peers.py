@@ -69,11 +69,14 @@ def recover_member(conn: psycopg.Connection, member: str, by: str) -> PeerRecove
 def _back_out(conn: psycopg.Connection, member: str, by: str) -> PeerRecovery:
     """The recovery's statement and the member's new state (in the caller's transaction)."""
     puts, avail, uows, queues = conn.execute(
-        "WITH gone AS (DELETE FROM hmq_messages WHERE owner = %(m)s AND state = 'PUT' "
-        "RETURNING uow), "
-        "back AS (UPDATE hmq_messages SET state = 'AVAILABLE', owner = NULL, uow = NULL, "
-        "backout_count = backout_count + 1 WHERE owner = %(m)s AND state = 'GOT' "
-        "RETURNING uow, queue), "
+        # (RETURNING gives the new row: the units of work are read before)
+        "WITH old AS (SELECT msg_key, uow, state FROM hmq_messages WHERE owner = %(m)s "
+        "AND state IN ('PUT', 'GOT') FOR UPDATE), "
+        "gone AS (DELETE FROM hmq_messages m USING old WHERE m.msg_key = old.msg_key "
+        "AND old.state = 'PUT' RETURNING old.uow), "
+        "back AS (UPDATE hmq_messages m SET state = 'AVAILABLE', owner = NULL, uow = NULL, "
+        "backout_count = m.backout_count + 1 FROM old WHERE m.msg_key = old.msg_key "
+        "AND old.state = 'GOT' RETURNING old.uow, m.queue), "
         "units AS (SELECT uow FROM gone UNION SELECT uow FROM back), "
         "decided AS (INSERT INTO hmq_uow_outcomes (member, uow, outcome, stamp, decided_by) "
         "SELECT %(m)s, uow, 'backout', nextval('hmq_stamp'), %(by)s FROM units "
@@ -128,12 +131,18 @@ class PeerWatch:
 
     def _run(self) -> None:
         conn = None
+        said = ""
         while not self._stop.wait(self.interval):
             try:
                 if conn is None or conn.closed:
                     conn = connect(self.conninfo, application=f"harbormq {self.member} peers")
                 self.look(conn)
-            except (CFNotAvailable, psycopg.Error):
+                said = ""
+            except (CFNotAvailable, psycopg.Error) as e:
+                what = type(e).__name__
+                if what != said:      # once until it changes: the store may be down
+                    said = what
+                    self.say("HMQ5315W", f"the watch of the group's members cannot look: {e}")
                 if conn is not None:
                     conn.close()
                 conn = None

@@ -717,6 +717,13 @@ class Restart:
         core, r = self.core, self.report
         in_flight = [u for u in core.uows.values() if u.state in ("active", "backing_out")]
         in_doubt = [u for u in core.uows.values() if u.state == "prepared"]
+        if core.group is not None:
+            # a queue sharing group decided some units of work the log leaves
+            # open (core/shared.py): their COMMIT records are written now
+            decided = core.group.outcomes_after_redo(list(core.uows))
+            for uow in [u for u in in_flight if decided.get(u.id) == "commit"]:
+                core.commit_nowait(uow, force=False)
+                in_flight.remove(uow)
         r.uows_in_flight = len(in_flight)
         r.uows_in_doubt = len(in_doubt)
         self.progress("backward recovery", 0, max(1, len(in_flight)))

@@ -1,0 +1,320 @@
+"""The queue sharing group in a running member (``core.group``): connected
+before restart recovery, so that restart can ask what PostgreSQL decided of
+the units of work its log leaves open; started after it, when the shared
+queues are registered with the core, the peers' watch and the listener of
+NOTIFYs begin.
+
+It is the core's ``SharedGroup`` (``core/shared.py``): a unit of work's
+shared rows decided, prepared, resolved once its COMMIT record is forced,
+backed out. What cannot reach the store waits for its return: a resolve or
+a backout is done when the member reconnects (``pending``); meanwhile the
+rows stay as they were, owned by this member.
+
+Not here: the SQL (``structure.py``, ``group.py``), the member's lock and
+heartbeat (``member.py``), recovering dead peers (``peers.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+import psycopg
+
+from ..config import QsgSettings
+from ..core.uow import SHARED_KINDS
+from . import group as qgroup
+from .errors import CFNotAvailable
+from .group import definitions
+from .member import MemberSession
+from .peers import PeerRecovery, PeerWatch, recover_own
+from .queue import SharedQueue
+from .schema import AVAILABLE_CHANNEL, DEFINITIONS_CHANNEL
+from .structure import connect
+
+
+class QueueSharingGroup:
+    """One member's part in its group (the core's ``SharedGroup``)."""
+
+    def __init__(self, core, settings: QsgSettings):
+        self.core = core
+        self.settings = settings
+        self.session = MemberSession(settings.db, settings.name, core.name,
+                                     heartbeat_interval=settings.heartbeat_interval)
+        self.session.on_reconnected = self._reconnected_soon
+        self.watch: PeerWatch | None = None
+        #: units of work whose rows this process did not make: restart rebuilt
+        #: them (in flight or in doubt) and their rows wait for the log's decision
+        self.restart_rows: set[int] = set()
+        #: resolves and backouts waiting for the store: uow -> commit?
+        self.pending: dict[int, bool] = {}
+        self._stop = threading.Event()
+        self._listener: threading.Thread | None = None
+
+    @property
+    def member_number(self) -> int:
+        return self.session.number
+
+    # -- before and after restart ----------------------------------------------------------
+
+    @classmethod
+    def connect(cls, core, settings: QsgSettings) -> "QueueSharingGroup":
+        """Join the running group: the member's lock taken (refused when the name
+        runs elsewhere), and ``core.group`` set; restart recovery comes next."""
+        group = cls(core, settings)
+        group.session.start()
+        core.group = group
+        return group
+
+    def outcomes_after_redo(self, open_ids: list[int]) -> dict[int, str]:
+        """(restart, after redo) The store's side of this member's units of
+        work: what PostgreSQL decided of those the log leaves open; rows of
+        units the log closed or never began are settled now (prepared ones
+        committed: only a forced COMMIT closes a unit with prepared rows;
+        others backed out); rows of open units wait for restart's decision."""
+        store = self.session
+        open_set = set(open_ids)
+        for uow, states in store.in_flight().items():
+            if uow in open_set:
+                self.restart_rows.add(uow)
+            elif any(s.startswith("PREP_") for s in states):
+                store.resolve(uow, commit=True)
+            else:
+                store.backout(uow)
+        outcomes = {}
+        for uow in open_ids:
+            o = store.outcome(uow)
+            if o is not None:
+                outcomes[uow] = o
+        return outcomes
+
+    async def start(self) -> None:
+        """After restart: the outcomes restart has written are in the log now
+        (forgotten in the store); the shared queues registered; the listener
+        and the peers' watch started."""
+        self.session.forget_outcomes()
+        self.load_definitions()
+        loop = asyncio.get_running_loop()
+        self._listener = threading.Thread(target=self._listen, args=(loop,),
+                                          name=f"qsg-listen-{self.core.name}", daemon=True)
+        self._listener.start()
+        self.watch = PeerWatch(self.settings.db, self.core.name,
+                               lambda msgid, text: loop.call_soon_threadsafe(
+                                   self.core.oplog.emit, msgid, text),
+                               heartbeat_timeout=self.settings.heartbeat_timeout)
+        self.watch.on_recovered = lambda r: loop.call_soon_threadsafe(self._peer_recovered, r)
+        self.watch.start()
+        self.core.oplog.emit("HMQ5305I", f"queue manager {self.core.name} is member "
+                             f"{self.member_number} of queue sharing group {self.settings.name} "
+                             f"({len(self.core.shared_queues)} shared queues)")
+
+    def stop(self, mode: str = "controlled") -> None:
+        """End the member's part: a preemptive stop leaves its rows for its
+        peers (as a crash would); any other backs out what it left in flight
+        (restart backs those units of work out of its log too) and marks it
+        STOPPED."""
+        self._stop.set()
+        if self.watch is not None:
+            self.watch.stop()
+        if self._listener is not None:
+            self._listener.join(timeout=5)
+        if mode == "preemptive":
+            self.session.close()
+        else:
+            try:
+                with self.session._lock:
+                    recover_own(self.session.connection(), self.core.name)
+            except (CFNotAvailable, psycopg.Error):
+                pass      # its peers or its restart back them out
+            self.session.stop()
+        self.core.group = None
+
+    def load_definitions(self) -> None:
+        """The group's shared queues, registered with the core (and the ones
+        deleted in the group dropped)."""
+        with self.session._lock:
+            conn = self.session.connection()
+            shared = {d["name"]: d for d in definitions(conn, "SHARED")}
+        queues = self.core.shared_queues
+        for name in [n for n in queues if n not in shared]:
+            del queues[name]
+        for name, d in shared.items():
+            if name in queues:
+                queues[name].redefine(d["attrs"])
+            else:
+                queues[name] = SharedQueue(name, d["attrs"], self.session)
+        self.session.forget_structures()
+
+    # -- administration (MQSC: admin/qsg_commands.py) ----------------------------------------
+
+    @contextlib.contextmanager
+    def admin(self):
+        """The session's connection for one administrative step; a lost
+        connection is MQRC 2345 (nothing in the group changed)."""
+        with self.session._lock:
+            conn = self.session.connection()
+            try:
+                yield conn
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                self.session._lost(e)
+                raise CFNotAvailable("the group's database was lost during the command "
+                                     "(MQRC 2345 CF_NOT_AVAILABLE)") from e
+
+    def define_structure(self, name: str, attrs: dict, replace: bool) -> dict:
+        with self.admin() as conn:
+            out = qgroup.define_structure(conn, name, attrs, replace=replace)
+        self.session.forget_structures()
+        return out
+
+    def alter_structure(self, name: str, attrs: dict) -> dict:
+        with self.admin() as conn:
+            out = qgroup.alter_structure(conn, name, attrs)
+        self.session.forget_structures()
+        return out
+
+    def delete_structure(self, name: str) -> None:
+        with self.admin() as conn:
+            qgroup.delete_structure(conn, name)
+        self.session.forget_structures()
+
+    def structures(self) -> list[dict]:
+        with self.admin() as conn:
+            return qgroup.structures(conn)
+
+    def define_shared_queue(self, name: str, attrs: dict, replace: bool) -> None:
+        with self.admin() as conn:
+            qgroup.put_definition(conn, "QLOCAL", name, "SHARED", attrs, replace=replace)
+        self.load_definitions()
+
+    def delete_shared_queue(self, name: str) -> None:
+        with self.admin() as conn:
+            qgroup.delete_definition(conn, "QLOCAL", name)
+        self.load_definitions()
+
+    def members(self) -> list[dict]:
+        with self.admin() as conn:
+            return qgroup.members(conn)
+
+    # -- the core's SharedGroup ---------------------------------------------------------
+
+    def commit(self, uow_id: int) -> None:
+        self.session.commit(uow_id)
+
+    def prepare(self, uow_id: int) -> None:
+        self.session.prepare(uow_id)
+
+    def resolve_later(self, uow_id: int, commit: bool, forced) -> None:
+        self.restart_rows.discard(uow_id)
+        if forced is None:
+            self._resolve(uow_id, commit)
+            return
+
+        def done(f: asyncio.Future) -> None:
+            if not f.cancelled() and f.exception() is None:
+                self._resolve(uow_id, commit)
+        forced.add_done_callback(done)
+
+    def backout(self, uow_id: int) -> None:
+        self.restart_rows.discard(uow_id)
+        self._resolve(uow_id, False)
+        self._wake_all()
+
+    def holds(self, uow_id: int) -> bool:
+        return uow_id in self.restart_rows
+
+    def _resolve(self, uow_id: int, commit: bool) -> None:
+        try:
+            self.session.resolve(uow_id, commit)
+            self.pending.pop(uow_id, None)
+        except CFNotAvailable as e:
+            self.pending[uow_id] = commit
+            self.core.oplog.emit("HMQ5320W", f"unit of work {uow_id}: its shared messages "
+                                 f"wait for the group's database to be "
+                                 f"{'committed' if commit else 'backed out'} ({e.message})")
+
+    # -- the store lost and back -----------------------------------------------------------
+
+    def _reconnected_soon(self) -> None:
+        """(the session, on any thread) The main connection was made again."""
+        try:
+            self.core.loop.call_soon_threadsafe(self._reconnected)
+        except RuntimeError:
+            pass     # the loop is closed: the member is stopping
+
+    def _reconnected(self) -> None:
+        """Resolves and backouts that waited are done; units of work whose rows
+        a peer backed out meanwhile end backed out (MQRC 2003)."""
+        for uow_id, commit in list(self.pending.items()):
+            self._resolve(uow_id, commit)
+        for uow in list(self.core.uows.values()):
+            if uow.state == "active" and any(op.kind in SHARED_KINDS for op in uow.ops):
+                try:
+                    outcome = self.session.outcome(uow.id)
+                except CFNotAvailable:
+                    return
+                if outcome == "backout":
+                    uow.rolled_back = ("its shared messages were backed out by a peer while "
+                                       "the connection to the group's database was lost")
+        self.core.oplog.emit("HMQ5321I", f"queue manager {self.core.name} is connected to "
+                             f"queue sharing group {self.settings.name} again")
+        self._wake_all()
+
+    def _peer_recovered(self, r: PeerRecovery) -> None:
+        for name in r.queues:
+            q = self.core.shared_queues.get(name)
+            if q is not None:
+                q.available()
+
+    def _wake_all(self) -> None:
+        for q in self.core.shared_queues.values():
+            q.reachable = True
+            q.available()
+
+    def _set_reachable(self, reachable: bool) -> None:
+        """The listener lost or made its connection: consumers wait, or read
+        the definitions again (changes told meanwhile were missed) and look."""
+        if reachable:
+            try:
+                self.load_definitions()
+            except CFNotAvailable:
+                reachable = False
+        for q in self.core.shared_queues.values():
+            q.reachable = reachable
+        if reachable:
+            self._wake_all()
+
+    def _notified(self, channel: str, payload: str) -> None:
+        if channel == AVAILABLE_CHANNEL:
+            q = self.core.shared_queues.get(payload)
+            if q is not None:
+                q.available()
+        elif channel == DEFINITIONS_CHANNEL:
+            try:
+                self.load_definitions()
+            except CFNotAvailable:
+                pass
+
+    def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The NOTIFY listener, on a connection and a thread of its own; each
+        (re)connection wakes every shared queue (what was told meanwhile is lost)."""
+        while not self._stop.is_set():
+            conn = None
+            try:
+                conn = connect(self.settings.db, application=f"harbormq {self.core.name} listen")
+                conn.execute(f"LISTEN {AVAILABLE_CHANNEL}")
+                conn.execute(f"LISTEN {DEFINITIONS_CHANNEL}")
+                loop.call_soon_threadsafe(self._set_reachable, True)
+                while not self._stop.is_set():
+                    for n in conn.notifies(timeout=0.5):
+                        loop.call_soon_threadsafe(self._notified, n.channel, n.payload)
+            except (CFNotAvailable, psycopg.Error):
+                try:
+                    loop.call_soon_threadsafe(self._set_reachable, False)
+                except RuntimeError:
+                    return
+                self._stop.wait(0.5)
+            except RuntimeError:
+                return       # the loop closed under us: the member is stopping
+            finally:
+                if conn is not None:
+                    conn.close()
