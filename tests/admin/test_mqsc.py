@@ -105,21 +105,22 @@ def test_unknown_object_type_names_position_and_expected_words():
     assert (err.line, err.column) == (3, 10)
     assert "expected QLOCAL, QUEUE, QSTATUS, CONN, QMSTATUS, QMGR, AUTHREC, LOG, UOW, " \
            "QREMOTE, CHANNEL, CHSTATUS, LISTENER, QALIAS, QMODEL, PROCESS, NAMELIST, " \
-           "TOPIC, SUB, SBSTATUS, TPSTATUS, PUBSUB, AUTHINFO, CHLAUTH, USAGE, CFSTRUCT " \
-           "or GROUP after DISPLAY" in str(err)
+           "TOPIC, SUB, SBSTATUS, TPSTATUS, PUBSUB, AUTHINFO, CHLAUTH, USAGE, CFSTATUS, " \
+           "CFSTRUCT or GROUP after DISPLAY" in str(err)
     assert "found FOO" in str(err)
     assert err.expected == ("QLOCAL", "QUEUE", "QSTATUS", "CONN", "QMSTATUS", "QMGR",
                             "AUTHREC", "LOG", "UOW", "QREMOTE", "CHANNEL", "CHSTATUS",
                             "LISTENER", "QALIAS", "QMODEL", "PROCESS", "NAMELIST",
                             "TOPIC", "SUB", "SBSTATUS", "TPSTATUS", "PUBSUB", "AUTHINFO",
-                            "CHLAUTH", "USAGE", "CFSTRUCT", "GROUP")
+                            "CHLAUTH", "USAGE", "CFSTATUS", "CFSTRUCT", "GROUP")
 
 
 def test_unknown_verb():
     err = syntax_error("  FROB QLOCAL(Q1)")
     assert (err.line, err.column) == (1, 3)
     assert "expected a command (DEFINE, ALTER, DELETE, DISPLAY, CLEAR, START, STOP, PING, " \
-           "SET, ARCHIVE, RESOLVE, RESET, REFRESH or END), found FROB" in str(err)
+           "SET, ARCHIVE, RESOLVE, RESET, REFRESH, BACKUP, RECOVER or END), found FROB" \
+           in str(err)
 
 
 def test_missing_object_type_at_end_of_command():

@@ -25,6 +25,7 @@ from ..log.records import PAGE_SIZE, extent_file_name
 from ..qmgr.log_offline import deletion_plan
 from ..recovery.need import log_need_facts
 from . import mqsc
+from .cfstruct_commands import CFStructCommands
 from .mqsc import Command, MqscSyntaxError, mq_date, mq_time
 from .object_commands import ObjectCommands
 from .pubsub_commands import PubSubCommands
@@ -60,7 +61,8 @@ _select = mqsc.select_attrs
 
 # -- the executor ------------------------------------------------------------------------
 
-class Executor(PubSubCommands, ObjectCommands, SecurityCommands, QsgCommands):
+class Executor(PubSubCommands, ObjectCommands, SecurityCommands, CFStructCommands,
+               QsgCommands):
     def __init__(self, core: QueueManagerCore, security, qm_info: dict | None = None):
         self.core = core
         self.security = security
@@ -110,6 +112,7 @@ class Executor(PubSubCommands, ObjectCommands, SecurityCommands, QsgCommands):
         self.handlers.update(self.pubsub_handlers())
         self.handlers.update(self.object_handlers())     # QALIAS, QMODEL, PROCESS, NAMELIST
         self.handlers.update(self.security_handlers())
+        self.handlers.update(self.cfstruct_handlers())   # BACKUP/RECOVER/RESET CFSTRUCT
         self.handlers.update(self.qsg_handlers())   # last: it wraps QLOCAL's and QMSTATUS's
 
     async def execute(self, cmd: Command) -> list[str]:

@@ -327,6 +327,25 @@ SPECS.update({
         CHSTATUS_ATTRS + SVRCONN_CHSTATUS_ATTRS)) + ("ALL",)),
     ("ALTER", "QMGR"): Spec("", QMGR_ATTRS + NO_EFFECT[("ALTER", "QMGR")]),
 })
+# -- structure backup and recovery of a queue sharing group (admin/cfstruct_commands.py)
+VERBS.update({"BACKUP": "BACKUP", "RECOVER": "RECOVER", "REC": "RECOVER"})
+VERB_ORDER = VERB_ORDER[:-1] + ("BACKUP", "RECOVER", "END")
+OBJTYPES.update({"CFSTRUCT": "CFSTRUCT", "CFSTATUS": "CFSTATUS"})
+#: DISPLAY CFSTATUS's attributes by TYPE (MQ's names)
+CFSTATUS_SUMMARY_ATTRS = ("CFSTATUS", "TYPE", "CFTYPE", "STATUS", "RECOVER", "RECAUTO",
+                          "ENTSUSED", "SIZEUSED", "FAILDATE", "FAILTIME")
+CFSTATUS_BACKUP_ATTRS = ("CFSTATUS", "TYPE", "STATUS", "QMNAME", "BKUPDATE", "BKUPTIME",
+                         "BKUPSIZE", "BKUPSRBA", "BKUPERBA", "BKUPMSGS", "EXCLINT", "LOGS",
+                         "FAILDATE", "FAILTIME")
+CFSTATUS_CONNECT_ATTRS = ("CFSTATUS", "TYPE", "QMNAME", "STATUS", "CONNDATE", "CONNTIME",
+                          "FAILDATE", "FAILTIME")
+SPECS.update({
+    ("BACKUP", "CFSTRUCT"): Spec("required", ("EXCLINT",)),
+    ("RECOVER", "CFSTRUCT"): Spec("required", ("TYPE",)),
+    ("RESET", "CFSTRUCT"): Spec("required", ("ACTION",)),
+    ("DISPLAY", "CFSTATUS"): Spec("required", _DISPLAY_COMMON + ("TYPE",), tuple(dict.fromkeys(
+        CFSTATUS_SUMMARY_ATTRS + CFSTATUS_BACKUP_ATTRS + CFSTATUS_CONNECT_ATTRS)) + ("ALL",)),
+})
 
 # -- queue sharing groups (admin/qsg_commands.py; docs/qsg.md)
 OBJTYPES.update({"CFSTRUCT": "CFSTRUCT", "GROUP": "GROUP"})

@@ -111,6 +111,11 @@ class RecordType(enum.IntEnum):
     QM_STOP = 92          # controlled or immediate shutdown began (payload: JSON)
     LOG_CRESTART = 93     # first record after a conditional restart (payload: JSON,
                           # "discarded": [E, H], the LSN range given up)
+    # structure backups of a queue sharing group (qsg/structure_recovery.py):
+    # BACKUP CFSTRUCT's fuzzy copy of a structure's committed persistent messages
+    CFSTRUCT_BACKUP_BEGIN = 70   # payload: JSON (structure, backup id, replay stamp)
+    CFSTRUCT_BACKUP_CHUNK = 71   # payload: backup id, then messages (structure_recovery.py)
+    CFSTRUCT_BACKUP_END = 72     # payload: JSON (backup id, messages, bytes)
 
 
 class RecordFlag(enum.IntFlag):
