@@ -48,7 +48,8 @@ class Doorbell:
     __slots__ = ("_fd", "_sleeping")
 
     def __init__(self) -> None:
-        self._fd = os.eventfd(0, os.EFD_CLOEXEC)
+        #: made by the first wait: a writer that never runs holds no descriptor
+        self._fd: int | None = None
         self._sleeping = False
 
     def ring(self) -> None:
@@ -61,6 +62,8 @@ class Doorbell:
         """(the lock held) Sleep until rung; returns with ``lock`` held again. A
         ring between releasing the lock and the read is kept by the eventfd's
         counter, so none is lost; the caller checks its condition again."""
+        if self._fd is None:
+            self._fd = os.eventfd(0, os.EFD_CLOEXEC)
         self._sleeping = True
         lock.release()
         try:
@@ -69,7 +72,10 @@ class Doorbell:
             lock.acquire()
 
     def close(self) -> None:
-        os.close(self._fd)
+        """(the thread ended)"""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class LogWriter(threading.Thread):
