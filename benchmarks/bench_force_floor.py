@@ -10,7 +10,10 @@ servers, on the same loopback and the same disk, in alternating rounds:
 * ``floor-thread``: _force_floor_server.py with a writer thread, as
   harbormq's log has: what no server written this way can beat;
 * ``floor-process``: the same, with the fdatasync in a helper process that has
-  a GIL of its own: whether moving the force out of the interpreter would pay.
+  a GIL of its own: whether moving the force out of the interpreter would pay;
+* ``harbormq-baseline`` with ``--baseline-src DIR``: a queue manager of another
+  checkout's ``src`` (the code before a change, e.g. from ``git archive``), set
+  up the same way: before and after in the same alternating rounds.
 
 Clients are raw-frame asyncio connections in this process, each sending 1 KiB
 persistent SENDs with a receipt, one at a time (``--clients 1,64``: one
@@ -23,6 +26,7 @@ Prints one JSON object on stdout (medians over ``--rounds``); progress on stderr
     .venv/bin/python benchmarks/bench_force_floor.py
     .venv/bin/python benchmarks/bench_force_floor.py --full
     .venv/bin/python benchmarks/bench_force_floor.py --clients 1 --messages 5000 --rounds 5
+    .venv/bin/python benchmarks/bench_force_floor.py --baseline-src /tmp/before/src
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ def free_port() -> int:
 class Server:
     def __init__(self, name: str, cmd: list[str], env: dict, port: int):
         self.name, self.port = name, port
+        self.home: Path | None = None        # a queue manager's HARBORMQ_HOME
         # a session of its own: stopping it stops its helper process too
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -90,20 +95,12 @@ class Server:
             pass
 
 
-def start_servers(scratch: Path) -> list[Server]:
+def start_servers(scratch: Path, baseline_src: Path | None = None) -> list[Server]:
     sys.path.insert(0, str(SRC))
-    from harbormq.config import QMConfig
-    from harbormq.qmgr import lifecycle as qmgr
-    home = scratch / "home"
-    port = free_port()
-    qmgr.create(QM, home=home, port=port)
-    cfg = QMConfig.load(QM, home=home)
-    cfg.stomp.heartbeat_ms = 0
-    cfg.save()
-    env = dict(os.environ, HARBORMQ_HOME=str(home),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
-    servers = [Server("harbormq", [sys.executable, "-m", "harbormq", "start", QM, "--foreground"],
-                      env, port)]
+    servers = [queue_manager("harbormq", scratch / "home", SRC)]
+    if baseline_src is not None:
+        servers.append(queue_manager("harbormq-baseline", scratch / "home-baseline",
+                                     baseline_src))
     for mode in ("thread", "process"):
         p = free_port()
         cmd = [sys.executable, str(HERE / "_force_floor_server.py"), mode, str(p),
@@ -113,11 +110,34 @@ def start_servers(scratch: Path) -> list[Server]:
         s.wait_listening()
     # the queue every SEND goes to: deep enough for all of them (nothing reads it)
     from harbormq.admin.client import call
+    from harbormq.config import QMConfig
     text = "DEFINE QLOCAL(BENCH.FLOOR) MAXDEPTH(999999999) DEFPSIST(YES) REPLACE"
-    reply = call(QMConfig.load(QM, home=home), {"cmd": "mqsc", "text": text}, timeout=60)
-    if not reply.get("ok"):
-        raise SystemExit(f"MQSC {text!r} failed: {reply}")
+    for s in servers:
+        if s.home is not None:
+            reply = call(QMConfig.load(QM, home=s.home), {"cmd": "mqsc", "text": text},
+                         timeout=60)
+            if not reply.get("ok"):
+                raise SystemExit(f"{s.name}: MQSC {text!r} failed: {reply}")
     return servers
+
+
+def queue_manager(name: str, home: Path, src: Path) -> Server:
+    """A queue manager created and run by the code in ``src``, heart-beats off."""
+    port = free_port()
+    env = dict(os.environ, HARBORMQ_HOME=str(home),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])))
+    setup = ("from harbormq.config import QMConfig\n"
+             "from harbormq.qmgr import lifecycle as qmgr\n"
+             "from pathlib import Path\n"
+             f"qmgr.create({QM!r}, home=Path({str(home)!r}), port={port})\n"
+             f"cfg = QMConfig.load({QM!r}, home=Path({str(home)!r}))\n"
+             "cfg.stomp.heartbeat_ms = 0\n"
+             "cfg.save()\n")
+    subprocess.run([sys.executable, "-c", setup], env=env, check=True)
+    server = Server(name, [sys.executable, "-m", "harbormq", "start", QM, "--foreground"],
+                    env, port)
+    server.home = home
+    return server
 
 
 async def run_clients(port: int, clients: int, per_client: int) -> dict:
@@ -179,6 +199,8 @@ def main() -> None:
                     help="SENDs per run with one client (3,000; more clients: 20,000 in all)")
     ap.add_argument("--rounds", type=int, default=None, help="measured rounds (3)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="also run a queue manager of this src directory (before a change)")
     args = ap.parse_args()
     args.messages = args.messages or (10_000 if args.full else 3000)
     args.rounds = args.rounds or (5 if args.full else 3)
@@ -190,7 +212,7 @@ def main() -> None:
         progress(f"a bare pwrite + fdatasync in {scratch}")
         disk = bare_fdatasync_us(scratch)
         progress(f"disk: p50 {disk['p50_us']} us")
-        servers = start_servers(scratch)
+        servers = start_servers(scratch, args.baseline_src)
         load_before = [round(x, 2) for x in os.getloadavg()]
         for rnd in range(-1, args.rounds):           # round -1 warms every server up
             for clients in counts:
@@ -212,6 +234,11 @@ def main() -> None:
         result["harbormq_vs_floor_thread"] = {
             c: round(v["msgs_per_s"] / floor[c]["msgs_per_s"], 2)
             for c, v in result["servers"]["harbormq"].items()}
+        if "harbormq-baseline" in result["servers"]:
+            base = result["servers"]["harbormq-baseline"]
+            result["harbormq_vs_baseline"] = {
+                c: round(v["msgs_per_s"] / base[c]["msgs_per_s"], 2)
+                for c, v in result["servers"]["harbormq"].items()}
         print(json.dumps(result, indent=1))
     finally:
         for s in servers:

@@ -62,3 +62,72 @@ def test_a_record_too_big_for_any_extent_is_refused_whole_wherever_the_log_stand
     end = log.end_lsn
     assert qm._call(append(b"z" * (log.extent_payload - 200))) >= end
     assert log.end_lsn > end
+
+
+def test_one_turn_reaches_the_writer_in_one_hand_off(make_qm, open_qm, monkeypatch):
+    """The records appended and the forces asked for in one turn of the loop
+    reach the writer thread together: one hand-off carrying the turn's bytes
+    and its furthest force, and every force of the turn completes after the
+    fsync that covers the last record."""
+    make_qm()
+    qm = open_qm()
+    log = qm.core.log
+    writer = log._writer
+    hand_offs = []
+    real = writer.hand_over
+
+    def counted(force_to=0):
+        hand_offs.append((len(writer._staged), force_to))
+        real(force_to)
+    monkeypatch.setattr(writer, "hand_over", counted)
+
+    async def one_turn():
+        lsns = []
+        forces = []
+        for i in range(10):
+            lsns.append(qm.core.append_record(RecordType.QM_START, payload=b"p%d" % i))
+            forces.append(log.force())
+        end = log.end_lsn
+        synced = await asyncio.wait_for(asyncio.gather(*forces), 10)
+        return lsns, end, synced
+
+    lsns, end, synced = qm._call(one_turn())
+    assert hand_offs == [(10, end)]
+    assert all(s >= end for s in synced) and log.synced_lsn >= end > lsns[-1]
+
+
+def test_the_doorbell_wakes_its_thread_however_the_ring_falls():
+    """A ring while the thread sleeps wakes it; a ring between its releasing the
+    lock and its read is kept (the eventfd counts it), so no wake-up is lost."""
+    import threading
+    import time
+
+    from harbormq.log.writer import Doorbell
+
+    bell, lock = Doorbell(), threading.Lock()
+    woken = []
+    work = []
+
+    def sleeper():
+        with lock:
+            while len(woken) < 50:
+                while not work:
+                    bell.wait(lock)
+                woken.append(work.pop())
+
+    thread = threading.Thread(target=sleeper, daemon=True)
+    thread.start()
+    try:
+        for i in range(50):
+            with lock:
+                work.append(i)
+                bell.ring()
+            if i % 2:                # every other ring finds the thread asleep
+                deadline = time.monotonic() + 10
+                while len(woken) <= i and time.monotonic() < deadline:
+                    time.sleep(0.001)
+        thread.join(10)
+        assert not thread.is_alive(), f"the thread missed a ring: woken {len(woken)} of 50"
+        assert sorted(woken) == list(range(50))
+    finally:
+        bell.close()

@@ -5,8 +5,8 @@ Threads: ``append`` and ``force`` run on the queue manager's event loop (the one
 owner of state); a single log-writer thread (``writer.py``) performs every
 write, fsync, extent initialisation and control-file update, in the order the
 loop queued them. An operation's ``force`` future completes after the fsync
-that covers its records; the forces asked for in one turn of the loop share
-one request to the writer.
+that covers its records; the records appended and the forces asked for in one
+turn of the loop reach the writer in one hand-off at the end of the turn.
 
 Extent allocation:
 * linear: a new extent ``S{next}.LOG`` at every switch; old ones are kept
@@ -88,8 +88,10 @@ class RecoveryLog(LogCopies):
         self.on_switch: Callable[[int], None] | None = None
         self._writer: LogWriter | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: [target LSN, future] of the force asked for in this loop turn
+        #: [target LSN, futures] of the forces asked for in this loop turn
         self._turn_force: list | None = None
+        #: ``_end_turn`` is due: this turn appended or forced
+        self._turn_end_scheduled = False
         self._waiters: list = []
         self._seq = itertools.count()
         self._active: ExtentInfo | None = None
@@ -301,6 +303,7 @@ class RecoveryLog(LogCopies):
         self._writer.add_data(self._active.number,
                               EXTENT_HEADER_SIZE + rec.lsn - self._active.first_lsn, data,
                               rec.lsn + length)
+        self._end_turn_later()
         self.end_lsn += length
         self.records_since_checkpoint += 1
         return rec.lsn
@@ -331,20 +334,33 @@ class RecoveryLog(LogCopies):
             pending[1].append(fut)
             return fut
         self._turn_force = [target, [fut]]
-        self._loop.call_soon(self._request_turn_force)
+        self._end_turn_later()
         return fut
 
-    def _request_turn_force(self) -> None:
-        target, futs = self._turn_force
-        self._turn_force = None
-        if self.failed is not None or self._writer is None:
-            _fail_all(futs, LogError(f"the log can no longer be written: "
-                                     f"{self.failed or 'it is closed'}"))
-        elif target <= self.synced_lsn:
-            _complete_all(futs, self.synced_lsn)
-        else:
-            heapq.heappush(self._waiters, (target, next(self._seq), futs))
-            self._writer.request_force(target)
+    def _end_turn_later(self) -> None:
+        if not self._turn_end_scheduled:
+            self._turn_end_scheduled = True
+            self._loop.call_soon(self._end_turn)
+
+    def _end_turn(self) -> None:
+        """The end of a loop turn that appended or forced: its records and its
+        force reach the writer in one hand-off (one lock, at most one wake-up),
+        its forces' futures wait for the writer's answer."""
+        self._turn_end_scheduled = False
+        pending, self._turn_force = self._turn_force, None
+        force_to = 0
+        if pending is not None:
+            target, futs = pending
+            if self.failed is not None or self._writer is None:
+                _fail_all(futs, LogError(f"the log can no longer be written: "
+                                         f"{self.failed or 'it is closed'}"))
+            elif target <= self.synced_lsn:
+                _complete_all(futs, self.synced_lsn)
+            else:
+                heapq.heappush(self._waiters, (target, next(self._seq), futs))
+                force_to = target
+        if self._writer is not None:
+            self._writer.hand_over(force_to)
 
     def _on_synced(self, lsn: int) -> None:  # loop thread
         self.synced_lsn = max(self.synced_lsn, lsn)

@@ -38,6 +38,46 @@ WAKE_BYTES = 256 * 1024
 ZERO_CHUNK = bytes(1 << 20)
 
 
+class Doorbell:
+    """How the loop wakes the writer thread: an eventfd. Ringing is one write
+    syscall, and none while the thread is awake; waiting blocks in a read with
+    the GIL released. (A ``threading.Condition`` allocates a lock per wait and
+    runs Python on both sides of every wake-up: ``benchmarks/bench_handoff.py``
+    measures the two.) One thread waits; the caller's lock guards the flag."""
+
+    __slots__ = ("_fd", "_sleeping")
+
+    def __init__(self) -> None:
+        #: made by the first wait: a writer that never runs holds no descriptor
+        self._fd: int | None = None
+        self._sleeping = False
+
+    def ring(self) -> None:
+        """(the lock held) Wake the thread if it sleeps or is about to."""
+        if self._sleeping:
+            self._sleeping = False
+            os.eventfd_write(self._fd, 1)
+
+    def wait(self, lock: threading.Lock) -> None:
+        """(the lock held) Sleep until rung; returns with ``lock`` held again. A
+        ring between releasing the lock and the read is kept by the eventfd's
+        counter, so none is lost; the caller checks its condition again."""
+        if self._fd is None:
+            self._fd = os.eventfd(0, os.EFD_CLOEXEC)
+        self._sleeping = True
+        lock.release()
+        try:
+            os.eventfd_read(self._fd)
+        finally:
+            lock.acquire()
+
+    def close(self) -> None:
+        """(the thread ended)"""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class LogWriter(threading.Thread):
     """The log-writer thread. Consumes an ordered list of operations:
     ("data", extent, offset, [chunks]), ("switch", ...), ("control", state)."""
@@ -45,7 +85,9 @@ class LogWriter(threading.Thread):
     def __init__(self, log: RecoveryLog):
         super().__init__(name=f"harbormq-log-{log.qm_name}", daemon=True)
         self.log = log
-        self.cond = threading.Condition()
+        #: guards ops, pending_bytes, queued_lsn, force_target and stopping
+        self.lock = threading.Lock()
+        self.bell = Doorbell()
         self.ops: list[list] = []
         self.pending_bytes = 0
         self.queued_lsn = log.end_lsn   # LSN past everything queued
@@ -65,80 +107,76 @@ class LogWriter(threading.Thread):
         # loop-thread side: record bytes not yet handed to the thread
         self._staged: list[bytes] = []
         self._staged_extent = self._staged_offset = self._staged_len = self._staged_end = 0
-        self._hand_over_scheduled = False
 
     # loop-thread side -------------------------------------------------------------
 
     def add_data(self, extent: int, offset: int, data: bytes, end_lsn: int) -> None:
-        """Stage a record's bytes. Records appended in one turn of the event loop
-        reach the writer together, at the end of the turn or before anything that
-        must follow them (a force, a switch, a control-file update): one lock
-        and one op per turn instead of one per record."""
+        """Stage a record's bytes. The records appended in one turn of the event
+        loop reach the writer together, with the turn's force, when the log ends
+        the turn (``hand_over``), or before anything that must follow them (a
+        switch, a control-file update): one lock and one wake-up per turn instead
+        of one per record. The caller makes sure ``hand_over`` follows."""
         staged = self._staged
         if staged and (extent != self._staged_extent or
                        offset != self._staged_offset + self._staged_len):
             self.hand_over()
         if not staged:
             self._staged_extent, self._staged_offset, self._staged_len = extent, offset, 0
-            if not self._hand_over_scheduled:
-                self._hand_over_scheduled = True
-                self.log._loop.call_soon(self._hand_over_at_turn_end)
         staged.append(data)
         self._staged_len += len(data)
         self._staged_end = end_lsn
         if self._staged_len >= WAKE_BYTES:
             self.hand_over()
 
-    def _hand_over_at_turn_end(self) -> None:
-        self._hand_over_scheduled = False
-        self.hand_over()
-
-    def hand_over(self) -> None:
-        """Queue the staged bytes for the writer thread (loop thread)."""
-        if not self._staged:
-            return
-        chunks, self._staged = self._staged, []
-        nbytes = self._staged_len
-        with self.cond:
-            last = self.ops[-1] if self.ops else None
-            if last is not None and last[0] == "data" and last[1] == self._staged_extent and \
-                    last[2] + last[4] == self._staged_offset:
-                last[3].extend(chunks)
-                last[4] += nbytes
-            else:
-                self.ops.append(["data", self._staged_extent, self._staged_offset, chunks,
-                                 nbytes])
-            self.pending_bytes += nbytes
-            self.queued_lsn = self._staged_end
-            if self.pending_bytes >= WAKE_BYTES:
-                self.cond.notify()
+    def hand_over(self, force_to: int = 0) -> None:
+        """Queue the staged bytes for the writer thread and, when ``force_to`` is
+        past what it was asked before, ask it to force up to there: both under
+        one lock, with at most one wake-up (loop thread)."""
+        if self._staged:
+            chunks, self._staged = self._staged, []
+            nbytes = self._staged_len
+            extent, offset = self._staged_extent, self._staged_offset
+        else:
+            if force_to <= self.force_target:
+                return
+            chunks, nbytes = None, 0
+        with self.lock:
+            if chunks is not None:
+                last = self.ops[-1] if self.ops else None
+                if last is not None and last[0] == "data" and last[1] == extent and \
+                        last[2] + last[4] == offset:
+                    last[3].extend(chunks)
+                    last[4] += nbytes
+                else:
+                    self.ops.append(["data", extent, offset, chunks, nbytes])
+                self.pending_bytes += nbytes
+                self.queued_lsn = self._staged_end
+            if force_to > self.force_target:
+                self.force_target = force_to
+                self.bell.ring()
+            elif self.pending_bytes >= WAKE_BYTES:
+                self.bell.ring()
 
     def add_switch(self, number: int, first_lsn: int, reuse: bool, state: ControlState) -> None:
         self.hand_over()
-        with self.cond:
+        with self.lock:
             self.ops.append(["switch", number, first_lsn, reuse])
             self.ops.append(["control", state, None])
-            self.cond.notify()
+            self.bell.ring()
 
     def add_control(self, state: ControlState, done: asyncio.Future | None = None) -> None:
         self.hand_over()
-        with self.cond:
+        with self.lock:
             self.ops.append(["control", state, done])
-            self.cond.notify()
-
-    def request_force(self, lsn: int) -> None:
-        self.hand_over()
-        with self.cond:
-            if lsn > self.force_target:
-                self.force_target = lsn
-                self.cond.notify()
+            self.bell.ring()
 
     def stop(self) -> None:
         self.hand_over()
-        with self.cond:
+        with self.lock:
             self.stopping = True
-            self.cond.notify()
+            self.bell.ring()
         self.join()
+        self.bell.close()
         for fds in self.fds.values():
             for fd in fds.values():
                 os.close(fd)
@@ -214,10 +252,10 @@ class LogWriter(threading.Thread):
         ops: list[list] = []
         try:
             while True:
-                with self.cond:
+                with self.lock:
                     while not self.ops and not self.stopping and \
                             self.force_target <= self.synced:
-                        self.cond.wait()
+                        self.bell.wait(self.lock)
                     if self.stopping and not self.ops and self.force_target <= self.synced:
                         return
                     ops, self.ops = self.ops, []
@@ -248,7 +286,7 @@ class LogWriter(threading.Thread):
                     crash_point("log.after_fsync_before_ack")
                     self.log._loop.call_soon_threadsafe(self.log._on_synced, upto)
         except BaseException as exc:  # disk full, EIO: the log is unusable
-            with self.cond:           # whatever waits for this thread must hear of it
+            with self.lock:           # whatever waits for this thread must hear of it
                 ops = ops + self.ops
                 self.ops = []
             waiting = [op[2] for op in ops if op[0] == "control" and op[2] is not None]
