@@ -132,23 +132,20 @@ def main() -> int:
         admin = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         mqsc(admin, "DEFINE QLOCAL(B.Q) MAXDEPTH(1000000)")
         body = b"x" * 1024
+        def putter(queue: str, persistence: str):
+            def put(conn, i):
+                status, _h, data = call(conn, "POST", MSG.format(queue), body,
+                                        {"ibm-mq-md-persistence": persistence,
+                                         "Content-Type": "application/octet-stream"})
+                assert status == 201, data
+            return put
+
         progress(f"put {messages}")
-
-        def put(conn, i):
-            status, _h, data = call(conn, "POST", MSG.format("B.Q"), body,
-                                    {"ibm-mq-md-persistence": "persistent",
-                                     "Content-Type": "application/octet-stream"})
-            assert status == 201, data
-        out["put"] = run_clients(port, args.clients, messages, put)
+        out["put"] = run_clients(port, args.clients, messages, putter("B.Q", "persistent"))
         progress(f"put {messages} nonPersistent (the HTTP path without a force)")
-
-        def put_np(conn, i):
-            status, _h, data = call(conn, "POST", MSG.format("B.NP"), body,
-                                    {"ibm-mq-md-persistence": "nonPersistent",
-                                     "Content-Type": "application/octet-stream"})
-            assert status == 201, data
         mqsc(admin, "DEFINE QLOCAL(B.NP) MAXDEPTH(1000000)")
-        out["put_nonpersistent"] = run_clients(port, args.clients, messages, put_np)
+        out["put_nonpersistent"] = run_clients(port, args.clients, messages,
+                                               putter("B.NP", "nonPersistent"))
         progress(f"get {messages}")
 
         def get(conn, i):

@@ -14,6 +14,8 @@ import pytest
 from support.stomp_helpers import QMServer
 from support.web_helpers import WebClient, make_key_repository, start_web, web_client
 
+from harbormq.security import UserStore
+
 
 @pytest.fixture(scope="session")
 def web(tmp_path_factory):
@@ -23,10 +25,11 @@ def web(tmp_path_factory):
         pytest.skip("openssl CLI not available to make a test certificate")
     make_key_repository(srv)
     # short limits, so that the tests of slow and long requests are quick
+    users = UserStore(srv.qm_dir / "users.json")      # (in this process: quicker)
+    users.add("alice", "alicepw")                      # no authority records
+    users.add("bob", "bobpw")                          # granted during a test
+    users.add("root", "rootpw", ["mqm"])               # an administrator by group
     start_web(srv, tls=True, request_timeout_ms=2000, max_body_bytes=1 << 20)
-    srv.user_add("alice", "alicepw")                   # no authority records
-    srv.user_add("bob", "bobpw")                       # granted during a test
-    srv.user_add("root", "rootpw", "mqm")              # an administrator by group
     yield srv
     srv.stop()
 
