@@ -11,6 +11,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from harbormq.admin.commands import archive_log
 from harbormq.backup.history import read_history
 from harbormq.backup.take import take_backup
 from harbormq.backup.verify import verify_backup
@@ -175,3 +176,30 @@ def test_a_snapshot_of_many_queues_lets_puts_run_between_its_steps(make_qm, open
     busy = snap.queues.row("M.BUSY")
     # puts went on while the snapshot was taken: before and after the queue's row
     assert 0 < busy["depth"] < depth_after
+
+
+def test_a_linear_logs_archive_backlog_and_reusable_bytes(make_qm, open_qm, tmp_path):
+    make_qm(log_type="linear", log_management="manual",
+            log_archive_paths=[str(tmp_path / "arch")])
+    qm = open_qm()
+    qm.define_queue("M.LIN")
+    log = qm.core.log
+    for _ in range(3):                         # close three extents; none archived
+        qm.put("M.LIN", b"x" * 4000, persistent=True)
+        qm._call_sync(log.switch_now)
+    m = scrape(qm)
+    st = log.state
+    full = [e for e in st.extents if e.state == "full" and not e.deleted]
+    assert len(full) >= 3 and not any(e.archived for e in full)
+    assert m[("harbormq_log_archive_backlog_extents", ())] == len(full)
+    assert m[("harbormq_log_archive_backlog_bytes", ())] == len(full) * log.extent_size
+    assert m[("harbormq_log_extents", (("state", "full"),))] == len(full)
+    assert m[("harbormq_log_media_recovery_bytes", ())] == log.end_lsn - st.media_lsn
+    needed_from = min(st.restart_lsn, st.media_lsn)
+    assert m[("harbormq_log_reusable_bytes", ())] == log.extent_size * sum(
+        1 for e in full if e.end_lsn <= needed_from)
+    qm._call(archive_log(qm.core))             # ARCHIVE LOG: the backlog goes
+    m = scrape(qm)
+    assert m[("harbormq_log_archive_backlog_extents", ())] == 0
+    assert ("harbormq_filesystem_free_bytes",
+            (("path", str(tmp_path / "arch")), ("role", "archive"))) in m

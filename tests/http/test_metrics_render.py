@@ -66,8 +66,8 @@ def snapshot() -> Snapshot:
                 "restart_bytes": 1 << 20, "media_bytes": 3 << 20, "reusable_bytes": 1 << 20,
                 "archive_backlog_extents": 2, "archive_backlog_bytes": 2 << 20,
                 "extents": {"active": 1, "full": 4, "free": 0}, "dual": False, "degraded": "",
-                "producers_held": 0, "checkpoint_span_bytes": 300, "expired": 4,
-                "redelivered": 6}
+                "producers_held": 0, "checkpoint_span_bytes": 300}
+    snap.expired, snap.redelivered = 4, 6
     snap.force_buckets = [(0.001, 3), (0.01, 9), (float("inf"), 10)]
     snap.force_seconds, snap.force_count = 0.05, 10
     snap.paths = {"log": Path("/"), "stores": Path("/no/such/dir")}

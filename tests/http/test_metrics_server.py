@@ -7,12 +7,13 @@ that client works; the text parses by prometheus_client's parser; gzip and
 from __future__ import annotations
 
 import gzip
+import json
 import re
 import threading
 
 from prometheus_client.parser import text_string_to_metric_families
 from support.stomp_helpers import deadline_wait, stomp_client
-from support.web_helpers import WebClient
+from support.web_helpers import WebClient, web_client
 
 QM = "QW"
 
@@ -127,19 +128,22 @@ def test_gzip_and_queue_patterns(web, admin):
     assert status == 400 and b"HMQ8950E" in body and b"MQWB0002E" in body
 
 
+def test_the_openapi_description_has_it(web):
+    status, _, body = web_client(web).call("GET", "/ibmmq/rest/v2/openapi.json")
+    assert status == 200
+    path = json.loads(body)["paths"]["/metrics"]["get"]
+    assert path["parameters"][0]["name"] == "queue" and "403" in path["responses"]
+
+
 def test_who_may_scrape(web):
     # +dsp on the queue manager: alice has no authority record
-    status, _, body = WebClient(web.web_port, "alice", "alicepw").call("GET", "/metrics")
+    status, _, body = web_client(web, "alice", "alicepw").call("GET", "/metrics")
     assert status == 403 and b"2035" in body
-    status, headers, _ = WebClient(web.web_port, "alice", "wrong").call("GET", "/metrics")
+    status, headers, _ = web_client(web, "alice", "wrong").call("GET", "/metrics")
     assert status == 401 and headers["www-authenticate"].startswith("Basic")
     web.sc("SET AUTHREC OBJTYPE(QMGR) PRINCIPAL('bob') AUTHADD(DSP)")
     try:
-        status, _, body = WebClient(web.web_port, "bob", "bobpw").call("GET", "/metrics")
+        status, _, body = web_client(web, "bob", "bobpw").call("GET", "/metrics")
         assert status == 200 and b"harbormq_queue_depth{" in body
     finally:
         web.sc("SET AUTHREC OBJTYPE(QMGR) PRINCIPAL('bob') AUTHRMV(DSP)")
-    # on loopback without credentials (connauth optional): the OS user at the
-    # other end, here the queue manager's owner
-    status, _, _ = WebClient(web.web_port).call("GET", "/metrics")
-    assert status == 200

@@ -40,6 +40,7 @@ from .context import WebContext
 from .errors import bad_request
 from .metrics_render import render
 from .metrics_snapshot import RestartFacts, take_snapshot
+from .openapi import describe
 
 #: prometheus_client's CONTENT_TYPE_LATEST: the text format, version 0.0.4
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -126,6 +127,21 @@ def add_routes(app: web.Application, context: WebContext) -> None:
 
     app.router.add_get("/metrics", metrics)
     app.on_cleanup.append(close)
+    describe(app, "/metrics", {"get": {
+        "summary": "the queue manager's figures in the Prometheus text format 0.0.4 "
+                   "(docs/http-metrics.md); needs +dsp on the queue manager",
+        "parameters": [{"name": "queue", "in": "query", "required": False,
+                        "description": "per-queue series only for these queues: a name or "
+                                       "a prefix and '*', '!' before it to exclude",
+                        "schema": {"type": "array", "items": {"type": "string"}},
+                        "style": "form", "explode": True}],
+        "responses": {"200": {"description": "the metrics (gzipped when accepted)",
+                              "content": {"text/plain": {}}},
+                      **{code: {"description": what, "content": {"application/json": {
+                          "schema": {"$ref": "#/components/schemas/Error"}}}}
+                         for code, what in (("400", "a queue pattern that is not one"),
+                                            ("401", "no or wrong credentials"),
+                                            ("403", "no +dsp on the queue manager"))}}}})
 
 
 def backup_record_reader(qm_dir: Path) -> Callable[[], dict | None]:

@@ -11,9 +11,10 @@ prefix ``harbormq_`` and the ``qmgr`` label on every series
 prometheus_client makes every family (``families``) and writes the text of
 all but the per-queue ones. Those are the bulk of a big queue manager's
 scrape (11 series a queue), and prometheus_client writes about 20 µs a
-sample: ``QueueFamilies.text`` writes them itself, a queue's label set
-once for its 11 lines, and ``tests/http/test_metrics_render.py`` holds that
-text to be exactly what ``generate_latest`` writes for the same families.
+sample: ``QueueFamilies.chunks`` writes them itself, a queue's label set
+once for its 11 lines, in pieces between which the GIL goes to the loop,
+and ``tests/http/test_metrics_render.py`` holds that text to be exactly
+what ``generate_latest`` writes for the same families.
 
 Not here: reading the core (``metrics_snapshot.py``), the route and its
 threads (``metrics.py``).
@@ -176,9 +177,9 @@ def families(snap: Snapshot, *, free_space: dict[str, tuple[Path, int, int]],
     one("dead_lettered_messages", "counter", "Messages put on the dead-letter queue (DEADQ) "
         "and committed since the queue manager started.", snap.dead_lettered)
     one("redelivered_messages", "counter", "Gets backed out on every queue since the queue "
-        "manager started: each message is delivered again.", snap.log["redelivered"])
+        "manager started: each message is delivered again.", snap.redelivered)
     one("expired_messages", "counter", "Messages that expired on every queue since the queue "
-        "manager started.", snap.log["expired"])
+        "manager started.", snap.expired)
     # -- the log
     log = snap.log
     one("log_written_bytes", "counter", "Bytes of log records written since the log was "

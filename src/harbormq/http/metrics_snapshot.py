@@ -3,7 +3,7 @@ queue manager on its loop, in small steps.
 
 ``take_snapshot`` reads the core's own figures (the same ones DISPLAY
 QSTATUS, DISPLAY QMSTATUS, DISPLAY LOG, DISPLAY CONN and DISPLAY CHSTATUS
-show) into plain tuples and dicts: O(queues) attribute reads, a walk of a
+show) into plain lists and dicts: O(queues) attribute reads, a walk of a
 few keys for the oldest message of a queue that holds messages, and one
 pass over the connections' handles. It yields the loop after every few
 milliseconds of work, so a scrape of 100,000 queues never holds message
@@ -91,6 +91,9 @@ class Snapshot:
     connections_closed: int = 0
     uows: dict[str, int] = field(default_factory=dict)
     dead_lettered: int = 0
+    #: expiries and gets backed out on every queue, selected or not
+    expired: int = 0
+    redelivered: int = 0
     log: dict[str, Any] = field(default_factory=dict)
     force_buckets: list[tuple[float, int]] = field(default_factory=list)
     force_seconds: float = 0.0
@@ -198,8 +201,7 @@ async def take_snapshot(core: QueueManagerCore, *, restart: RestartFacts | None 
         ip_op = handles.get(name)
         inputs(ip_op[0] if ip_op else 0)
         outputs(ip_op[1] if ip_op else 0)
-    snap.log["expired"] = expired
-    snap.log["redelivered"] = backouts
+    snap.expired, snap.redelivered = expired, backouts
     await step.maybe_yield()
     snap.channels = _channel_rows(core)
     snap.restart = restart() if restart is not None else None
