@@ -14,19 +14,22 @@ import pytest
 from support.stomp_helpers import QMServer
 from support.web_helpers import WebClient, make_key_repository, start_web, web_client
 
+from harbormq.security import UserStore
+
 
 @pytest.fixture(scope="session")
 def web(tmp_path_factory):
     srv = QMServer(tmp_path_factory.mktemp("web") / "hmq", "QW")
-    srv.create()
+    srv.create(max_frame_bytes=16 << 20)       # (a message bigger than socket buffers)
     if shutil.which("openssl") is None:
         pytest.skip("openssl CLI not available to make a test certificate")
     make_key_repository(srv)
     # short limits, so that the tests of slow and long requests are quick
+    users = UserStore(srv.qm_dir / "users.json")      # (in this process: quicker)
+    users.add("alice", "alicepw")                      # no authority records
+    users.add("bob", "bobpw")                          # granted during a test
+    users.add("root", "rootpw", ["mqm"])               # an administrator by group
     start_web(srv, tls=True, request_timeout_ms=2000, max_body_bytes=1 << 20)
-    srv.user_add("alice", "alicepw")                   # no authority records
-    srv.user_add("bob", "bobpw")                       # granted during a test
-    srv.user_add("root", "rootpw", "mqm")              # an administrator by group
     yield srv
     srv.stop()
 

@@ -7,6 +7,9 @@ survives a SIGKILL."""
 from __future__ import annotations
 
 import json
+import socket
+import ssl
+import struct
 import threading
 import time
 
@@ -190,3 +193,34 @@ def test_persistent_put_answered_201_survives_sigkill(web, admin):
     status, doc = web_client(web, "root", "rootpw").json(
         "GET", LIST.format("MS.DURABLE") + "?limit=100")
     assert status == 200 and len(doc["messages"]) == 20
+
+
+def test_client_gone_while_its_message_is_sent_leaves_it_on_the_queue(web, admin):
+    """The get is committed only once the answer is written: a client that
+    stops reading and goes takes nothing (the message is backed out)."""
+    size = 12 << 20                            # more than the sockets' buffers hold
+    admin.mqsc(f"ALTER QMGR MAXMSGL({size})")
+    admin.mqsc(f"ALTER CHANNEL(SYSTEM.DEF.SVRCONN) CHLTYPE(SVRCONN) MAXMSGL({size})")
+    admin.mqsc(f"DEFINE QLOCAL(MS.HALFWAY) MAXMSGL({size})")
+    conn = stomp_client(web.port, login="root", passcode="rootpw")
+    try:
+        conn.send("/queue/MS.HALFWAY", b"B" * size, headers={"receipt": "r"})
+        conn.col.wait_receipt("r")
+    finally:
+        conn.disconnect()
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(10)
+    raw.connect(("127.0.0.1", web.web_port))
+    s = ssl.create_default_context(cafile=web.ca).wrap_socket(raw, server_hostname="127.0.0.1")
+    s.sendall((f"DELETE {MSG.format('MS.HALFWAY')} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               "Authorization: Basic cm9vdDpyb290cHc=\r\nibm-mq-rest-csrf-token: x\r\n"
+               "\r\n").encode())
+    assert s.recv(100).startswith(b"HTTP/1.1 200")   # the answer began...
+    time.sleep(0.5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()                                  # ...and the client went (reset)
+    deadline_wait(lambda: curdepth(admin, "MS.HALFWAY") == 1, what="the backout")
+    status, headers, body = admin.call("DELETE", MSG.format("MS.HALFWAY"))
+    assert status == 200 and len(body) == size
+    assert headers["ibm-mq-md-backoutcount"] == "1"

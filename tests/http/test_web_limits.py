@@ -58,8 +58,8 @@ def test_a_browser_page_must_log_in(web):
 def test_anonymous_loopback_request_is_the_os_user(web, admin):
     # the test runs as the queue manager's owner: anonymous on loopback, it is the owner
     admin.mqsc("DEFINE QLOCAL(LIM.ANON)")
-    status, _h, _b = web_client(web).call("POST", MSG.format("LIM.ANON"), "x")
-    assert status == 201
+    status, _h, body = web_client(web).call("POST", MSG.format("LIM.ANON"), "x")
+    assert status == 201, body
     assert depth(admin, "LIM.ANON") == 1
 
 

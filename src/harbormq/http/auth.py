@@ -12,7 +12,8 @@
   that rebinds its name to 127.0.0.1 is refused) and without an ``Origin``
   (a browser's page must log in, as a browser's STOMP WebSocket must): the
   OS user at the other end, as for an anonymous STOMP connection
-  (``Security.anonymous_principal``).
+  (``Security.anonymous_principal``), found once per connection (and
+  again after ``REMEMBER_CONNECTION_S``).
 * **Authority**: ``require`` is ``Security.require``, the one check STOMP and
   the channels make; a refusal is MQRC 2035 and answers 403.
 * **CSRF**: a request that changes state (POST, PUT, PATCH, DELETE) must
@@ -45,6 +46,8 @@ from .errors import RestError
 REMEMBER_S = 60.0
 #: logins remembered at most (the oldest go first)
 REMEMBER_MAX = 1000
+#: how long an anonymous connection's OS user is taken as found
+REMEMBER_CONNECTION_S = 10.0
 CSRF_HEADER = "ibm-mq-rest-csrf-token"
 #: the methods that change state and so need the CSRF header
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -78,6 +81,9 @@ class WebAuthenticator:
         #: (user, password hash) -> (principal, users.json stamp, when verified)
         self._remembered: dict[tuple[str, bytes], tuple[Principal, tuple, float]] = {}
         self._salt = os.urandom(16)
+        #: an anonymous connection's principal, found once per connection and 10 s
+        #: (the OS user at the other end is looked up in /proc/net/tcp: milliseconds)
+        self._anonymous_by_connection: dict[tuple, tuple[Principal, float]] = {}
 
     def close(self) -> None:
         self._checks.shutdown(wait=False, cancel_futures=True)
@@ -159,13 +165,24 @@ class WebAuthenticator:
         if not _loopback_host(request.url.host):
             raise self._unauthorized(f"an anonymous request must name this machine (Host: "
                                      f"{request.host}); log in instead")
+        transport = request.transport
         peer = _peer(request)
-        sock = request.transport.get_extra_info("sockname") if request.transport else None
+        sock = transport.get_extra_info("sockname") if transport else None
+        # the connection: its transport object and both its addresses
+        key = (id(transport), peer, tuple(sock) if sock else None)
+        known = self._anonymous_by_connection.get(key)
+        now = time.monotonic()
+        if known is not None and now - known[1] < REMEMBER_CONNECTION_S:
+            return known[0]
         try:
-            return self.security.authenticate(None, None, connauth="optional", peer=peer,
-                                              local=sock)
+            principal = self.security.authenticate(None, None, connauth="optional",
+                                                   peer=peer, local=sock)
         except NotAuthorized as exc:
             raise self._unauthorized(exc.message) from None
+        if len(self._anonymous_by_connection) >= REMEMBER_MAX:
+            self._anonymous_by_connection.pop(next(iter(self._anonymous_by_connection)))
+        self._anonymous_by_connection[key] = (principal, now)
+        return principal
 
     # -- what it may do ----------------------------------------------------------------
     def require(self, principal: Principal, objtype: str, name: str, authority: str) -> None:

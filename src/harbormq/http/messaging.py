@@ -59,6 +59,8 @@ PAGE_DEFAULT, PAGE_MAX = 10, 1000
 SCAN_CHUNK = 1000
 #: message ids remembered with their place in their queue, for paging
 CURSORS_MAX = 10_000
+#: a got message's answer is written this much at a time (``_send``)
+SEND_PIECE = 64 * 1024
 #: the longest wait of a get (MQ's MQWI_UNLIMITED is not offered over HTTP)
 MAX_WAIT_MS = 3_600_000
 
@@ -193,9 +195,7 @@ class MessagingApi:
             if msg is None:
                 core.discard_empty(uow)
                 return web.Response(status=204)
-            response = self._message_response(msg)
-            await response.prepare(request)
-            await response.write_eof()
+            response = await self._send(request, msg)
             await core.commit(uow)
             return response
         except BaseException:
@@ -238,9 +238,23 @@ class MessagingApi:
     def _message_response(self, msg: Message) -> web.Response:
         response = web.Response(status=200, body=msg.body,
                                 headers=message_headers(msg, time.time_ns()))
-        response.content_type = msg.format.split(";")[0].strip() or "application/octet-stream"
-        if ";" in msg.format and "charset=" in msg.format:
-            response.charset = msg.format.split("charset=", 1)[1].split(";")[0].strip()
+        _content_type(response, msg.format)
+        return response
+
+    async def _send(self, request: web.Request, msg: Message) -> web.StreamResponse:
+        """Write a got message's answer a piece at a time, each once the
+        connection has taken the one before: over TLS a single write is taken
+        whole into the process's buffers whatever the client reads, and the
+        get would be committed before the client had it."""
+        response = web.StreamResponse(status=200,
+                                      headers=message_headers(msg, time.time_ns()))
+        _content_type(response, msg.format)
+        response.content_length = len(msg.body)
+        await response.prepare(request)
+        body = memoryview(msg.body)
+        for start in range(0, len(body), SEND_PIECE):
+            await response.write(body[start:start + SEND_PIECE])
+        await response.write_eof()
         return response
 
     @staticmethod
@@ -281,6 +295,13 @@ class MessagingApi:
                                 action="Browse from the start of the queue again.")
             after = chunk[-1].key
             await asyncio.sleep(0)
+
+
+def _content_type(response: web.StreamResponse, fmt: str) -> None:
+    """The message's format as the answer's Content-Type (and charset)."""
+    response.content_type = fmt.split(";")[0].strip() or "application/octet-stream"
+    if "charset=" in fmt:
+        response.charset = fmt.split("charset=", 1)[1].split(";")[0].strip()
 
 
 def _user_properties(text: str | None) -> dict:
