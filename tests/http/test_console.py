@@ -178,6 +178,8 @@ def test_a_user_sees_only_what_he_may_display(web, deep, browser):
     status, headers, page = web_client(web).call("GET", "/console/")
     assert status == 200 and b"console.js" in page   # the page itself holds none
     assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    status, openapi = web_client(web).json("GET", "/ibmmq/rest/v2/openapi.json")
+    assert status == 200 and "/console/api/queues/{name}/messages" in openapi["paths"]
     status, body = alice.json("GET", "/console/api/queues/CONSOLE.DEEP/messages")
     assert status == 403 and body["error"][0]["reasonCode"] == 2035
     web.sc("SET AUTHREC PROFILE(CONSOLE.PAGE.007) OBJTYPE(QUEUE) PRINCIPAL('alice') "

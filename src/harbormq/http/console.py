@@ -40,6 +40,7 @@ from ..security import NotAuthorized
 from .console_data import SORTS, DepthRates, browse_page, queue_figures, queue_page
 from .context import WebContext
 from .errors import RestError, bad_request
+from .openapi import describe
 
 STATIC = Path(__file__).parent / "static"
 #: the seconds between the page's reads (it reads again when one ends)
@@ -199,6 +200,23 @@ class Console:
                                     none_when_refused=("topics",))
 
 
+#: the console's JSON paths for the OpenAPI description: (path, what, query parameters)
+_API = (
+    ("session", "the queue manager and who is logged in", ()),
+    ("overview", "DISPLAY QMSTATUS ALL, DISPLAY LOG, what holds the log", ()),
+    ("queues", "one page of queues, each with DISPLAY QSTATUS's figures", (
+        ("offset", "integer", "the first row (0)"), ("limit", "integer", "rows, at most 500"),
+        ("filter", "string", "a part of the name, or a prefix ending in *"),
+        ("sort", "string", "name or depth (deepest first)"))),
+    ("queues/{name}/messages", "one page of a queue's messages (+browse)", (
+        ("after", "string", "the page before's next (hex): the head when absent"),
+        ("limit", "integer", "messages, at most 500"))),
+    ("connections", "DISPLAY CONN(*) ALL, DISPLAY UOW(*)", ()),
+    ("channels", "DISPLAY CHANNEL(*), DISPLAY CHSTATUS(*) ALL", ()),
+    ("topics", "DISPLAY TOPIC(*), DISPLAY SUB(*) ALL", ()),
+)
+
+
 async def _to_console(request: web.Request) -> web.Response:
     raise web.HTTPFound("/console/")
 
@@ -209,6 +227,16 @@ def add_routes(app: web.Application, context: WebContext) -> None:
     app.router.add_get("/console/", console.page)
     app.router.add_static("/console/static/", STATIC, follow_symlinks=False)
     api = "/console/api"
+    for path, summary, query in _API:
+        describe(app, f"{api}/{path}", {"get": {
+            "summary": f"web console: {summary}", "tags": ["console"],
+            "parameters": [{"name": n, "in": "query", "required": False,
+                            "schema": {"type": t}, "description": d} for n, t, d in query]
+            + ([{"name": "name", "in": "path", "required": True,
+                 "schema": {"type": "string"}}] if "{name}" in path else []),
+            "responses": {"200": {"description": "JSON for the console's page"},
+                          "401": {"description": "not logged in"},
+                          "403": {"description": "no authority (MQRC 2035)"}}}})
     app.router.add_get(f"{api}/session", console.session)
     app.router.add_get(f"{api}/overview", console.overview)
     app.router.add_get(f"{api}/queues", console.queues)
