@@ -115,7 +115,7 @@ def test_priority_then_fifo(grp):
 
 def test_competing_gets_never_share_a_message(grp):
     conninfo, a, _b = grp
-    n = 300
+    n = 120
     for i in range(n):
         a.put("APP1", "SQ", msg(b"%d" % i), None)
     got: list[bytes] = []
