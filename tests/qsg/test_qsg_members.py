@@ -99,6 +99,12 @@ def test_uncommitted_puts_are_invisible_and_a_backout_gives_gets_back(members):
     uow.backout()
     m = qm1.get("SQ")
     assert m.body == b"again" and m.backout_count == 1
+    # the outcomes PostgreSQL kept for QM1's restart go once its log holds them
+    with psycopg.connect(qm1.core.config.qsg.db) as conn:
+        count = "SELECT count(*) FROM hmq_uow_outcomes WHERE member = 'QM1'"
+        assert conn.execute(count).fetchone()[0] >= 1
+        qm1._call(qm1.core.group.forget_outcomes())
+        assert conn.execute(count).fetchone()[0] == 0
 
 
 def test_a_unit_of_work_mixing_local_and_shared_queues_commits_both(members):

@@ -115,7 +115,7 @@ def test_priority_then_fifo(grp):
 
 def test_competing_gets_never_share_a_message(grp):
     conninfo, a, _b = grp
-    n = 300
+    n = 120
     for i in range(n):
         a.put("APP1", "SQ", msg(b"%d" % i), None)
     got: list[bytes] = []
@@ -228,3 +228,28 @@ def test_a_second_process_with_a_members_name_cannot_start(grp, monkeypatch):
     with pytest.raises(GroupError, match="belongs to queue sharing group QSG1, not QSG9"):
         qmember.MemberSession(conninfo, "QSG9", "QM2").start()
     first.stop()
+
+
+def test_a_silent_member_has_its_connection_ended_then_is_recovered(grp):
+    from harbormq.qsg.member import MemberSession
+    from harbormq.qsg.peers import PeerWatch
+    conninfo, a, _b = grp
+    a.put("APP1", "SQ", msg(b"held"), None)
+    # a member whose machine went away: its connection lingers, no heartbeat comes
+    silent = MemberSession(conninfo, "QSG1", "QM1", heartbeat_interval=3600)
+    silent.start()
+    silent.get("SQ", uow=1)
+    said = []
+    watch = PeerWatch(conninfo, "QM2", lambda i, t: said.append(i), heartbeat_timeout=1.0)
+    time.sleep(1.5)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        found: list = []
+        deadline = time.monotonic() + 10
+        while not found and time.monotonic() < deadline:
+            found = watch.look(conn)
+            time.sleep(0.05)
+    assert said[0] == "HMQ5310W" and "HMQ5314I" in said
+    assert found[0].made_available == 1
+    assert a.get("SQ", None).msg.body == b"held"
+    silent._stop.set()
+    silent.close()

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from .dynamic import DynamicHost
     from .log_management import LogManagementHost
     from .publish import PublishingHost
+    from .shared import SharedQueuesHost
     from .shunting import ShuntingHost
     from .triggering import TriggeringHost
     from .uow import UnitsOfWorkHost
@@ -554,7 +555,7 @@ class QueueManagerCore(Definitions, UnitsOfWork, FlushAndCheckpoint, LogShunting
 if TYPE_CHECKING:
     def _hosts(core: QueueManagerCore) -> tuple[DefinitionsHost, UnitsOfWorkHost, CheckpointHost,
                                                 ShuntingHost, LogManagementHost, PublishingHost,
-                                                DynamicHost, TriggeringHost]:
+                                                DynamicHost, TriggeringHost, SharedQueuesHost]:
         """The core is the host each of its parts declares (for a type checker)."""
-        return core, core, core, core, core, core, core, core
+        return core, core, core, core, core, core, core, core, core
 

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from .uow import UnitOfWork
 
 
-
 class SharedQueue(Protocol):
     """A shared queue as the core uses it (``qsg/queue.py``): the attributes
     and consumer line of a local queue, its messages in the group's store."""
@@ -112,6 +111,9 @@ class SharedQueues:
         self.shared_queues: dict[str, SharedQueue] = {}
         #: the queue sharing group, when this queue manager is a member
         self.group: SharedGroup | None = None
+        #: units of work that changed the store (from before the change: a
+        #: record the log then refuses, LogFull, leaves rows all the same)
+        self.shared_uows: set[int] = set()
 
     def _change(self, q: SharedQueue, stamp: int, msg: Message, kind: str) -> bytes:
         number = self.group.member_number
@@ -126,6 +128,7 @@ class SharedQueues:
         q.check_put(msg)
         if uow is not None:
             self._check_uow(uow)
+            self.shared_uows.add(uow.id)
         msg.raw = msg._key = None
         msg.msg_id = msg.msg_id or new_msg_id()
         msg.put_time_ns = time.time_ns()
@@ -137,6 +140,8 @@ class SharedQueues:
                    ) -> tuple[Message | None, asyncio.Future | None]:
         """A destructive get from a shared queue: taken in the store (locked to
         ``uow``, or deleted outside one), then its record (persistent)."""
+        if uow is not None:
+            self.shared_uows.add(uow.id)
         got = q.get(None if uow is None else uow.id, match)
         if got is None:
             return None, None
@@ -166,7 +171,7 @@ class SharedQueues:
 
     def _has_shared(self, uow: UnitOfWork) -> bool:
         return self.group is not None and (
-            any(op.kind in SHARED_KINDS for op in uow.ops) or self.group.holds(uow.id))
+            uow.id in self.shared_uows or self.group.holds(uow.id))
 
     def _decide_shared_first(self, uow: UnitOfWork, joined) -> list[int]:
         """(commit, before its COMMIT record) The group's side: a unit of work
@@ -180,6 +185,7 @@ class SharedQueues:
             not self.group.holds(uow.id) and uow.state == "active"
         if alone:
             self.group.commit(uow.id)
+            self.shared_uows.discard(uow.id)
             return []
         for u in units:
             if u.state != "prepared":     # (prepared by an XA prepare already)
@@ -193,6 +199,7 @@ class SharedQueues:
 
     def _resolve_shared_after(self, ids: list[int], forced: asyncio.Future | None) -> None:
         for uow_id in ids:
+            self.shared_uows.discard(uow_id)
             self.group.resolve_later(uow_id, True, forced)
 
     def _undo_shared_op(self, uow: UnitOfWork, op: UowOp) -> None:
@@ -205,4 +212,5 @@ class SharedQueues:
 
     def _back_out_shared(self, uow: UnitOfWork, had_shared: bool) -> None:
         if had_shared:
+            self.shared_uows.discard(uow.id)
             self.group.backout(uow.id)
