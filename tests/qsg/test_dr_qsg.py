@@ -14,14 +14,12 @@ import random
 import shutil
 import subprocess
 
-import psycopg
 from support.postgres import PG_BIN, SUPERUSER
-from support.qsg_logs import BuilderLog, LogMember, load, rows
+from support.qsg_logs import BuilderLog, LogMember, load, log_group, rows
 
 from harbormq.log import archive
 from harbormq.log.reader import read_header
 from harbormq.log.records import Message
-from harbormq.qsg import group as qgroup
 from harbormq.qsg import structure_recovery as sr
 from harbormq.qsg.merge import MemberLog
 from harbormq.qsg.structure import StructureStore
@@ -53,13 +51,7 @@ def test_dr_site_recovers_the_group_from_a_database_dump_and_archived_logs(
         private_postgres, postgres, tmp_path):
     primary = private_postgres
     primary_db = primary.create_database("qsg_primary")
-    members = []
-    for name in ("QM1", "QM2", "QM3"):
-        m = qgroup.join(primary_db, "QSG1", name)
-        members.append(LogMember(primary_db, name, m.number, tmp_path / "site" / name))
-    with psycopg.connect(primary_db, autocommit=True) as conn:
-        qgroup.define_structure(conn, "APP1", {"RECAUTO": "NO"})
-        qgroup.define_structure(conn, "APP2", {"RECAUTO": "NO"})
+    members = log_group(primary_db, tmp_path / "site")
     rng = random.Random(21)
     load(members, rng, 120)
     log = BuilderLog(members[2])

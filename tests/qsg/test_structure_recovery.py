@@ -14,14 +14,12 @@ import random
 import shutil
 import threading
 
-import psycopg
 import pytest
-from support.qsg_logs import BuilderLog, LogMember, load, rows
+from support.qsg_logs import BuilderLog, LogMember, load, log_group, rows
 
 from harbormq.errors import LogMissing
 from harbormq.log import archive
 from harbormq.log.reader import read_header
-from harbormq.qsg import group as qgroup
 from harbormq.qsg import structure_recovery as sr
 from harbormq.qsg.errors import CFStructFailed
 from harbormq.qsg.merge import MemberLog
@@ -29,13 +27,7 @@ from harbormq.qsg.merge import MemberLog
 
 @pytest.fixture
 def members(qsg_db, tmp_path):
-    made = []
-    for name in ("QM1", "QM2", "QM3"):
-        m = qgroup.join(qsg_db, "QSG1", name)
-        made.append(LogMember(qsg_db, name, m.number, tmp_path / "logs" / name))
-    with psycopg.connect(qsg_db, autocommit=True) as conn:
-        qgroup.define_structure(conn, "APP1", {"RECAUTO": "NO"})
-        qgroup.define_structure(conn, "APP2", {"RECAUTO": "NO"})
+    made = log_group(qsg_db, tmp_path / "logs", app1_recauto="NO")
     yield made
     for m in made:
         m.store.close()
