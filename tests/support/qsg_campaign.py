@@ -126,17 +126,31 @@ class Consumer(threading.Thread):
             c.close()
 
 
-def drain(srv: QMServer) -> list[bytes]:
+def depth(srv: QMServer) -> int:
+    """The shared queue's CURDEPTH: every message on it, committed or not."""
+    out = srv.sc(f"DISPLAY QLOCAL({QUEUE}) CURDEPTH")
+    return int(out.split("CURDEPTH(", 1)[1].split(")", 1)[0])
+
+
+def drain(srv: QMServer, timeout: float = 300.0) -> list[bytes]:
+    """Every message on the shared queue, taken through ``srv``: until its
+    depth is 0 and nothing came for a second (messages locked by a unit of
+    work still open are waited for, up to ``timeout``)."""
     c = RawStomp(srv.port, timeout=10)
     c.connect()
     c.call("SUBSCRIBE", {"destination": f"/queue/{QUEUE}", "id": "d", "ack": "auto"})
     out, quiet_since = [], time.monotonic()
-    while time.monotonic() - quiet_since < 2.0:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
         frames = [f for f in c.poll(0.3) if f.command == "MESSAGE"]
         if frames:
             quiet_since = time.monotonic()
-        out += [f.body for f in frames]
+            out += [f.body for f in frames]
+        elif time.monotonic() - quiet_since > 1.0 and depth(srv) == 0:
+            break
     c.close()
+    left = depth(srv)
+    assert left == 0, f"{left} messages left on {QUEUE} after the drain ({len(out)} taken)"
     return out
 
 
