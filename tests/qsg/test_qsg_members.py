@@ -14,7 +14,12 @@ from harbormq.errors import UnitOfWorkError
 from harbormq.log.records import RecordType, SharedChange
 from harbormq.qmgr import lifecycle as qmgr
 from harbormq.qsg import group as qgroup
-from harbormq.qsg.errors import GroupDatabaseError, GroupError, SharedPersistentNotAllowed
+from harbormq.qsg.errors import (
+    CFNotAvailable,
+    GroupDatabaseError,
+    GroupError,
+    SharedPersistentNotAllowed,
+)
 
 
 def mqsc(qm, text: str) -> dict:
@@ -179,3 +184,67 @@ def test_a_unit_of_work_is_refused_after_its_rows_were_backed_out_by_a_peer(memb
     qm1._call_sync(grp._reconnected)
     with pytest.raises(UnitOfWorkError, match="backed out by a peer"):
         uow.commit()
+
+
+def test_losing_postgresql_fails_shared_queues_alone_and_they_come_back(make_qm, open_qm,
+                                                                       private_postgres):
+    pg = private_postgres
+    db = pg.create_database("cfconlos")
+    make_qm("QM1", qsg="QSG1", qsg_db=db)
+    qm = open_qm("QM1")
+    r = mqsc(qm, "DEFINE CFSTRUCT(APP1)\nDEFINE QLOCAL(SQ) QSGDISP(SHARED) CFSTRUCT(APP1)\n"
+                 "DEFINE QLOCAL(LQ)\n")
+    assert r["errors"] == 0, r["output"]
+    qm.put("SQ", b"before", persistent=True)
+    pg.kill()
+    for _ in range(2):        # the lost connection, then no connection at all
+        with pytest.raises(CFNotAvailable, match="MQRC 2345"):
+            qm.put("SQ", b"during", persistent=True)
+    qm.put("LQ", b"local", persistent=True)          # local queues keep working
+    assert qm.get("LQ").body == b"local"
+    out = mqsc(qm, "DISPLAY QMSTATUS\n")["output"]
+    assert "QSGSTAT(DISCONNECTED)" in out
+    pg.start()
+    assert qm.get("SQ").body == b"before"             # reconnected by itself
+    qm.put("SQ", b"after", persistent=True)
+    assert qm.get("SQ").body == b"after"
+
+
+def uow_records(qm, uow_id: int) -> list[str]:
+    log = qm.core.log
+    return [r.type.name for r in log.read_from(log.chain()[0].first_lsn) if r.uow_id == uow_id]
+
+
+def test_restart_finishes_what_postgresql_decided_and_resolves_prepared_rows(make_qm, open_qm,
+                                                                             qsg_db):
+    make_qm("QM1", qsg="QSG1", qsg_db=qsg_db)
+    qm = open_qm("QM1")
+    r = mqsc(qm, "DEFINE CFSTRUCT(APP1)\nDEFINE QLOCAL(SQ) QSGDISP(SHARED) CFSTRUCT(APP1)\n"
+                 "DEFINE QLOCAL(LQ) DEFPSIST(YES)\n")
+    assert r["errors"] == 0, r["output"]
+    qm.put("LQ", b"l1"); qm.put("LQ", b"l2")
+    group = qm.core.group
+    # 1. shared only: PostgreSQL decided (committed), the crash came before the COMMIT record
+    decided = qm.begin()
+    decided.put("SQ", b"decided", persistent=True)
+    qm._call_sync(group.commit, decided.id)
+    # 2. mixed, prepared in PostgreSQL, the crash came before the COMMIT record
+    prepared = qm.begin()
+    assert prepared.get("LQ").body == b"l1"
+    prepared.put("SQ", b"prepared-only", persistent=True)
+    qm._call_sync(group.prepare, prepared.id)
+    # 3. mixed, its COMMIT forced, the crash came before the rows were applied
+    group.resolve_later = lambda *a: None
+    committed = qm.begin()
+    assert committed.get("LQ").body == b"l2"
+    committed.put("SQ", b"committed", persistent=True)
+    committed.commit()
+    qm.close("immediate")
+
+    qm = open_qm("QM1")
+    assert "UOW_COMMIT" in uow_records(qm, decided.id)       # restart wrote the decision
+    assert "UOW_BACKOUT" in uow_records(qm, prepared.id)
+    bodies = sorted(qm.get("SQ").body for _ in range(2))
+    assert bodies == [b"committed", b"decided"]
+    assert qm.get("SQ") is None
+    assert qm.get("LQ").body == b"l1" and qm.get("LQ") is None

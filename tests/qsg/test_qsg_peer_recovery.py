@@ -1,52 +1,56 @@
-"""Peer recovery with real servers and STOMP clients: a member SIGKILLed
-while it holds a shared message in a consumer's unit of work; a consumer on
-the other member gets it within seconds, with no operator, and the
-survivor's operator log says each phase (CSQE011I..CSQE014I). The killed
-member starts again and takes its place in the group."""
+"""Peer recovery with a real server and a STOMP client: member QM1, a server
+process, is SIGKILLed while it holds a shared message in a consumer's unit
+of work; a getter on member QM2 gets it within seconds, with no operator,
+and QM2's operator log says each phase (CSQE011I..CSQE014I). QM1 then
+starts again and takes its place in the group."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 from support.stomp_helpers import QMServer, raw_connected, send_all, subscribe
 
-
-def member(home, name: str, db: str) -> QMServer:
-    srv = QMServer(home, name)
-    srv.home.mkdir(parents=True, exist_ok=True)
-    srv.cli("create", name, "--port", "0", "--log-file-pages", "256", "--qsg", "QSG1",
-            "--qsg-db", db)
-    return srv
+from harbormq.admin.commands import run_mqsc
 
 
-def test_a_killed_members_locked_message_is_redelivered_by_a_peer(tmp_path, qsg_db):
-    home = tmp_path / "hmq"
-    qm1, qm2 = member(home, "QM1", qsg_db), member(home, "QM2", qsg_db)
-    qm1.start(); qm2.start()
+def test_a_killed_members_locked_message_is_redelivered_by_a_peer(home, make_qm, open_qm,
+                                                                   qsg_db):
+    make_qm("QM1", qsg="QSG1", qsg_db=qsg_db, port=0)
+    make_qm("QM2", qsg="QSG1", qsg_db=qsg_db, port=0)
+    qm2 = open_qm("QM2")
+    r = qm2._call(run_mqsc(qm2.core, "DEFINE CFSTRUCT(APP1)\n"
+                                     "DEFINE QLOCAL(SQ) QSGDISP(SHARED) CFSTRUCT(APP1)\n",
+                           security=None))
+    assert r["errors"] == 0, r["output"]
+    qm1 = QMServer(home, "QM1").start()
     try:
-        qm1.sc("DEFINE CFSTRUCT(APP1)\nDEFINE QLOCAL(SQ) QSGDISP(SHARED) CFSTRUCT(APP1)")
         c1 = raw_connected(qm1.port)
         send_all(c1, "SQ", [b"held"], persistent="true")
         subscribe(c1, "SQ", "s1", ack="client-individual")
         [m1] = c1.messages(1)
         assert m1.body == b"held" and m1["redelivered"] == "false"
-        c2 = raw_connected(qm2.port)
-        subscribe(c2, "SQ", "s2", ack="client-individual")
-        assert not [f for f in c2.poll(0.5) if f.command == "MESSAGE"]   # locked to QM1
+        assert qm2.get("SQ") is None                 # locked to QM1's unit of work
+        got: list = []
+        getter = threading.Thread(target=lambda: got.append(qm2.get("SQ", wait=20)))
+        getter.start()
         t0 = time.monotonic()
         qm1.kill()
-        [m2] = c2.messages(1, timeout=15)
+        getter.join(30)
         took = time.monotonic() - t0
-        assert m2.body == b"held" and m2["redelivered"] == "true"
+        assert got and got[0] is not None and got[0].body == b"held", got
+        assert got[0].backout_count == 1
         assert took < 5, f"redelivered {took:.2f} s after the SIGKILL"
-        c2.call("ACK", {"id": m2["ack"]})
-        oplog = (qm2.qm_dir / "errors" / "HMQERR01.LOG").read_text()
+        oplog = (home / "qmgrs" / "QM2" / "errors" / "HMQERR01.LOG").read_text()
         for phase in ("CSQE011I", "CSQE012I", "CSQE014I"):
-            assert phase in oplog and "QM1" in oplog, oplog[-2000:]
-        # the killed member starts again: ACTIVE in the group, the queue empty
-        qm1.start()
-        out = qm1.sc("DISPLAY GROUP\nDISPLAY QLOCAL(SQ) CURDEPTH")
-        assert out.count("STATUS(ACTIVE)") == 2 and "CURDEPTH(0)" in out, out
-        c2.close()
+            assert phase in oplog, oplog[-2000:]
+        assert "failed member QM1" in oplog
     finally:
-        qm1.kill(); qm2.kill()
+        qm1.kill()
+    # the killed member starts again: ACTIVE in the group, its log's unit of
+    # work backed out, the queue empty
+    qm1 = open_qm("QM1")
+    out = qm1._call(run_mqsc(qm1.core, "DISPLAY GROUP\nDISPLAY QLOCAL(SQ) CURDEPTH\n",
+                             security=None))["output"]
+    assert out.count("STATUS(ACTIVE)") == 2 and "CURDEPTH(0)" in out, out
+    assert qm1.restart_report.uows_backed_out == 1

@@ -16,7 +16,6 @@ import pytest
 from harbormq.log.records import Message
 from harbormq.qsg import group as qgroup
 from harbormq.qsg.errors import (
-    CFNotAvailable,
     CFStructError,
     CFStructInUse,
     GroupDatabaseError,
@@ -116,7 +115,7 @@ def test_priority_then_fifo(grp):
 
 def test_competing_gets_never_share_a_message(grp):
     conninfo, a, _b = grp
-    n = 300
+    n = 120
     for i in range(n):
         a.put("APP1", "SQ", msg(b"%d" % i), None)
     got: list[bytes] = []
@@ -166,25 +165,6 @@ def test_get_by_message_id_and_depth(grp):
     assert got.msg.body == b"x2" and a.depth("SQ") == 1
 
 
-def test_a_lost_database_is_mqrc_2345_and_the_store_reconnects(private_postgres):
-    pg = private_postgres
-    conninfo = pg.create_database("lost")
-    qgroup.join(conninfo, "QSG1", "QM1")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        qgroup.define_structure(conn, "APP1", {})
-    store = StructureStore(conninfo, "QM1")
-    store.put("APP1", "SQ", msg(b"before"), None)
-    pg.kill()
-    with pytest.raises(CFNotAvailable, match="MQRC 2345"):
-        store.put("APP1", "SQ", msg(b"during"), None)
-    with pytest.raises(CFNotAvailable, match="MQRC 2345"):
-        store.get("SQ", None)
-    pg.start()
-    assert store.get("SQ", None).msg.body == b"before"
-    assert store.get("SQ", None) is None
-    store.close()
-
-
 def test_peer_recovery_backs_out_a_dead_members_work_and_leaves_prepared_rows(grp):
     from harbormq.qsg.member import MemberSession
     from harbormq.qsg.peers import PeerWatch
@@ -219,3 +199,32 @@ def test_peer_recovery_backs_out_a_dead_members_work_and_leaves_prepared_rows(gr
     assert a.get("SQ", None) is None      # g2 prepared by QM1, "new" gone
     assert StructureStore(conninfo, "QM1").outcome(5) == "backout"
     dead.stop()
+
+
+def test_a_failed_structure_refuses_puts_and_gets_with_mqrc_2373(grp):
+    from harbormq.qsg.errors import CFStructFailed
+    from harbormq.qsg.queue import SharedQueue
+    conninfo, a, _b = grp
+    q = SharedQueue("SQ", {"CFSTRUCT": "APP1"}, a)
+    q.check_put(msg(b"ok"))
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("UPDATE hmq_structures SET status = 'FAILED' WHERE name = 'APP1'")
+    with pytest.raises(CFStructFailed, match="MQRC 2373"):
+        q.put(msg(b"no"), None)             # refused in the statement itself
+    with pytest.raises(CFStructFailed, match="RECOVER CFSTRUCT\\(APP1\\)"):
+        q.get(None, None)                   # (read again by the failed put)
+    assert a.depth("SQ") == 0
+
+
+def test_a_second_process_with_a_members_name_cannot_start(grp, monkeypatch):
+    from harbormq.qsg import member as qmember
+    conninfo, _a, _b = grp
+    monkeypatch.setattr(qmember, "LOCK_WAIT", 0.5)
+    first = qmember.MemberSession(conninfo, "QSG1", "QM1")
+    first.start()
+    second = qmember.MemberSession(conninfo, "QSG1", "QM1")
+    with pytest.raises(GroupError, match="running already .* two members cannot have one name"):
+        second.start()
+    with pytest.raises(GroupError, match="belongs to queue sharing group QSG1, not QSG9"):
+        qmember.MemberSession(conninfo, "QSG9", "QM2").start()
+    first.stop()

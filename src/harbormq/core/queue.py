@@ -68,7 +68,55 @@ class MessageMatch:
                 (self.correl_id is None or msg.correl_id == self.correl_id))
 
 
-class LocalQueue:
+class ConsumerLine:
+    """The line of consumers that share a queue's messages: those with room,
+    longest waiting first (a local queue, a queue sharing group's shared
+    queue). The queue's ``dispatch`` serves the line, one message at a time."""
+    consumers: list[Consumer]
+    _ready: deque[Consumer]
+
+    def dispatch(self) -> None:
+        raise NotImplementedError
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.consumer_ready(consumer)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if consumer in self._ready:
+            self._ready.remove(consumer)
+
+    def consumer_ready(self, consumer: Consumer) -> None:
+        """``consumer`` has room (again): to the back of the line, which is
+        served at once. So the consumer that made room first is served first."""
+        if consumer not in self._ready and consumer in self.consumers:
+            self._ready.append(consumer)
+        self.dispatch()
+
+    def serve_first(self) -> bool:
+        """One message to the first consumer in line that takes one (one whose
+        selector matches nothing available keeps its place; one without room
+        leaves the line until it has room again); it goes to the back if it
+        still has room. False when no one in line takes anything."""
+        ready = self._ready
+        i = 0
+        while i < len(ready):
+            consumer = ready[i]
+            if not consumer.has_room():
+                del ready[i]
+            elif consumer.take():
+                del ready[i]
+                if consumer.has_room() and consumer in self.consumers:
+                    ready.append(consumer)
+                return True
+            else:
+                i += 1
+        return False
+
+
+class LocalQueue(ConsumerLine):
     #: a queue sharing group's shared queue is not one (core/shared.py)
     shared = False
 
@@ -156,24 +204,7 @@ class LocalQueue:
             listener()
         self.dispatch()
 
-    # -- sharing messages among consumers ---------------------------------------------
-
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
-        self.consumer_ready(consumer)
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-        if consumer in self._ready:
-            self._ready.remove(consumer)
-
-    def consumer_ready(self, consumer: Consumer) -> None:
-        """``consumer`` has room (again): to the back of the line, which is
-        served at once. So the consumer that made room first is served first."""
-        if consumer not in self._ready and consumer in self.consumers:
-            self._ready.append(consumer)
-        self.dispatch()
+    # -- sharing messages among consumers (ConsumerLine) -----------------------------
 
     def dispatch(self) -> None:
         """Hand the available messages out, one at a time, each to the first
@@ -196,19 +227,7 @@ class LocalQueue:
                         self._dispatch_due = True
                         asyncio.get_running_loop().call_soon(self.dispatch)
                     return
-                i = 0
-                while i < len(ready):
-                    consumer = ready[i]
-                    if not consumer.has_room():
-                        del ready[i]        # back in line when it has room again
-                    elif consumer.take():
-                        del ready[i]
-                        if consumer.has_room() and consumer in self.consumers:
-                            ready.append(consumer)
-                        break
-                    else:
-                        i += 1
-                else:
+                if not self.serve_first():
                     return      # no one in line takes any of what is available
                 sent += 1
         finally:

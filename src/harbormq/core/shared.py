@@ -113,9 +113,9 @@ class SharedQueues:
         #: the queue sharing group, when this queue manager is a member
         self.group: SharedGroup | None = None
 
-    def _change(self, q: SharedQueue, stamp: int, msg: Message, put: bool) -> bytes:
+    def _change(self, q: SharedQueue, stamp: int, msg: Message, kind: str) -> bytes:
         number = self.group.member_number
-        if put:
+        if kind == SHARED_PUT:
             return SharedChange.put(stamp, number, q.structure, msg).encode()
         return SharedChange.get(stamp, number, q.structure, MessageRef.of(msg)).encode()
 
@@ -131,18 +131,7 @@ class SharedQueues:
         msg.put_time_ns = time.time_ns()
         stamp = q.put(msg, None if uow is None else uow.id)
         q.last_put_ns = msg.put_time_ns
-        if uow is None:
-            if not msg.persistent:
-                return msg, None
-            self.append_record(RecordType.SHARED_PUT, obj=q, payload=self._change(
-                q, stamp, msg, True), flags=RecordFlag.AUTO_COMMIT)
-            return msg, self.log.force()
-        lsn = prev = 0
-        if msg.persistent:
-            lsn, prev = self._log_uow(uow, RecordType.SHARED_PUT, q,
-                                      self._change(q, stamp, msg, True))
-        uow.ops.append(UowOp(SHARED_PUT, q, msg, lsn, prev))
-        return msg, None
+        return msg, self._log_shared(q, uow, msg, stamp, SHARED_PUT)
 
     def shared_get(self, q: SharedQueue, uow: UnitOfWork | None, match: MessageMatch | None
                    ) -> tuple[Message | None, asyncio.Future | None]:
@@ -153,18 +142,25 @@ class SharedQueues:
             return None, None
         msg, stamp = got
         q.last_get_ns = time.time_ns()
+        return msg, self._log_shared(q, uow, msg, stamp, SHARED_GET)
+
+    def _log_shared(self, q: SharedQueue, uow: UnitOfWork | None, msg: Message, stamp: int,
+                    kind: str) -> asyncio.Future | None:
+        """The record of a change made in the store (persistent messages only):
+        AUTO_COMMIT and forced outside a unit of work (the force returned), else
+        a record and an op of ``uow``."""
+        rtype = RecordType.SHARED_PUT if kind == SHARED_PUT else RecordType.SHARED_GET
         if uow is None:
             if not msg.persistent:
-                return msg, None
-            self.append_record(RecordType.SHARED_GET, obj=q, payload=self._change(
-                q, stamp, msg, False), flags=RecordFlag.AUTO_COMMIT)
-            return msg, self.log.force()
+                return None
+            self.append_record(rtype, obj=q, payload=self._change(q, stamp, msg, kind),
+                               flags=RecordFlag.AUTO_COMMIT)
+            return self.log.force()
         lsn = prev = 0
         if msg.persistent:
-            lsn, prev = self._log_uow(uow, RecordType.SHARED_GET, q,
-                                      self._change(q, stamp, msg, False))
-        uow.ops.append(UowOp(SHARED_GET, q, msg, lsn, prev))
-        return msg, None
+            lsn, prev = self._log_uow(uow, rtype, q, self._change(q, stamp, msg, kind))
+        uow.ops.append(UowOp(kind, q, msg, lsn, prev))
+        return None
 
     # -- units of work -----------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import asyncio
 from collections import deque
 
 from ..core.objects import QLOCAL_DEFAULTS
-from ..core.queue import Consumer, MessageMatch
+from ..core.queue import Consumer, ConsumerLine, MessageMatch
 from ..log.records import Message
 from .errors import SharedPersistentNotAllowed
 from .structure import StructureStore
@@ -29,7 +29,7 @@ DISPATCH_BATCH = 64
 SELECTOR_BROWSE = 50
 
 
-class SharedQueue:
+class SharedQueue(ConsumerLine):
     """One QSGDISP(SHARED) queue on this member."""
 
     shared = True
@@ -138,47 +138,17 @@ class SharedQueue:
             listener()
         self.dispatch()
 
-    def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
-        self.consumer_ready(consumer)
-
-    def remove_consumer(self, consumer: Consumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-        if consumer in self._ready:
-            self._ready.remove(consumer)
-
-    def consumer_ready(self, consumer: Consumer) -> None:
-        if consumer not in self._ready and consumer in self.consumers:
-            self._ready.append(consumer)
-        self.dispatch()
-
     def dispatch(self) -> None:
         """Hand messages to the consumers in line, one at a time, until one
         finds none (the store is empty for them) or the batch is done."""
         if self._dispatching or not self.reachable:
             return
-        ready = self._ready
         self._dispatching = True
         try:
             for _ in range(DISPATCH_BATCH):
-                taken = False
-                i = 0
-                while i < len(ready):
-                    consumer = ready[i]
-                    if not consumer.has_room():
-                        del ready[i]
-                    elif consumer.take():
-                        del ready[i]
-                        if consumer.has_room() and consumer in self.consumers:
-                            ready.append(consumer)
-                        taken = True
-                        break
-                    else:
-                        i += 1
-                if not taken:
+                if not self.serve_first():
                     return
-            if ready:    # more may be there: the rest on a later turn
+            if self._ready:    # more may be there: the rest on a later turn
                 self.available()
         finally:
             self._dispatching = False

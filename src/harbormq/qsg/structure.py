@@ -200,9 +200,11 @@ class StructureStore:
         """A structure changed somewhere in the group: read them again when used."""
         self._structures.clear()
 
-    def check_usable(self, name: str) -> bool:
-        """The structure's RECOVER; CFStructFailed if it has failed."""
-        status, recover = self.structure(name)
+    def check_usable(self, name: str, *, refresh: bool = False) -> bool:
+        """The structure's RECOVER; CFStructFailed if it has failed (as last
+        read: a change anywhere in the group is told by NOTIFY, which makes
+        the member read it again)."""
+        status, recover = self.structure(name, refresh=refresh)
         if status != "ACTIVE":
             status, recover = self.structure(name, refresh=True)
             if status != "ACTIVE":
@@ -220,16 +222,23 @@ class StructureStore:
         insert = (
             "INSERT INTO hmq_messages (msg_key, structure, queue, priority, persistent, state, "
             "owner, uow, put_stamp, expiry_ns, msg_id, correl_id, backout_count, message) "
-            "VALUES (nextval('hmq_msg_key'), %s, %s, %s, %s, %s, %s, %s, nextval('hmq_stamp'), "
-            "%s, %s, %s, %s, %s) RETURNING msg_key, put_stamp")
+            "SELECT nextval('hmq_msg_key'), %s, %s, %s, %s, %s, %s, %s, nextval('hmq_stamp'), "
+            "%s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM hmq_structures WHERE name = %s "
+            "AND status = 'ACTIVE') RETURNING msg_key, put_stamp")
+        # (the structure's state is checked in the statement: a RESET CFSTRUCT
+        # on another member is never raced past)
         params = [structure, queue, msg.priority, msg.persistent, state,
                   None if uow is None else self.member, uow, msg.expiry_ns, msg.msg_id,
-                  msg.correl_id, msg.backout_count, stored_encoding(msg)]
+                  msg.correl_id, msg.backout_count, stored_encoding(msg), structure]
         if uow is None:     # committed at once: announced in the same statement
             insert = f"WITH ins AS ({insert}) SELECT msg_key, put_stamp, " \
                      "pg_notify(%s, %s) FROM ins"
             params += [AVAILABLE_CHANNEL, queue]
         row = self.run(insert, params)
+        if row is None:         # failed (or deleted) since it was last read
+            self.check_usable(structure, refresh=True)
+            raise CFStructFailed(f"structure {structure} is not active (MQRC 2373 "
+                                 "CF_STRUC_FAILED)", structure=structure)
         key, stamp = row[0], row[1]
         msg.raw = msg._key = None
         msg.seq = key
