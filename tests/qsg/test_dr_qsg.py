@@ -15,10 +15,8 @@ import shutil
 import subprocess
 
 from support.postgres import PG_BIN, SUPERUSER
-from support.qsg_logs import BuilderLog, LogMember, load, log_group, rows
+from support.qsg_logs import BuilderLog, archive_all, load, log_group, rows
 
-from harbormq.log import archive
-from harbormq.log.reader import read_header
 from harbormq.log.records import Message
 from harbormq.qsg import structure_recovery as sr
 from harbormq.qsg.merge import MemberLog
@@ -34,17 +32,6 @@ def dump(cluster, dbname: str, path) -> None:
 def restore(conninfo_port: int, dbname: str, path) -> None:
     subprocess.run([str(PG_BIN / "pg_restore"), "-h", "127.0.0.1", "-p", str(conninfo_port),
                     "-U", SUPERUSER, "-d", dbname, str(path)], check=True, timeout=120)
-
-
-def archive_all(member: LogMember, dest) -> None:
-    """The member's whole log into its archive (the newest extent closed first)."""
-    member.log.switch()
-    member.flush()
-    files = sorted(member.log_dir.glob("S*.LOG"))
-    headers = [read_header(p) for p in files]
-    for path, h, nxt in zip(files, headers, headers[1:], strict=False):
-        archive.archive_extent(path, h.extent_number, h.first_lsn, nxt.first_lsn, b"{}",
-                               [dest], member.name)
 
 
 def test_dr_site_recovers_the_group_from_a_database_dump_and_archived_logs(

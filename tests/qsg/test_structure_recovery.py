@@ -15,11 +15,9 @@ import shutil
 import threading
 
 import pytest
-from support.qsg_logs import BuilderLog, LogMember, load, log_group, rows
+from support.qsg_logs import BuilderLog, LogMember, archive_all, load, log_group, rows
 
 from harbormq.errors import LogMissing
-from harbormq.log import archive
-from harbormq.log.reader import read_header
 from harbormq.qsg import structure_recovery as sr
 from harbormq.qsg.errors import CFStructFailed
 from harbormq.qsg.merge import MemberLog
@@ -159,16 +157,9 @@ def test_backup_only_in_the_archive_of_a_member_that_is_down(qsg_db, members, tm
     # its closed extents are in its archive, its newest one copied there too
     qm1 = members[0]
     arch = tmp_path / "archive"
-    files = sorted(qm1.log_dir.glob("S*.LOG"))
-    assert len(files) >= 2, "the backup must be on an archived extent"
-    qm1.log.switch()
-    qm1.flush()
-    files = sorted(qm1.log_dir.glob("S*.LOG"))
-    headers = [read_header(p) for p in files]
-    for path, h, nxt in zip(files, headers, headers[1:], strict=False):
-        archive.archive_extent(path, h.extent_number, h.first_lsn, nxt.first_lsn, b"{}",
-                               [arch], "QM1")
-    assert headers[0].first_lsn <= result.start_lsn < headers[-1].first_lsn
+    assert len(list(qm1.log_dir.glob("S*.LOG"))) >= 2, "the backup must be on an archived extent"
+    headers = archive_all(qm1, arch)
+    assert headers[0].first_lsn <= result.start_lsn      # the backup is on an archived extent
     shutil.rmtree(qm1.log_dir)
     logs = {m.name: MemberLog(m.name, m.log_dir) for m in members[1:]}
     logs["QM1"] = MemberLog("QM1", None, (arch,))

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psycopg
 
+from harbormq.log import archive
+from harbormq.log.reader import read_header
 from harbormq.log.records import (
     AUTO_COMMIT,
     Compensation,
@@ -180,3 +182,16 @@ def log_group(conninfo: str, logs_dir: Path, app1_recauto: str = "NO", pages: in
         qgroup.define_structure(conn, "APP1", {"RECAUTO": app1_recauto})
         qgroup.define_structure(conn, "APP2", {"RECAUTO": "NO"})
     return made
+
+
+def archive_all(member: LogMember, dest: Path) -> list:
+    """The member's whole log into its archive (the newest extent closed
+    first); returns the archived extents' headers."""
+    member.log.switch()
+    member.flush()
+    files = sorted(member.log_dir.glob("S*.LOG"))
+    headers = [read_header(p) for p in files]
+    for path, h, nxt in zip(files, headers, headers[1:], strict=False):
+        archive.archive_extent(path, h.extent_number, h.first_lsn, nxt.first_lsn, b"{}",
+                               [dest], member.name)
+    return headers[:-1]
