@@ -14,14 +14,10 @@ import random
 import shutil
 import subprocess
 
-import psycopg
 from support.postgres import PG_BIN, SUPERUSER
-from support.qsg_logs import BuilderLog, LogMember, load, rows
+from support.qsg_logs import BuilderLog, archive_all, load, log_group, rows
 
-from harbormq.log import archive
-from harbormq.log.reader import read_header
 from harbormq.log.records import Message
-from harbormq.qsg import group as qgroup
 from harbormq.qsg import structure_recovery as sr
 from harbormq.qsg.merge import MemberLog
 from harbormq.qsg.structure import StructureStore
@@ -38,28 +34,11 @@ def restore(conninfo_port: int, dbname: str, path) -> None:
                     "-U", SUPERUSER, "-d", dbname, str(path)], check=True, timeout=120)
 
 
-def archive_all(member: LogMember, dest) -> None:
-    """The member's whole log into its archive (the newest extent closed first)."""
-    member.log.switch()
-    member.flush()
-    files = sorted(member.log_dir.glob("S*.LOG"))
-    headers = [read_header(p) for p in files]
-    for path, h, nxt in zip(files, headers, headers[1:], strict=False):
-        archive.archive_extent(path, h.extent_number, h.first_lsn, nxt.first_lsn, b"{}",
-                               [dest], member.name)
-
-
 def test_dr_site_recovers_the_group_from_a_database_dump_and_archived_logs(
         private_postgres, postgres, tmp_path):
     primary = private_postgres
     primary_db = primary.create_database("qsg_primary")
-    members = []
-    for name in ("QM1", "QM2", "QM3"):
-        m = qgroup.join(primary_db, "QSG1", name)
-        members.append(LogMember(primary_db, name, m.number, tmp_path / "site" / name))
-    with psycopg.connect(primary_db, autocommit=True) as conn:
-        qgroup.define_structure(conn, "APP1", {"RECAUTO": "NO"})
-        qgroup.define_structure(conn, "APP2", {"RECAUTO": "NO"})
+    members = log_group(primary_db, tmp_path / "site")
     rng = random.Random(21)
     load(members, rng, 120)
     log = BuilderLog(members[2])

@@ -6,15 +6,15 @@ then; the report says which member did what."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import psycopg
 import pytest
-from support.qsg_logs import LogMember, load, rows
+from support.qsg_logs import load, log_group, rows
 
 from harbormq.log import archive
 from harbormq.log.reader import read_header
-from harbormq.qsg import group as qgroup
 from harbormq.qsg.merge import MemberLog
 
 pytest.importorskip("pyspark")
@@ -27,14 +27,8 @@ def available(conninfo: str, queue: str) -> list[int]:
 
 
 def test_group_lake_rebuild_at_points_and_report(qsg_db, tmp_path, spark):
-    from harbormq.pipeline.group import group_ingest, group_rebuild, group_report
-    members = []
-    for name in ("QM1", "QM2", "QM3"):
-        m = qgroup.join(qsg_db, "QSG1", name)
-        members.append(LogMember(qsg_db, name, m.number, tmp_path / "logs" / name, pages=4))
-    with psycopg.connect(qsg_db, autocommit=True) as conn:
-        qgroup.define_structure(conn, "APP1", {"RECAUTO": "NO"})
-        qgroup.define_structure(conn, "APP2", {"RECAUTO": "NO"})
+    from harbormq.pipeline.group import group_ingest, group_rebuild
+    members = log_group(qsg_db, tmp_path / "logs", pages=4)
     rng = random.Random(4)
     load(members, rng, 120)
     for m in members:
@@ -72,7 +66,10 @@ def test_group_lake_rebuild_at_points_and_report(qsg_db, tmp_path, spark):
         assert [r["msg_key"] for r in end[q]] == at_end[q], q      # delivery order: FIFO
         assert sorted(r["msg_key"] for r in middle[q]) == at_middle[q], q
     assert "OTHER" in end                    # the other structure's queue, on its own
-    report = group_report(spark, lake, tmp_path / "report")
+    # the report through the command line (the same session)
+    from harbormq.pipeline.cli import main
+    assert main(["group-report", "--lake", str(lake), "--out", str(tmp_path / "report")]) == 0
+    report = json.loads((tmp_path / "report" / "group_report.json").read_text())
     with psycopg.connect(qsg_db) as conn:
         for q in ("SQ1", "SQ2"):
             for m in ("QM1", "QM2", "QM3"):
@@ -82,6 +79,6 @@ def test_group_lake_rebuild_at_points_and_report(qsg_db, tmp_path, spark):
         outcomes = conn.execute("SELECT count(*) FROM hmq_uow_outcomes WHERE outcome = "
                                 "'backout'").fetchone()[0]
     backed = sum(v["gets_backed_out"] for q in report["queues"].values() for v in q.values())
-    assert backed <= outcomes * 4 and (tmp_path / "report" / "group_report.json").exists()
+    assert backed <= outcomes * 4
     for m in members:
         m.store.close()

@@ -12,9 +12,8 @@ import time
 
 import psycopg
 import pytest
-from support.qsg_logs import BuilderLog, LogMember, load, rows
+from support.qsg_logs import BuilderLog, load, log_group, rows
 
-from harbormq.qsg import group as qgroup
 from harbormq.qsg import structure_recovery as sr
 from harbormq.qsg.auto_recovery import AutoRecovery
 from harbormq.qsg.merge import MemberLog
@@ -22,13 +21,7 @@ from harbormq.qsg.merge import MemberLog
 
 @pytest.fixture
 def members(qsg_db, tmp_path):
-    made = []
-    for name in ("QM1", "QM2", "QM3"):
-        m = qgroup.join(qsg_db, "QSG1", name)
-        made.append(LogMember(qsg_db, name, m.number, tmp_path / "logs" / name))
-    with psycopg.connect(qsg_db, autocommit=True) as conn:
-        qgroup.define_structure(conn, "APP1", {"RECAUTO": "YES"})
-        qgroup.define_structure(conn, "APP2", {"RECAUTO": "NO"})
+    made = log_group(qsg_db, tmp_path / "logs", app1_recauto="YES")
     yield made
     for m in made:
         m.store.close()

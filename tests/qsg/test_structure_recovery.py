@@ -14,14 +14,10 @@ import random
 import shutil
 import threading
 
-import psycopg
 import pytest
-from support.qsg_logs import BuilderLog, LogMember, load, rows
+from support.qsg_logs import BuilderLog, LogMember, archive_all, load, log_group, rows
 
 from harbormq.errors import LogMissing
-from harbormq.log import archive
-from harbormq.log.reader import read_header
-from harbormq.qsg import group as qgroup
 from harbormq.qsg import structure_recovery as sr
 from harbormq.qsg.errors import CFStructFailed
 from harbormq.qsg.merge import MemberLog
@@ -29,13 +25,7 @@ from harbormq.qsg.merge import MemberLog
 
 @pytest.fixture
 def members(qsg_db, tmp_path):
-    made = []
-    for name in ("QM1", "QM2", "QM3"):
-        m = qgroup.join(qsg_db, "QSG1", name)
-        made.append(LogMember(qsg_db, name, m.number, tmp_path / "logs" / name))
-    with psycopg.connect(qsg_db, autocommit=True) as conn:
-        qgroup.define_structure(conn, "APP1", {"RECAUTO": "NO"})
-        qgroup.define_structure(conn, "APP2", {"RECAUTO": "NO"})
+    made = log_group(qsg_db, tmp_path / "logs", app1_recauto="NO")
     yield made
     for m in made:
         m.store.close()
@@ -167,16 +157,9 @@ def test_backup_only_in_the_archive_of_a_member_that_is_down(qsg_db, members, tm
     # its closed extents are in its archive, its newest one copied there too
     qm1 = members[0]
     arch = tmp_path / "archive"
-    files = sorted(qm1.log_dir.glob("S*.LOG"))
-    assert len(files) >= 2, "the backup must be on an archived extent"
-    qm1.log.switch()
-    qm1.flush()
-    files = sorted(qm1.log_dir.glob("S*.LOG"))
-    headers = [read_header(p) for p in files]
-    for path, h, nxt in zip(files, headers, headers[1:], strict=False):
-        archive.archive_extent(path, h.extent_number, h.first_lsn, nxt.first_lsn, b"{}",
-                               [arch], "QM1")
-    assert headers[0].first_lsn <= result.start_lsn < headers[-1].first_lsn
+    assert len(list(qm1.log_dir.glob("S*.LOG"))) >= 2, "the backup must be on an archived extent"
+    headers = archive_all(qm1, arch)
+    assert headers[0].first_lsn <= result.start_lsn      # the backup is on an archived extent
     shutil.rmtree(qm1.log_dir)
     logs = {m.name: MemberLog(m.name, m.log_dir) for m in members[1:]}
     logs["QM1"] = MemberLog("QM1", None, (arch,))

@@ -126,21 +126,36 @@ class Consumer(threading.Thread):
             c.close()
 
 
-def drain(srv: QMServer) -> list[bytes]:
+def depth(srv: QMServer) -> int:
+    """The shared queue's CURDEPTH: every message on it, committed or not."""
+    out = srv.sc(f"DISPLAY QLOCAL({QUEUE}) CURDEPTH")
+    return int(out.split("CURDEPTH(", 1)[1].split(")", 1)[0])
+
+
+def drain(srv: QMServer, timeout: float = 300.0) -> list[tuple[bytes, bool]]:
+    """Every message on the shared queue, taken through ``srv``: until its
+    depth is 0 and nothing came for a second (messages locked by a unit of
+    work still open are waited for, up to ``timeout``). (body, redelivered)."""
     c = RawStomp(srv.port, timeout=10)
     c.connect()
     c.call("SUBSCRIBE", {"destination": f"/queue/{QUEUE}", "id": "d", "ack": "auto"})
     out, quiet_since = [], time.monotonic()
-    while time.monotonic() - quiet_since < 2.0:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
         frames = [f for f in c.poll(0.3) if f.command == "MESSAGE"]
         if frames:
             quiet_since = time.monotonic()
-        out += [f.body for f in frames]
+            out += [(f.body, f.get("redelivered") == "true") for f in frames]
+        elif time.monotonic() - quiet_since > 1.0 and depth(srv) == 0:
+            break
     c.close()
+    left = depth(srv)
+    assert left == 0, f"{left} messages left on {QUEUE} after the drain ({len(out)} taken)"
     return out
 
 
-def check_exactly_once(producers, consumers, drained: list[bytes]) -> int:
+def check_exactly_once(producers, consumers, drained_frames: list[tuple[bytes, bool]]) -> int:
+    drained = [b for b, _r in drained_frames]
     confirmed = Counter(b for c in consumers for b, _r, _s in c.confirmed)
     dup = [b for b, n in confirmed.items() if n > 1]
     assert not dup, f"consumed twice: {dup[:5]}"
@@ -159,7 +174,8 @@ def check_exactly_once(producers, consumers, drained: list[bytes]) -> int:
     streams = [[b for b, redelivered, s in c.confirmed
                 if s == session and not redelivered and b in receipted]
                for c in consumers for session in {s for _b, _r, s in c.confirmed}]
-    for stream in [*streams, [b for b in drained if b in receipted]]:
+    first_drained = [b for b, redelivered in drained_frames if not redelivered]
+    for stream in [*streams, [b for b in first_drained if b in receipted]]:
         last: dict[str, int] = defaultdict(int)
         for body in stream:
             pid, seq = body.decode().split("-")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psycopg
 
+from harbormq.log import archive
+from harbormq.log.reader import read_header
 from harbormq.log.records import (
     AUTO_COMMIT,
     Compensation,
@@ -26,6 +28,7 @@ from harbormq.log.records import (
     RecordType,
     SharedChange,
 )
+from harbormq.qsg import group as qgroup
 from harbormq.qsg.structure import StructureStore
 from support.pipeline_logbuilder import LogBuilder
 
@@ -165,3 +168,30 @@ def rows(conninfo: str, structure: str = "APP1") -> dict:
         return {r[0]: r[1:] for r in conn.execute(
             "SELECT msg_key, queue, state, owner, uow, backout_count, message "
             "FROM hmq_messages WHERE structure = %s", (structure,))}
+
+
+def log_group(conninfo: str, logs_dir: Path, app1_recauto: str = "NO", pages: int = 16
+              ) -> list[LogMember]:
+    """Members QM1..QM3 of group QSG1 with their logs under ``logs_dir``, and
+    two structures: APP1 (RECAUTO as given) and APP2 (RECAUTO(NO))."""
+    made = []
+    for name in ("QM1", "QM2", "QM3"):
+        m = qgroup.join(conninfo, "QSG1", name)
+        made.append(LogMember(conninfo, name, m.number, Path(logs_dir) / name, pages))
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        qgroup.define_structure(conn, "APP1", {"RECAUTO": app1_recauto})
+        qgroup.define_structure(conn, "APP2", {"RECAUTO": "NO"})
+    return made
+
+
+def archive_all(member: LogMember, dest: Path) -> list:
+    """The member's whole log into its archive (the newest extent closed
+    first); returns the archived extents' headers."""
+    member.log.switch()
+    member.flush()
+    files = sorted(member.log_dir.glob("S*.LOG"))
+    headers = [read_header(p) for p in files]
+    for path, h, nxt in zip(files, headers, headers[1:], strict=False):
+        archive.archive_extent(path, h.extent_number, h.first_lsn, nxt.first_lsn, b"{}",
+                               [dest], member.name)
+    return headers[:-1]

@@ -208,6 +208,69 @@ def load(qm_name, queue, path, home):
         click.echo(json.dumps(load_file_into(qm, queue, path)))
 
 
+
+# -- a queue sharing group's logs (pipeline/group.py) ---------------------------------------
+
+_members = click.option("--member", "members", multiple=True, required=True,
+                        metavar="QM=LOGDIR[,ARCHIVE...]",
+                        help="a member of the group and its log directory (then its archive "
+                             "paths, where its extents no longer in the log are); repeatable")
+
+
+def _member_logs(members: tuple[str, ...]) -> dict:
+    from ..qsg.merge import MemberLog
+    out = {}
+    for item in members:
+        name, sep, paths = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--member {item!r} is not QM=LOGDIR[,ARCHIVE...]",
+                              msgid="HMQ7602E")
+        parts = [p for p in paths.split(",") if p]
+        log_dir = Path(parts[0]) if parts and parts[0] != "-" else None
+        out[name] = MemberLog(name, log_dir, tuple(Path(p) for p in parts[1:]))
+    return out
+
+
+@pipeline.command("group-ingest")
+@_members
+@click.option("--lake", required=True, type=click.Path(file_okay=False, path_type=Path))
+@_master
+@_conf
+def group_ingest_cmd(members, lake, master, confs):
+    """Every member's log into one lake in the group's stamp order."""
+    from .group import group_ingest
+    spark = _session("group-ingest", master, confs)
+    click.echo(json.dumps(group_ingest(spark, _member_logs(members), lake)))
+
+
+@pipeline.command("group-rebuild")
+@click.option("--lake", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--queue", "queues", multiple=True, help="shared queue (default: all)")
+@click.option("--at-stamp", type=int, default=None, help="state after this group stamp")
+@click.option("--at-time", default=None, help="state at this time (ISO 8601)")
+@_master
+@_conf
+def group_rebuild_cmd(lake, queues, at_stamp, at_time, master, confs):
+    """The messages of shared queues at a past point, from every member's log."""
+    from .group import group_rebuild
+    spark = _session("group-rebuild", master, confs)
+    at_ns = parse_time(at_time) if at_time else None
+    out = group_rebuild(spark, lake, list(queues) or None, at_stamp=at_stamp, at_time_ns=at_ns)
+    click.echo(json.dumps({q: [{**m, "msg_id": m["msg_id"].hex()} for m in msgs]
+                           for q, msgs in out.items()}))
+
+
+@pipeline.command("group-report")
+@click.option("--lake", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@_master
+@_conf
+def group_report_cmd(lake, out, master, confs):
+    """Which member did what to each shared queue (group_report.json)."""
+    from .group import group_report
+    spark = _session("group-report", master, confs)
+    click.echo(json.dumps(group_report(spark, lake, out)))
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m harbormq.pipeline`` and of spark-submit."""
     try:

@@ -218,7 +218,7 @@ def fail_structure(conn: psycopg.Connection, structure: str) -> int:
                      "WHERE name = %s", (structure,))
         gone = conn.execute("DELETE FROM hmq_messages WHERE structure = %s",
                             (structure,)).rowcount
-        conn.execute("SELECT pg_notify(%s, %s)", (DEFINITIONS_CHANNEL, structure))
+        conn.execute("SELECT pg_notify(%s, %s)", (DEFINITIONS_CHANNEL, f"CFSTRUCT {structure}"))
     return gone
 
 
@@ -739,7 +739,7 @@ def _write_structure(conn: psycopg.Connection, structure: str, rows: dict[int, B
                                 r.backout_count, r.raw))
         conn.execute("UPDATE hmq_structures SET status = 'ACTIVE', failed_at = NULL "
                      "WHERE name = %s", (structure,))
-        conn.execute("SELECT pg_notify(%s, %s)", (DEFINITIONS_CHANNEL, structure))
+        conn.execute("SELECT pg_notify(%s, %s)", (DEFINITIONS_CHANNEL, f"CFSTRUCT {structure}"))
         for queue in sorted({r.queue for r in rows.values()}):
             conn.execute("SELECT pg_notify(%s, %s)", (AVAILABLE_CHANNEL, queue))
 
