@@ -127,3 +127,30 @@ def test_bad_input_is_refused_with_nothing_changed(two, qsg_db):
     out = run(qm1, "DISPLAY CFSTATUS(*)")
     qm1.core.group = group
     assert out["errors"] == 1 and "HMQ5330E" in out["output"]
+
+
+def test_running_members_recover_a_recauto_structure_by_themselves(two, qsg_db):
+    """RECAUTO(YES): after RESET CFSTRUCT ACTION(FAIL), one of the running members
+    (their group services run the watch) recovers the structure with no operator."""
+    (qm1, qm2), store = two
+    r = run(qm1, "DEFINE CFSTRUCT(AUTO1) CFLEVEL(5) RECOVER(YES) RECAUTO(YES)\n"
+                 "DEFINE QLOCAL(SQA) QSGDISP(SHARED) CFSTRUCT(AUTO1) DEFPSIST(YES)\n")
+    assert r["errors"] == 0, r["output"]
+    assert wait_for(lambda: "SQA" in qm2.core.shared_queues)
+    for i in range(12):
+        (qm1 if i % 2 else qm2).put("SQA", f"a{i}".encode())
+    assert run(qm2, "BACKUP CFSTRUCT(AUTO1)")["errors"] == 0
+    qm1.put("SQA", b"after the backup")
+    out = run(qm1, "RESET CFSTRUCT(AUTO1) ACTION(FAIL)")
+    assert out["errors"] == 0 and "13 messages discarded" in out["output"], out["output"]
+
+    def status() -> tuple[str, str]:
+        s = blocks(run(qm1, "DISPLAY CFSTATUS(AUTO1) TYPE(SUMMARY)")["output"], "HMQ8701I")
+        return s[0]["STATUS"], s[0]["ENTSUSED"]
+    assert wait_for(lambda: status() == ("ACTIVE", "13"), timeout=30), status()
+    oplogs = "".join((qm.config.errors_dir / "HMQERR01.LOG").read_text() for qm in (qm1, qm2))
+    assert "recovered automatically" in oplogs
+    got = []
+    while (m := qm1.get("SQA")) is not None:
+        got.append(m.body)
+    assert sorted(got) == sorted([f"a{i}".encode() for i in range(12)] + [b"after the backup"])

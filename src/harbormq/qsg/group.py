@@ -165,7 +165,7 @@ def delete_group(conninfo: str, group: str) -> None:
         if left:
             raise GroupError(f"group {group} still holds {left} shared messages")
         for table in TABLES:
-            conn.execute(f"DROP TABLE {table}")
+            conn.execute(f"DROP TABLE IF EXISTS {table}")   # hmq_cfbackups: made by a first backup
         for seq in SEQUENCES:
             conn.execute(f"DROP SEQUENCE {seq}")
 

@@ -109,7 +109,7 @@ SCHEMA_V1 = [
 ]
 
 #: every table of the schema, in the order a group's deletion drops them
-TABLES = ["hmq_uow_outcomes", "hmq_messages", "hmq_definitions", "hmq_structures",
+TABLES = ["hmq_cfbackups", "hmq_uow_outcomes", "hmq_messages", "hmq_definitions", "hmq_structures",
           "hmq_members", "hmq_group", "hmq_schema"]
 SEQUENCES = ["hmq_stamp", "hmq_msg_key", "hmq_definition_version"]
 

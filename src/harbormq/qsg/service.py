@@ -23,6 +23,7 @@ import psycopg
 
 from ..config import QsgSettings
 from . import group as qgroup
+from .auto_recovery import AutoRecovery
 from .errors import CFNotAvailable
 from .group import definitions
 from .member import MemberSession
@@ -52,6 +53,8 @@ class QueueSharingGroup:
         self.pending: dict[int, bool] = {}
         self._stop = threading.Event()
         self._listener: threading.Thread | None = None
+        #: RECAUTO(YES): failed structures recovered by the members themselves
+        self.auto_recovery: AutoRecovery | None = None
 
     @property
     def member_number(self) -> int:
@@ -106,6 +109,11 @@ class QueueSharingGroup:
                                heartbeat_timeout=self.settings.heartbeat_timeout)
         self.watch.on_recovered = lambda r: loop.call_soon_threadsafe(self._peer_recovered, r)
         self.watch.start()
+        self.auto_recovery = AutoRecovery(
+            self.settings.db, self.core.name, self.core.config.home,
+            self.core.config.qm_dir / "qsg-recall",
+            lambda msgid, text: loop.call_soon_threadsafe(self.core.oplog.emit, msgid, text))
+        self.auto_recovery.start()
         self.core.spawn(self._forget_outcomes_loop())
         self.core.oplog.emit("HMQ5305I", f"queue manager {self.core.name} is member "
                              f"{self.member_number} of queue sharing group {self.settings.name} "
@@ -136,6 +144,8 @@ class QueueSharingGroup:
         self._stop.set()
         if self.watch is not None:
             self.watch.stop()
+        if self.auto_recovery is not None:
+            self.auto_recovery.stop()
         if self._listener is not None:
             self._listener.join(timeout=5)
         if mode == "preemptive":
@@ -320,6 +330,8 @@ class QueueSharingGroup:
             if q is not None:
                 q.available()
         elif channel == DEFINITIONS_CHANNEL:
+            if payload.startswith("CFSTRUCT") and self.auto_recovery is not None:
+                self.auto_recovery.poke()     # a structure changed: failed, perhaps
             try:
                 self.load_definitions()
             except CFNotAvailable:
