@@ -8,8 +8,8 @@ bash scripts/setup-venv.sh || exit 1
 .venv/bin/python -m pytest -q --durations=25 "$@"
 rc=$?
 # CI (a full run, no arguments) also runs a representative part on the Python
-# sources of the compiled modules (docs/performance.md): frames, queue, records,
-# STOMP frames end to end, and a kill -9 and restart under STOMP
+# sources of the compiled modules (docs/performance.md): the frame parser, the
+# queue, the record codec, STOMP sends end to end, a kill -9 and restart
 if [ "$rc" -eq 0 ] && [ "$#" -eq 0 ]; then
   echo "the same on the pure-Python fallback (HARBORMQ_PURE_PYTHON=1):"
   HARBORMQ_PURE_PYTHON=1 .venv/bin/python -m pytest -q \
