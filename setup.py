@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import runpy
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -43,8 +44,16 @@ class BuildAndRecordSources(build_ext):
             json.dumps({"modules": digests}, indent=1, sort_keys=True) + "\n")
 
 
+def metadata_only() -> bool:
+    """pip asks for the metadata in a run of its own (egg_info, dist_info): no
+    need to type-check and generate the C there too."""
+    args = set(sys.argv[1:])
+    return bool(args & {"egg_info", "dist_info"}) and not args & {
+        "build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
+
+
 def compiled_extensions():
-    if os.environ.get(COMPILED["PURE_PYTHON_ENV"], "") not in ("", "0"):
+    if os.environ.get(COMPILED["PURE_PYTHON_ENV"], "") not in ("", "0") or metadata_only():
         return []
     from mypyc.build import mypycify
 
