@@ -1,6 +1,11 @@
 """harbormq: a durable message queue manager on IBM MQ's logging and recovery design."""
 
+from . import _compiled
 from .errors import HarbormqError
+
+# before any compiled module is imported: HARBORMQ_PURE_PYTHON=1, or a build
+# older than its source, loads the .py source (docs/performance.md)
+_compiled.install()
 
 __all__ = ["QueueManager", "UnitOfWorkHandle", "HarbormqError", "Message"]
 __version__ = "0.1.0"

@@ -27,8 +27,9 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
-from typing import Protocol
+from typing import Iterator, Protocol, cast
 
+from mypy_extensions import mypyc_attr
 from sortedcontainers import SortedSet
 
 from ..log.records import Message
@@ -50,12 +51,16 @@ class Consumer(Protocol):
         """Take the first available message it selects: True when it took one."""
 
 
+# a plain Python class when compiled: the queue's WeakKeyDictionary needs weak references
+@mypyc_attr(native_class=False)
 class MessageMatch:
     """Get by message id or correlation id (served by the queue's index)."""
 
     def __init__(self, msg_id: bytes | None = None, correl_id: bytes | None = None):
         self.msg_id = msg_id
         self.correl_id = correl_id
+        self.index_type: str | None
+        self.ident: bytes | None
         if msg_id is not None:
             self.index_type, self.ident = "MSGID", msg_id
         elif correl_id is not None:
@@ -68,6 +73,8 @@ class MessageMatch:
                 (self.correl_id is None or msg.correl_id == self.correl_id))
 
 
+# qsg/queue.py's SharedQueue, a Python class, extends it (mypyc refuses that otherwise)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ConsumerLine:
     """The line of consumers that share a queue's messages: those with room,
     longest waiting first (a local queue, a queue sharing group's shared
@@ -321,19 +328,19 @@ class LocalQueue(ConsumerLine):
         since the last flush."""
         from_head = start is None or (self._scan_from is not None and start <= self._scan_from)
         store_from = self._scan_from if from_head else start
-        store_keys = iter(())
+        store_keys: Iterator[bytes] = iter(())
         if not self.store_hidden:
             last = self.store.last_key()
             if last is not None and (store_from is None or store_from <= last):
                 store_keys = self.store.iter_keys(store_from)
         # no copy: a caller that changes the queue stops iterating first
         mem_iter = iter(self._mem_keys) if start is None else self._mem_keys.irange(start)
-        s = next(store_keys, None)
-        m = next(mem_iter, None)
+        s: bytes | None = next(store_keys, None)
+        m: bytes | None = next(mem_iter, None)
         advancing = from_head
         while s is not None or m is not None:
             if m is None or (s is not None and s < m):
-                key, s = s, next(store_keys, None)
+                key, s = cast(bytes, s), next(store_keys, None)
                 if key in self._mem_keys or self._gone(key):
                     if advancing:
                         self._scan_from = key + b"\0"

@@ -1,0 +1,87 @@
+"""The compiled hot modules: a normal run loads the extensions that setup.py built,
+HARBORMQ_PURE_PYTHON=1 loads the .py sources in every process, and a build older
+than its source is never what runs (harbormq/_compiled.py, docs/performance.md).
+
+Each case starts a fresh interpreter: which file a module comes from is decided
+once per process, at its first import."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harbormq import _compiled
+
+SRC = Path(_compiled.__file__).resolve().parent.parent
+
+REPORT = "import json, harbormq._compiled as c; c.main([])"
+
+
+def _loaded(env_extra: dict, src: Path = SRC) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_PYTHON_ENV}
+    env.update(env_extra)
+    env["PYTHONPATH"] = str(src)
+    out = subprocess.run([sys.executable, "-c", REPORT], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def test_a_normal_run_loads_every_compiled_module_as_built():
+    if _compiled.pure_python_requested():
+        pytest.skip("this run asked for the Python sources (HARBORMQ_PURE_PYTHON)")
+    report = _loaded({})
+    assert report["build"] == {m: "built" for m in _compiled.COMPILED_MODULES}, (
+        "the compiled modules are missing or older than their source: "
+        "run scripts/setup-venv.sh (it rebuilds them)")
+    assert report["loaded"] == {m: "compiled" for m in _compiled.COMPILED_MODULES}
+
+
+def test_the_switch_loads_the_python_source_of_every_compiled_module():
+    report = _loaded({_compiled.PURE_PYTHON_ENV: "1"})
+    assert report["pure_python_requested"] is True
+    assert report["loaded"] == {m: "source" for m in _compiled.COMPILED_MODULES}
+
+
+def test_the_switch_reaches_the_processes_a_process_starts():
+    """A server or crash child inherits the environment, and so the switch."""
+    code = ("import subprocess, sys; print(subprocess.run([sys.executable, '-c', "
+            f"{REPORT!r}], capture_output=True, text=True, check=True).stdout)")
+    env = {k: v for k, v in os.environ.items() if k != _compiled.PURE_PYTHON_ENV}
+    env.update({_compiled.PURE_PYTHON_ENV: "1", "PYTHONPATH": str(SRC)})
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert json.loads(out)["loaded"] == {m: "source" for m in _compiled.COMPILED_MODULES}
+
+
+def test_a_build_older_than_its_source_is_not_loaded(tmp_path):
+    """An edited source beside an old extension: the hook loads the source and
+    the build check reports it stale (scripts/setup-venv.sh then rebuilds)."""
+    if not all(_compiled.extension_path(m) for m in _compiled.COMPILED_MODULES):
+        pytest.skip("no compiled build here (HARBORMQ_PURE_PYTHON install)")
+    copy = tmp_path / "src"
+    shutil.copytree(SRC / "harbormq", copy / "harbormq",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    edited, untouched = _compiled.COMPILED_MODULES[0], _compiled.COMPILED_MODULES[1:]
+    source = _compiled.source_path(edited, copy / "harbormq")
+    source.write_text(source.read_text() + "\nEDITED_AFTER_THE_BUILD = True\n")
+    report = _loaded({}, src=copy)
+    assert report["build"][edited] == "stale"
+    assert report["loaded"][edited] == "source"
+    assert all(report["loaded"][m] == "compiled" for m in untouched)
+    check = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, harbormq._compiled as c; sys.exit(c.main(['--check']))"],
+        env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True)
+    assert check.returncode == 1 and '"stale"' in check.stdout
+
+
+def test_every_compiled_module_has_its_source_beside_it():
+    """The .py stays the one source (and the fallback): never compiled away."""
+    for module in _compiled.COMPILED_MODULES:
+        assert _compiled.source_path(module).is_file(), module
