@@ -238,7 +238,7 @@ def test_restart_finishes_what_postgresql_decided_and_resolves_prepared_rows(mak
     prepared = qm.begin()
     assert prepared.get("LQ").body == b"l1"
     prepared.put("SQ", b"prepared-only", persistent=True)
-    qm._call_sync(group.prepare, prepared.id)
+    qm._call_sync(group.prepare, prepared.id, qm.core.log.end_lsn)
     # 3. mixed, its COMMIT forced, the crash came before the rows were applied
     group.resolve_later = lambda *a: None
     committed = qm.begin()

@@ -20,6 +20,7 @@ from harbormq.qsg.errors import (
     CFStructInUse,
     GroupDatabaseError,
     GroupError,
+    SharedUnitBackedOut,
 )
 from harbormq.qsg.structure import StructureStore
 
@@ -154,6 +155,48 @@ def test_prepared_rows_wait_for_resolve(grp):
     a.resolve(11, commit=True)
     assert b.get("SQ", None).msg.body == b"new"
     assert b.get("SQ", None) is None
+
+
+def test_a_peers_backout_stands_against_a_late_commit_or_prepare(grp):
+    """A member whose connection was lost comes back after a peer backed its
+    unit of work out: its commit and its prepare are refused (MQRC 2003), and
+    the messages stay where the peer put them."""
+    _c, a, b = grp
+    a.put("APP1", "SQ", msg(b"held"), None)
+    a.get("SQ", uow=21)
+    a.put("APP1", "SQ", msg(b"new"), uow=21)
+    a.put("APP1", "SQ", msg(b"new2"), uow=22)
+    b._decide(21, "backout", owner="QM1", decided_by="QM2")      # as peer recovery does
+    b._decide(22, "backout", owner="QM1", decided_by="QM2")
+    with pytest.raises(SharedUnitBackedOut, match="MQRC 2003"):
+        a.commit(21)
+    with pytest.raises(SharedUnitBackedOut, match="MQRC 2003"):
+        a.prepare(22, 100)
+    assert a.outcome(21) == "backout" and a.outcome(22) == "backout"
+    assert b.get("SQ", None).msg.body == b"held"                  # given back, once
+    assert b.get("SQ", None) is None
+
+
+def test_restart_settles_prepared_rows_the_log_does_not_hold_by_where_the_log_ends(grp):
+    """Restart (QueueSharingGroup.outcomes_after_redo) with prepared rows of
+    units its log does not hold open: one prepared before where the recovered
+    log ends committed (its COMMIT came right after); one prepared at a point
+    the log never reached never had its COMMIT on disk: backed out."""
+    from harbormq.qsg.service import QueueSharingGroup
+    _c, a, b = grp
+    a.put("APP1", "SQ", msg(b"committed, then checkpointed"), uow=31)
+    a.prepare(31, 1_000)
+    a.put("APP1", "SQ", msg(b"never reached the log"), uow=32)
+    a.prepare(32, 5_000)
+    a.put("APP1", "SQ", msg(b"open in the log"), uow=33)
+    a.prepare(33, 5_000)
+    group = QueueSharingGroup.__new__(QueueSharingGroup)      # its store alone
+    group.session, group.restart_rows = a, set()
+    group.outcomes_after_redo([33], log_end=5_000)
+    assert group.restart_rows == {33}                            # restart decides it
+    assert b.get("SQ", None).msg.body == b"committed, then checkpointed"
+    assert b.get("SQ", None) is None
+    assert sorted(a.in_flight()) == [33]
 
 
 def test_get_by_message_id_and_depth(grp):

@@ -68,8 +68,9 @@ class SharedGroup(Protocol):
     def commit(self, uow_id: int) -> None:
         """Decide a unit of work of shared queues only as committed (one statement)."""
 
-    def prepare(self, uow_id: int) -> None:
-        """Mark its shared rows prepared: the member's log decides."""
+    def prepare(self, uow_id: int, log_lsn: int) -> None:
+        """Mark its shared rows prepared (with ``log_lsn``, the log's end now):
+        the member's log decides."""
 
     def resolve_later(self, uow_id: int, commit: bool, forced: asyncio.Future | None) -> None:
         """Apply the log's decision to the prepared rows once ``forced`` is done."""
@@ -81,9 +82,9 @@ class SharedGroup(Protocol):
         """The unit of work has rows in the store that this process did not
         make (restart rebuilt it in doubt)."""
 
-    def outcomes_after_redo(self, uow_ids: list[int]) -> dict[int, str]:
-        """(restart) What the store decided for units of work the log leaves
-        open: 'commit' or 'backout'."""
+    def outcomes_after_redo(self, uow_ids: list[int], log_end: int) -> dict[int, str]:
+        """(restart, the log recovered up to ``log_end``) What the store decided
+        for units of work the log leaves open: 'commit' or 'backout'."""
 
 
 class SharedQueuesHost(Protocol):
@@ -189,13 +190,13 @@ class SharedQueues:
             return []
         for u in units:
             if u.state != "prepared":     # (prepared by an XA prepare already)
-                self.group.prepare(u.id)
+                self.group.prepare(u.id, self.log.end_lsn)
         return [u.id for u in units]
 
     def _prepare_shared(self, uow: UnitOfWork) -> None:
         """(two-phase commit's prepare) Its shared rows prepared in the store."""
         if self._has_shared(uow):
-            self.group.prepare(uow.id)
+            self.group.prepare(uow.id, self.log.end_lsn)
 
     def _resolve_shared_after(self, ids: list[int], forced: asyncio.Future | None) -> None:
         for uow_id in ids:

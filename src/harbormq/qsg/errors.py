@@ -31,6 +31,14 @@ class CFStructFailed(MessageError):
     reason = 2373
 
 
+class SharedUnitBackedOut(MessageError):
+    """A unit of work whose shared messages a peer backed out while this
+    member's connection to the group's database was lost: it cannot commit
+    (MQRC 2003 BACKED_OUT)."""
+    msgid = "HMQ2003E"
+    reason = 2003
+
+
 class CFStructError(ObjectError):
     """A structure that is not defined, or in use where it would be deleted
     (MQRC 2346 CF_STRUC_IN_USE; an unknown one MQRC 2349 CF_STRUC_ERROR)."""

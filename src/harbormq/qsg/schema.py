@@ -72,6 +72,7 @@ SCHEMA_V1 = [
     #   AVAILABLE committed, gettable
     #   GOT       got under a unit of work not yet decided (locked)
     #   PREP_PUT, PREP_GOT  the same, prepared: decided by the owner's log
+    #             (prepare_lsn: the owner's log end when they were prepared)
     # owner, uow: the member and its unit of work that holds it (not AVAILABLE)
     """CREATE TABLE hmq_messages (
         msg_key bigint PRIMARY KEY,
@@ -88,6 +89,9 @@ SCHEMA_V1 = [
         msg_id bytea NOT NULL,
         correl_id bytea NOT NULL,
         backout_count integer NOT NULL DEFAULT 0,
+        -- PREP_ rows: where the owner's log was when they were prepared (restart
+        -- tells a unit committed long ago from one that never reached its disk)
+        prepare_lsn bigint,
         message bytea NOT NULL
     )""",
     # the get path: the first available message of a queue by priority then FIFO

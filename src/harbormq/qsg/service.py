@@ -71,18 +71,27 @@ class QueueSharingGroup:
         core.group = group
         return group
 
-    def outcomes_after_redo(self, open_ids: list[int]) -> dict[int, str]:
-        """(restart, after redo) The store's side of this member's units of
-        work: what PostgreSQL decided of those the log leaves open; rows of
-        units the log closed or never began are settled now (prepared ones
-        committed: only a forced COMMIT closes a unit with prepared rows;
-        others backed out); rows of open units wait for restart's decision."""
+    def outcomes_after_redo(self, open_ids: list[int], log_end: int) -> dict[int, str]:
+        """(restart, after redo of the log up to ``log_end``) The store's side of
+        this member's units of work: what PostgreSQL decided of those the log
+        leaves open; rows of units the log closed or never began are settled
+        now; rows of open units wait for restart's decision.
+
+        Prepared rows of a unit the log does not hold open: its COMMIT record
+        comes right after the prepare, so the unit committed when the log
+        reaches past where it was at the prepare (the COMMIT is then on disk,
+        or checkpointed long ago); when the log ends at or before that point,
+        nothing of the unit after its prepare reached the disk and it is backed
+        out. Other rows (a unit in flight that never reached the log) are
+        backed out."""
         store = self.session
         open_set = set(open_ids)
+        prepared_at = store.prepared_lsns()
         for uow, states in store.in_flight().items():
             if uow in open_set:
                 self.restart_rows.add(uow)
-            elif any(s.startswith("PREP_") for s in states):
+            elif any(s.startswith("PREP_") for s in states) and \
+                    prepared_at.get(uow, 0) < log_end:
                 store.resolve(uow, commit=True)
             else:
                 store.backout(uow)
@@ -241,8 +250,8 @@ class QueueSharingGroup:
             if decided != "commit":
                 raise
 
-    def prepare(self, uow_id: int) -> None:
-        self.session.prepare(uow_id)
+    def prepare(self, uow_id: int, log_lsn: int) -> None:
+        self.session.prepare(uow_id, log_lsn)
 
     def resolve_later(self, uow_id: int, commit: bool, forced) -> None:
         self.restart_rows.discard(uow_id)

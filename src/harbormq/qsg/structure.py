@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import psycopg
 
 from ..log.records import MSG_FIXED, Message
-from .errors import CFNotAvailable, CFStructError, CFStructFailed
+from .errors import CFNotAvailable, CFStructError, CFStructFailed, SharedUnitBackedOut
 from .schema import AVAILABLE_CHANNEL
 
 #: the encoding's seq (offset 0, u64) and backout count (offset 12, u32): the
@@ -321,22 +321,42 @@ class StructureStore:
             f"WITH avail AS ({first}), gone AS ({second}), "
             "decided AS (INSERT INTO hmq_uow_outcomes (member, uow, outcome, stamp, decided_by) "
             "VALUES (%(m)s, %(u)s, %(o)s, nextval('hmq_stamp'), %(by)s) "
+            # a peer's backout stands: a commit after it decides nothing
             "ON CONFLICT (member, uow) DO UPDATE SET outcome = EXCLUDED.outcome "
-            "RETURNING stamp), "
+            "WHERE hmq_uow_outcomes.outcome = EXCLUDED.outcome RETURNING stamp), "
             "told AS (SELECT DISTINCT queue FROM avail) "
             "SELECT (SELECT stamp FROM decided), "
             "(SELECT array_agg(queue) FROM (SELECT queue, pg_notify(%(ch)s, queue) FROM told) n)",
             {"m": owner, "u": uow, "o": outcome, "by": decided_by or self.member,
              "ch": AVAILABLE_CHANNEL})
+        if row[0] is None:
+            raise SharedUnitBackedOut(
+                f"unit of work {uow} of {owner}: its shared messages were backed out by a "
+                f"peer (recovering {owner}) before it could {outcome} "
+                "(MQRC 2003 BACKED_OUT)")
         return Decision(row[0], list(row[1] or ()))
 
-    def prepare(self, uow: int) -> int:
+    def prepare(self, uow: int, log_lsn: int = 0) -> int:
         """Phase one for a unit of work that also touches local queues: its rows
         PREP_PUT and PREP_GOT, left by peer recovery for the member's own log to
-        decide. Returns how many rows."""
-        return self.run("UPDATE hmq_messages SET state = 'PREP_' || state "
-                        "WHERE owner = %s AND uow = %s AND state IN ('PUT', 'GOT')",
-                        (self.member, uow), fetch="count")
+        decide, stamped with ``log_lsn``, the member's log end now (restart's
+        rule, ``prepared_lsns``). Refused when a peer backed the unit out
+        (MQRC 2003). Returns how many rows."""
+        count = self.run("UPDATE hmq_messages SET state = 'PREP_' || state, prepare_lsn = %s "
+                         "WHERE owner = %s AND uow = %s AND state IN ('PUT', 'GOT')",
+                         (log_lsn, self.member, uow), fetch="count")
+        if count == 0 and self.outcome(uow) == "backout":
+            raise SharedUnitBackedOut(
+                f"unit of work {uow} of {self.member}: its shared messages were backed out "
+                "by a peer before it could prepare (MQRC 2003 BACKED_OUT)")
+        return count
+
+    def prepared_lsns(self) -> dict[int, int]:
+        """This member's prepared units of work: uow -> its log end when prepared."""
+        rows = self.run("SELECT uow, max(coalesce(prepare_lsn, 0)) FROM hmq_messages "
+                        "WHERE owner = %s AND state LIKE 'PREP_%%' GROUP BY uow",
+                        (self.member,), fetch="all")
+        return {uow: lsn for uow, lsn in rows}
 
     def resolve(self, uow: int, commit: bool) -> Decision:
         """Phase two: apply the outcome the member's log holds."""

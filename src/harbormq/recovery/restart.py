@@ -720,7 +720,7 @@ class Restart:
         if core.group is not None:
             # a queue sharing group decided some units of work the log leaves
             # open (core/shared.py): their COMMIT records are written now
-            decided = core.group.outcomes_after_redo(list(core.uows))
+            decided = core.group.outcomes_after_redo(list(core.uows), r.end_lsn)
             for uow in [u for u in in_flight if decided.get(u.id) == "commit"]:
                 core.commit_nowait(uow, force=False)
                 in_flight.remove(uow)
