@@ -350,6 +350,14 @@ class QsgSettings:
     heartbeat_interval: float = _opt(1.0, lo=0.1, hi=60.0)
     heartbeat_timeout: float = _opt(10.0, lo=1.0, hi=600.0)
 
+    def check(self) -> None:
+        # a peer whose timeout is within a few of a member's beats would end
+        # that live member's connection and back its work out
+        if self.heartbeat_timeout < 3 * self.heartbeat_interval:
+            raise ConfigError(f"qsg.heartbeat_timeout ({self.heartbeat_timeout} s) must be at "
+                              f"least three heartbeat intervals "
+                              f"({3 * self.heartbeat_interval} s)")
+
 
 @dataclass
 class QMConfig:
@@ -563,6 +571,8 @@ class QMConfig:
             qsg=_section(QsgSettings, data["qsg"], "qsg", where) if "qsg" in data else None)
         try:
             cfg.web.check()
+            if cfg.qsg is not None:
+                cfg.qsg.check()
             cfg.log.validate()
             cfg.check_log_management()
             cfg.check_dual_path()

@@ -17,6 +17,8 @@ BAD_CONFIGS = [
     ("[tuning]\nstore_map_size_mb = 0\n", "tuning.store_map_size_mb = 0 is out of range"),
     ("[[listeners]]\nport = 'abc'\n", "listeners[0].port = 'abc' is not a whole number"),
     ("[nonsense]\nx = 1\n", "unknown key(s) nonsense"),
+    ("[qsg]\nname = 'G'\ndb = 'x'\nheartbeat_interval = 5.0\nheartbeat_timeout = 10.0\n",
+     "at least three heartbeat intervals"),
     ("[stomp]\nmax_frame = 1\n", "unknown key stomp.max_frame"),
     ("[stomp]\nconnauth = 'sometimes'\n", "stomp.connauth = 'sometimes' is not one of"),
     ("[stomp]\nfull_queue_wait_ms = '10s'\n",
@@ -106,3 +108,4 @@ def test_any_qm_toml_loads_or_fails_with_a_config_error(tmp_path_factory, data):
         QMConfig.load("QM1", home)
     except ConfigError:
         pass
+

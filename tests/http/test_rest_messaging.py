@@ -146,7 +146,7 @@ def test_client_gone_while_its_get_waits_takes_nothing(web, admin):
                "\r\n").encode())
     time.sleep(0.5)
     s.close()                                  # gone before any message came
-    time.sleep(0.3)
+    time.sleep(1.0)                            # (the listener notices the close meanwhile)
     admin.call("POST", MSG.format("MS.GONE"), "kept")
     time.sleep(0.3)
     assert curdepth(admin, "MS.GONE") == 1

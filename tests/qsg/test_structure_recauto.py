@@ -57,7 +57,11 @@ def test_failed_recauto_structure_is_recovered_by_one_survivor(qsg_db, members, 
         while status(qsg_db, "APP1") != "ACTIVE":
             assert time.monotonic() < deadline, said
             time.sleep(0.1)
-        time.sleep(0.5)
+        # the one that recovered it records it once its recovery returns
+        while sum(len(w.recovered) for w in watchers) == 0:
+            assert time.monotonic() < deadline, said
+            time.sleep(0.05)
+        time.sleep(0.5)                                            # (a second would show now)
         assert rows(qsg_db) == expected
         assert sum(len(w.recovered) for w in watchers) == 1        # one member did it
         assert status(qsg_db, "APP2") == "FAILED"                  # RECAUTO(NO) waits

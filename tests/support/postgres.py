@@ -66,6 +66,10 @@ class PostgresCluster:
     def create(cls, start: bool = True, settings: dict | None = None) -> "PostgresCluster":
         """initdb in a new temporary directory (owned by ``postgres`` when
         running as root), then start it unless ``start`` is false."""
+        if not (PG_BIN / "initdb").exists() and "HARBORMQ_PG_BIN" not in os.environ:
+            # a fresh machine without it: Debian's package, installed once
+            from support.browser import apt_install
+            apt_install("pg_ctlcluster", ["postgresql-15"])
         if not (PG_BIN / "initdb").exists():
             raise PostgresUnavailable(
                 f"PostgreSQL 15 is not installed: {PG_BIN / 'initdb'} is missing "
