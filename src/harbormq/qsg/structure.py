@@ -98,8 +98,14 @@ def connect(conninfo: str, *, autocommit: bool = True, application: str = "harbo
             ) -> psycopg.Connection:
     """A connection to the group's database, or CFNotAvailable saying why not."""
     try:
+        # statements run on the queue manager's loop: a database that stops
+        # answering (a host gone, packets dropped) must fail them in seconds,
+        # not after TCP's minutes
         conn = psycopg.connect(conninfo, autocommit=autocommit, application_name=application,
-                               options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}")
+                               options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                               connect_timeout=5, keepalives=1, keepalives_idle=5,
+                               keepalives_interval=2, keepalives_count=3,
+                               tcp_user_timeout=10_000)
     except psycopg.Error as e:
         raise CFNotAvailable(f"the group's database cannot be reached ({_first_line(e)}) "
                              "(MQRC 2345 CF_NOT_AVAILABLE)", conninfo=redact(conninfo)) from e
