@@ -190,6 +190,12 @@ def test_run_command_json_builds_the_command_and_answers_parameters(admin):
     ({"type": "runCommand", "parameters": {}}, "command"),
     ({"type": "runCommandJSON"}, "command"),
     ({"type": "runCommandJSON", "command": "display", "parameters": []}, "parameters"),
+    # each part is one keyword: nothing can be spliced into the command
+    ({"type": "runCommandJSON", "command": "define", "qualifier": "qlocal", "name": "RJ.X",
+      "parameters": {"descr('x') put": "disabled"}}, "not an MQSC keyword"),
+    ({"type": "runCommandJSON", "command": "display qlocal(*)"}, "not an MQSC keyword"),
+    ({"type": "runCommandJSON", "command": "display", "qualifier": "qlocal", "name": "*",
+      "responseParameters": ["curdepth) descr("]}, "not an MQSC keyword"),
     ([1, 2], "not an object"),
 ])
 def test_bad_bodies_are_400(admin, body, why):

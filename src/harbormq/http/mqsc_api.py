@@ -24,6 +24,7 @@ the CSRF header. Not here: the commands (``admin/``).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from aiohttp import web
@@ -103,6 +104,10 @@ def quote(value: Any) -> str:
                       "true, false or a list of them")
 
 
+#: a verb, an object type, an attribute's name
+_KEYWORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+
+
 def run_command_json_text(body: dict) -> str:
     """runCommandJSON's parts as one MQSC command: ``command`` (the verb),
     ``qualifier`` (the object type), ``name``, ``parameters`` (ATTR(value);
@@ -113,6 +118,16 @@ def run_command_json_text(body: dict) -> str:
         raise bad_request("runCommandJSON needs \"command\", the verb (display, define, ...)")
     if qualifier is not None and not isinstance(qualifier, str):
         raise bad_request("runCommandJSON's \"qualifier\" is the object type, a string")
+    # the words are spliced into one MQSC command: each must be one keyword
+    params = body.get("parameters", {})
+    for what, word in [("command", verb), ("qualifier", qualifier or "X"),
+                       *((f"parameter {k!r}", k) for k in (
+                           params if isinstance(params, dict) else {})),
+                       *((f"responseParameter {w!r}", w) for w in (
+                           body.get("responseParameters") or []) if isinstance(w, str))]:
+        if not _KEYWORD.fullmatch(str(word)):
+            raise bad_request(f"runCommandJSON's {what} is not an MQSC keyword (letters and "
+                              "digits, a letter first)")
     words = [verb.upper()]
     if qualifier:
         words.append(qualifier.upper())
