@@ -233,3 +233,28 @@ def test_authority_is_checked_per_command_as_for_stomp(web, admin):
     assert admin.mqsc("DISPLAY QLOCAL(AU.OPEN)")[1]["overallCompletionCode"] == 0
     assert admin.mqsc("DISPLAY QLOCAL(AU.NEW)")[1]["overallCompletionCode"] == 2
     admin.mqsc("DELETE AUTHREC PROFILE('AU.OPEN') OBJTYPE(QUEUE) PRINCIPAL('bob')")
+
+
+def test_define_replace_needs_change_and_like_needs_display(web, admin):
+    """+crt on the queue manager makes new objects; replacing an existing one
+    changes it (+chg on it, as ALTER needs) and LIKE reads another (+dsp)."""
+    admin.mqsc("DEFINE QLOCAL(AU.KEEP) MAXDEPTH(50)")
+    admin.mqsc("DEFINE QLOCAL(AU.MODEL) MAXDEPTH(7)")
+    admin.mqsc("SET AUTHREC OBJTYPE(QMGR) PRINCIPAL('bob') AUTHADD(CRT)")
+    try:
+        bob = web_client(web, "bob", "bobpw")
+        status, doc = bob.mqsc("DEFINE QLOCAL(AU.KEEP) REPLACE MAXDEPTH(0)")
+        assert status == 403 and doc["error"][0]["reasonCode"] == 2035, doc
+        status, doc = bob.mqsc("DEFINE QLOCAL(AU.COPY) LIKE(AU.MODEL)")
+        assert status == 403, doc
+        status, doc = bob.mqsc("DEFINE QLOCAL(AU.FRESH) REPLACE MAXDEPTH(5)")    # new: +crt
+        assert status == 200 and doc["overallCompletionCode"] == 0, doc
+        shown = admin.mqsc("DISPLAY QLOCAL(AU.KEEP) MAXDEPTH")[1]["commandResponse"][0]
+        assert "MAXDEPTH(50)" in " ".join(shown["text"])                         # unchanged
+        admin.mqsc("SET AUTHREC PROFILE('AU.MODEL') OBJTYPE(QUEUE) PRINCIPAL('bob') "
+                   "AUTHADD(DSP)")
+        status, doc = bob.mqsc("DEFINE QLOCAL(AU.COPY) LIKE(AU.MODEL)")
+        assert status == 200 and doc["overallCompletionCode"] == 0, doc
+    finally:
+        admin.mqsc("DELETE AUTHREC OBJTYPE(QMGR) PRINCIPAL('bob')")
+        admin.mqsc("DELETE AUTHREC PROFILE('AU.MODEL') OBJTYPE(QUEUE) PRINCIPAL('bob')")

@@ -128,6 +128,7 @@ class CommandRunner:
             generic_display = item.verb == "DISPLAY" and objtype != "QMGR" and "*" in name
             if not generic_display:
                 self.security.require(principal, objtype, name, authority)
+            self._require_define_extras(item, principal)
             blocks = await executor.execute(item)
             if generic_display:
                 blocks = [b for b in blocks if self._may_display(principal, objtype, b)]
@@ -139,6 +140,26 @@ class CommandRunner:
             return _failed(exc.reason or MQRCCF_COMMAND_FAILED, _error_lines(exc))
         return CommandOutcome([CommandResponse(MQCC_OK, 0, b.splitlines(),
                                                response_parameters(b)) for b in blocks])
+
+    def _require_define_extras(self, cmd: Command, principal: Principal) -> None:
+        """DEFINE ... REPLACE changes the object when it exists: +chg on it, as
+        ALTER needs; DEFINE ... LIKE(other) reads the other: +dsp on it."""
+        if cmd.verb != "DEFINE" or not cmd.name:
+            return
+        kind = "QUEUE" if cmd.objtype in QUEUE_TYPES else \
+            "TOPIC" if cmd.objtype in TOPIC_TYPES else None
+        if kind is None:
+            return
+        if "REPLACE" in cmd.flags and self._exists(cmd.objtype, cmd.name):
+            self.security.require(principal, kind, cmd.name, "CHG")
+        like = cmd.attrs.get("LIKE")
+        if isinstance(like, str) and like:
+            self.security.require(principal, kind, like, "DSP")
+
+    def _exists(self, objtype: str, name: str) -> bool:
+        types = getattr(self.core, "DEFINITION_TYPES", {})
+        key = types[objtype][1](name) if objtype in types else name
+        return key in self.core.objects
 
     def _may_display(self, principal: Principal, objtype: str, block: str) -> bool:
         name = _first_name(block)
