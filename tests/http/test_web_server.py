@@ -93,3 +93,27 @@ def test_stomp_over_websocket_at_ws(web):
     status, _h, body = web_client(web, "root", "rootpw").call(
         "DELETE", "/ibmmq/rest/v2/messaging/qmgr/QW/queue/WS.MOUNTED/message")
     assert status == 200 and body == b"over ws"
+
+
+def test_ws_logs_in_when_the_web_listener_requires_it(tmp_path):
+    """connauth = "required" in [web] holds for STOMP over WebSocket at /ws as for
+    the REST paths: a client without Origin that does not log in is refused."""
+    from support.stomp_helpers import QMServer
+    from support.web_helpers import start_web
+    srv = QMServer(tmp_path / "hmq", "QR")
+    srv.create()
+    start_web(srv, connauth="required")
+    srv.user_add("root", "rootpw", "mqm")
+    try:
+        c = WsStomp(f"ws://127.0.0.1:{srv.web_port}/ws")
+        try:
+            assert c.connect().command == "ERROR"                  # anonymous: refused
+        finally:
+            c.close()
+        c = WsStomp(f"ws://127.0.0.1:{srv.web_port}/ws")
+        try:
+            assert c.connect(login="root", passcode="rootpw").command == "CONNECTED"
+        finally:
+            c.close()
+    finally:
+        srv.stop()

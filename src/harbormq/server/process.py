@@ -142,7 +142,9 @@ class QueueManagerServer:
                                transport="websocket")
 
         async def stomp_websocket(request):
-            return await serve_stomp_websocket(request, stomp, ws_listener)
+            # the web listener's connauth holds for /ws too, as for its REST paths
+            return await serve_stomp_websocket(request, stomp, ws_listener,
+                                               login_required=web.connauth == "required")
 
         settings = self.config.stomp
         authenticator = WebAuthenticator(self.security, web, core.name, core.oplog.emit,

@@ -187,10 +187,12 @@ def _message_type(data: bytes) -> WSMsgType:
 
 
 async def serve_stomp_websocket(request: web.Request, service: "StompService",
-                                listener: Listener) -> web.StreamResponse:
+                                listener: Listener, *, login_required: bool = False
+                                ) -> web.StreamResponse:
     """One STOMP connection over the WebSocket ``request`` asks for, on
     ``listener``: the subprotocol agreed (or an HTTP error), then its messages
-    fed to a StompConnection until either side closes."""
+    fed to a StompConnection until either side closes. ``login_required``:
+    every connection logs in (the HTTP listener's own connauth says so)."""
     refusal = _refusal(request)
     if refusal is not None:
         return refusal
@@ -202,7 +204,7 @@ async def serve_stomp_websocket(request: web.Request, service: "StompService",
                                settings.max_header_bytes * 2 + 1024)
     await ws.prepare(request)
     conn = StompConnection(service, listener.name)
-    if "Origin" in request.headers:
+    if "Origin" in request.headers or login_required:
         # a browser: the page may be any web site's, and an anonymous connection
         # would act as the OS user running the browser; it logs in instead
         conn.settings = replace(settings, connauth="required")
