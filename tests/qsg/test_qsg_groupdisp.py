@@ -106,10 +106,13 @@ def test_group_objects_are_copied_kept_refreshed_and_deleted(group, qsg_db):
     assert run(qm2, "ALTER QLOCAL(GQ) QSGDISP(COPY) MAXDEPTH(5)")["errors"] == 0
     assert copy_of(qm2, "GQ")["attrs"]["MAXDEPTH"] == 5
     assert copy_of(qm1, "GQ")["attrs"]["MAXDEPTH"] == 77          # QM1's copy untouched
-    r = run(qm1, "ALTER QLOCAL(GQ) QSGDISP(GROUP) MAXDEPTH(88)")
+    # (changed from the second member: any member changes the group's objects)
+    r = run(qm2, "ALTER QLOCAL(GQ) QSGDISP(GROUP) MAXDEPTH(88)\n"
+                 "DEFINE QREMOTE(GR) QSGDISP(GROUP) REPLACE RNAME(ELSEWHERE) RQMNAME(QMX)\n")
     assert r["errors"] == 0, r["output"]
-    assert copy_of(qm1, "GQ")["attrs"]["MAXDEPTH"] == 88
-    assert wait_for(lambda: copy_of(qm2, "GQ")["attrs"]["MAXDEPTH"] == 88)
+    assert copy_of(qm2, "GQ")["attrs"]["MAXDEPTH"] == 88
+    assert wait_for(lambda: copy_of(qm1, "GQ")["attrs"]["MAXDEPTH"] == 88)
+    assert wait_for(lambda: copy_of(qm1, "GR")["attrs"]["RNAME"] == "ELSEWHERE")
     assert copy_of(qm2, "GQ")["attrs"]["DESCR"] == "group queue"   # the rest kept
     assert qm2.core.queues["GQ"].depth == 1                       # the message too
 

@@ -267,7 +267,8 @@ class QueueSharingGroup:
         refused, nothing changed, when a shared queue or a group queue of
         another type has the name. Every member's copy follows (NOTIFY)."""
         with self.admin() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s, 1)", (qgroup.LOCK_CLASS,))
+            # one key of its own (the two-key locks (LOCK_CLASS, n) are the members')
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('hmq_definitions GROUP'))")
             types = copies.QUEUE_TYPES if objtype in copies.QUEUE_TYPES else (objtype,)
             for t, disp in conn.execute("SELECT objtype, qsgdisp FROM hmq_definitions WHERE "
                                         "name = %s AND objtype = ANY(%s)",
