@@ -165,6 +165,7 @@ def test_bad_input_is_refused_with_nothing_changed(group, qsg_db, make_qm, open_
             ("DEFINE QLOCAL(GQ) QSGDISP(GROUP) NOSUCH(1)", r"NOSUCH"),
             ("DEFINE QLOCAL(GQ) QSGDISP(BOGUS)", r"QSGDISP\(BOGUS\) is not valid"),
             ("DEFINE QALIAS(GA) QSGDISP(SHARED) TARGET(LQ)", r"QSGDISP\(SHARED\) is not valid"),
+            ("ALTER QLOCAL(SQ) QSGDISP(SHARED) MAXDEPTH(9)", r"QSGDISP\(SHARED\) is not valid"),
             # a name this member holds as its own object: no copy could be made here
             ("DEFINE QALIAS(LQ) QSGDISP(GROUP) TARGET(SQ)", r"QSGDISP\(QMGR\).*MQRC 2100"),
             # a shared queue's name, for a group queue of any type

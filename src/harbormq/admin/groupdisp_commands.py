@@ -74,7 +74,8 @@ class GroupDispCommands:
         if disp is None:
             return None
         allowed = DISPOSITIONS if cmd.verb == "DISPLAY" else \
-            ("QMGR", "COPY", "GROUP") + (("SHARED",) if cmd.objtype == "QLOCAL" else ())
+            ("QMGR", "COPY", "GROUP") + (("SHARED",) if cmd.objtype == "QLOCAL" and
+                                         cmd.verb != "ALTER" else ())
         if disp not in allowed:
             raise InvalidAttribute(f"QSGDISP({disp}) is not valid for {cmd.verb} "
                                    f"{cmd.objtype}: {', '.join(allowed)}")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..core.objects import QLOCAL_DEFAULTS, check_name, validate
-from ..errors import HarbormqError, ObjectExists, ObjectInUse
+from ..errors import HarbormqError, InvalidAttribute, ObjectExists, ObjectInUse
 from ..log.records import RecordType, encode_json
 
 COPY = "COPY"
@@ -64,7 +64,7 @@ def full_attrs(core, objtype: str, name: str, attrs: dict,
     bad one; nothing is written."""
     check_name(name, objtype.lower())
     if objtype not in COPY_TYPES:
-        raise ObjectExists(f"QSGDISP(GROUP) is not offered for {objtype} here: "
+        raise InvalidAttribute(f"QSGDISP(GROUP) is not offered for {objtype} here: "
                            f"{', '.join(COPY_TYPES)}")
     if objtype == "QLOCAL":
         out = dict(base or QLOCAL_DEFAULTS)

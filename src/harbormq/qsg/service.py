@@ -103,7 +103,12 @@ class QueueSharingGroup:
         and the peers' watch started."""
         self.session.forget_outcomes()
         self.load_definitions()
-        await self.sync_copies(at_start=True)     # QSGDISP(COPY): made, refreshed, deleted
+        try:
+            await self.sync_copies(at_start=True)     # QSGDISP(COPY): made, refreshed, deleted
+        except CFNotAvailable as e:
+            self.core.oplog.emit("HMQ5341W", f"the copies of group objects were not brought "
+                                 f"in line at start ({e.message}); the listener's reconnection "
+                                 "does it")
         loop = asyncio.get_running_loop()
         self._listener = threading.Thread(target=self._listen, args=(loop,),
                                           name=f"qsg-listen-{self.core.name}", daemon=True)
