@@ -52,8 +52,14 @@ DEFINE QMODEL(GM) QSGDISP(GROUP) DEFTYPE(PERMDYN)
 DEFINE PROCESS(GP) QSGDISP(GROUP) APPLICID('/bin/true')
 DEFINE NAMELIST(GN) QSGDISP(GROUP) NAMES(A, B)
 DEFINE CHANNEL(QMX.TO.QMY) CHLTYPE(RCVR) QSGDISP(GROUP)
+DEFINE TOPIC(GT) QSGDISP(GROUP) TOPICSTR('group/prices') DEFPSIST(YES)
 """
-KEYS = ("GQ", "GR", "GA", "GM", "PROCESS:GP", "NAMELIST:GN", "CHANNEL:QMX.TO.QMY")
+KEYS = ("GQ", "GR", "GA", "GM", "PROCESS:GP", "NAMELIST:GN", "CHANNEL:QMX.TO.QMY", "TOPIC:GT")
+
+
+def tree_has(qm, topicstr: str, name: str) -> bool:
+    d = qm.core.pubsub.topics.by_topic.get(topicstr)
+    return d is not None and d["name"] == name
 
 
 @pytest.fixture
@@ -76,7 +82,16 @@ def test_group_objects_are_copied_kept_refreshed_and_deleted(group, qsg_db):
     assert {(t, n, d) for t, n, d, _a in group_rows(qsg_db)} == {
         ("QLOCAL", "GQ", "GROUP"), ("QREMOTE", "GR", "GROUP"), ("QALIAS", "GA", "GROUP"),
         ("QMODEL", "GM", "GROUP"), ("PROCESS", "GP", "GROUP"), ("NAMELIST", "GN", "GROUP"),
-        ("CHANNEL", "QMX.TO.QMY", "GROUP")}
+        ("CHANNEL", "QMX.TO.QMY", "GROUP"), ("TOPIC", "GT", "GROUP")}
+    # a topic object's copy is in the running topic tree of each member
+    assert tree_has(qm1, "group/prices", "GT") and wait_for(lambda: tree_has(qm2, "group/prices",
+                                                                             "GT"))
+    shown = blocks(run(qm2, "DISPLAY TOPIC(GT) QSGDISP(ALL) TOPICSTR")["output"], "HMQ8633I")
+    assert [(b["TOPIC"], b["QSGDISP"], b["TOPICSTR"]) for b in shown] == [
+        ("GT", "COPY", "group/prices")]
+    shown = blocks(run(qm2, "DISPLAY TOPIC(GT) QSGDISP(ALL) TOPICSTR")["output"], "HMQ8409I")
+    assert [(b["TOPIC"], b["QSGDISP"], b["TOPICSTR"]) for b in shown] == [
+        ("GT", "GROUP", "group/prices")]
 
     # a copy queue is a local queue of its member: messages of its own, persistent
     qm2.put("GQ", b"on the copy of QM2")
@@ -98,6 +113,7 @@ def test_group_objects_are_copied_kept_refreshed_and_deleted(group, qsg_db):
     assert copy_of(qm2, "GQ") is not None and copy_of(qm2, "GQ")["attrs"]["MAXDEPTH"] == 77
     assert all(copy_of(qm2, k) for k in KEYS)
     assert qm2.core.queues["GQ"].depth == 1
+    assert tree_has(qm2, "group/prices", "GT")
 
     # ALTER of a copy needs QSGDISP(COPY); the group object's change overwrites it
     out = run(qm2, "ALTER QLOCAL(GQ) MAXDEPTH(5)")
@@ -133,10 +149,13 @@ def test_group_objects_are_copied_kept_refreshed_and_deleted(group, qsg_db):
 
     # DELETE ... QSGDISP(GROUP): the group object and the copies; a copy queue that
     # holds a message is kept (MQ's NOPURGE), said in its operator log
-    r = run(qm1, "DELETE QLOCAL(GQ) QSGDISP(GROUP)\nDELETE QALIAS(GA) QSGDISP(GROUP)\n")
+    r = run(qm1, "DELETE QLOCAL(GQ) QSGDISP(GROUP)\nDELETE QALIAS(GA) QSGDISP(GROUP)\n"
+                 "DELETE TOPIC(GT) QSGDISP(GROUP)\n")
     assert r["errors"] == 0, r["output"]
     assert "GQ" not in qm1.core.objects and "GA" not in qm1.core.objects
     assert wait_for(lambda: "GQ" not in qm3.core.objects and "GA" not in qm2.core.objects)
+    assert wait_for(lambda: "TOPIC:GT" not in qm2.core.objects)
+    assert not tree_has(qm1, "group/prices", "GT") and not tree_has(qm2, "group/prices", "GT")
     assert wait_for(lambda: "HMQ5341W" in (qm2.config.errors_dir / "HMQERR01.LOG").read_text())
     assert copy_of(qm2, "GQ") is not None and qm2.core.queues["GQ"].depth == 1
     assert ("QLOCAL", "GQ") not in {(t, n) for t, n, _d, _a in group_rows(qsg_db)}
@@ -155,6 +174,7 @@ def test_bad_input_is_refused_with_nothing_changed(group, qsg_db, make_qm, open_
     r = run(qm1, "DEFINE CFSTRUCT(APP1) RECAUTO(NO)\n"
                  "DEFINE QLOCAL(SQ) QSGDISP(SHARED) CFSTRUCT(APP1)\n"
                  "DEFINE QLOCAL(LQ)\n"
+                 "DEFINE TOPIC(LT) TOPICSTR('local/one')\n"
                  "DEFINE PROCESS(GP) QSGDISP(GROUP) APPLICID('/bin/true')\n")
     assert r["errors"] == 0, r["output"]
     assert wait_for(lambda: copy_of(qm2, "PROCESS:GP") is not None)
@@ -180,7 +200,11 @@ def test_bad_input_is_refused_with_nothing_changed(group, qsg_db, make_qm, open_
             ("DEFINE NAMELIST(NL) QSGDISP(COPY)", r"not defined in the group.*2085"),
             ("DEFINE QMODEL(GM) QSGDISP(GROUP) DEFTYPE(PREDEFINED)",
              r"DEFTYPE\(PREDEFINED\) is not valid"),
-            ("DEFINE QLOCAL(GQ) QSGDISP(GROUP) DEFPSIST(MAYBE)", r"DEFPSIST\(MAYBE\)")):
+            ("DEFINE QLOCAL(GQ) QSGDISP(GROUP) DEFPSIST(MAYBE)", r"DEFPSIST\(MAYBE\)"),
+            ("DEFINE TOPIC(GT) QSGDISP(GROUP)", r"needs TOPICSTR"),
+            # a topic string a topic object of this member's own stands for
+            ("DEFINE TOPIC(GT) QSGDISP(GROUP) TOPICSTR('local/one')", r"already has topic "
+             r"object LT.*2100")):
         out = run(qm1, text)
         assert out["errors"] == 1, (text, out["output"])
         assert re.search(why, out["output"]), (text, out["output"])

@@ -1,5 +1,5 @@
 """MQSC's QSGDISP on DEFINE, ALTER, DELETE and DISPLAY of QLOCAL, QREMOTE,
-QALIAS, QMODEL, PROCESS, NAMELIST and CHANNEL (docs/qsg.md, "Group objects
+QALIAS, QMODEL, PROCESS, NAMELIST, CHANNEL and TOPIC (docs/qsg.md, "Group objects
 and their copies"), MQ for z/OS's rules:
 
 * ``QSGDISP(QMGR)`` (the default) is the member's own object; a copy of a
@@ -43,8 +43,9 @@ _DISPLAY = {"QLOCAL": ("QUEUE", mqsc.DISPLAY_QUEUE_ATTRS),
             "QMODEL": ("QUEUE", mqsc.DISPLAY_QMODEL_ATTRS),
             "PROCESS": ("PROCESS", mqsc.DISPLAY_PROCESS_ATTRS),
             "NAMELIST": ("NAMELIST", mqsc.DISPLAY_NAMELIST_ATTRS),
-            "CHANNEL": ("CHANNEL", mqsc.DISPLAY_CHANNEL_ATTRS)}
-_HEAD_RE = re.compile(r"^\s+(?:QUEUE|PROCESS|NAMELIST|CHANNEL)\(([^)]*)\)", re.M)
+            "CHANNEL": ("CHANNEL", mqsc.DISPLAY_CHANNEL_ATTRS),
+            "TOPIC": ("TOPIC", mqsc.DISPLAY_TOPIC_ATTRS)}
+_HEAD_RE = re.compile(r"^\s+(?:QUEUE|PROCESS|NAMELIST|CHANNEL|TOPIC)\(([^)]*)\)", re.M)
 
 
 class GroupDispCommands:
@@ -136,12 +137,24 @@ class GroupDispCommands:
                 raise UnknownObject(f"LIKE({like}): {cmd.objtype} {like} is not defined",
                                     queue=like)
         attrs = full_attrs(self.core, cmd.objtype, cmd.name, self._given(cmd), base)
-        check_can_copy(self.core, cmd.objtype, cmd.name)
+        if cmd.objtype == "TOPIC" and like:
+            attrs["TOPICSTR"] = self._given(cmd).get("TOPICSTR", "")   # its own, not LIKE's
+            attrs = full_attrs(self.core, cmd.objtype, cmd.name, attrs)
+        check_can_copy(self.core, cmd.objtype, cmd.name, attrs)
+        old = group.group_object(cmd.objtype, cmd.name) if "REPLACE" in cmd.flags else None
+        if old is not None:
+            self._same_topicstr(cmd, old["attrs"], attrs)
         group.put_group_object(cmd.objtype, cmd.name, attrs, replace="REPLACE" in cmd.flags)
         report = await group.sync_copies()
         out = [mqsc.format_message("HMQ8006I", f"harbormq group {self._noun(cmd.objtype)} "
                                    f"{cmd.name} created; every active member makes its copy.")]
         return out + self._copy_lines(report, cmd)
+
+    def _same_topicstr(self, cmd: Command, old: dict, new: dict) -> None:
+        if cmd.objtype == "TOPIC" and old.get("TOPICSTR") != new.get("TOPICSTR"):
+            raise InvalidAttribute(f"topic {cmd.name}: TOPICSTR cannot change (it is "
+                                   f"'{old.get('TOPICSTR')}'); delete the group topic object "
+                                   "and define it again")
 
     def _copy_lines(self, report, cmd: Command) -> list[str]:
         what = f"{cmd.objtype}({cmd.name})"
@@ -175,6 +188,7 @@ class GroupDispCommands:
             raise UnknownObject(f"{cmd.objtype}({cmd.name}) QSGDISP(GROUP) is not defined in "
                                 "the group (MQRC 2085)", queue=cmd.name)
         attrs = full_attrs(self.core, cmd.objtype, cmd.name, self._given(cmd), g["attrs"])
+        self._same_topicstr(cmd, g["attrs"], attrs)
         group.put_group_object(cmd.objtype, cmd.name, attrs, replace=True)
         report = await group.sync_copies()
         return [mqsc.format_message("HMQ8008I", f"harbormq group {self._noun(cmd.objtype)} "
@@ -253,12 +267,13 @@ class GroupDispCommands:
         for g in self._member_group().group_objects(cmd.objtype):
             if not mqsc.generic_match(cmd.name, g["name"]):
                 continue
-            values = {head: g["name"], "TYPE": cmd.objtype, **g["attrs"], "QSGDISP": "GROUP"}
+            values = {head: g["name"], "TYPE": "LOCAL" if head == "TOPIC" else cmd.objtype,
+                      **g["attrs"], "QSGDISP": "GROUP"}
             if cmd.objtype == "NAMELIST":
                 values["NAMCOUNT"] = len(g["attrs"].get("NAMES", []))
             if not mqsc.where_matches(cmd.where, values):
                 continue
-            always = (head, "TYPE") if head == "QUEUE" else \
+            always = (head, "TYPE") if head in ("QUEUE", "TOPIC") else \
                 (head, "CHLTYPE") if head == "CHANNEL" else (head,)
             shown = mqsc.select_attrs(cmd, tuple(a for a in order if a not in (
                 "CURDEPTH", "IPPROCS", "OPPROCS")), always)

@@ -367,7 +367,8 @@ SPECS.update({
 
 # -- QSGDISP(GROUP) objects and their QSGDISP(COPY) copies (admin/groupdisp_commands.py)
 #: the types that take QSGDISP on DEFINE, ALTER, DELETE and DISPLAY
-GROUPDISP_TYPES = ("QLOCAL", "QREMOTE", "QALIAS", "QMODEL", "PROCESS", "NAMELIST", "CHANNEL")
+GROUPDISP_TYPES = ("QLOCAL", "QREMOTE", "QALIAS", "QMODEL", "PROCESS", "NAMELIST", "CHANNEL",
+                   "TOPIC")
 for _o in GROUPDISP_TYPES:
     for _v in ("DEFINE", "ALTER", "DELETE", "DISPLAY"):
         _s = SPECS[(_v, _o)]

@@ -18,20 +18,23 @@ left as it is, said in the operator log, and the others go on.
 
 The copy is written with the core's own steps (its record, the catalog,
 the queue's store, the force); the attributes are checked with the rules
-of ``core/objects.py`` before anything is written. Not here: the SQL
+of ``core/objects.py`` before anything is written. A topic object's copy
+joins the running topic tree (``core.pubsub``, started before the group's
+service), as a topic object defined on the member does. Not here: the SQL
 (``group.py``), the MQSC (``admin/groupdisp_commands.py``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.objects import QLOCAL_DEFAULTS, check_name, validate
+from ..core.objects import QLOCAL_DEFAULTS, check_name, object_node, validate
 from ..errors import HarbormqError, InvalidAttribute, ObjectExists, ObjectInUse
 from ..log.records import RecordType, encode_json
 
 COPY = "COPY"
 #: the object types that have group objects and copies here
-COPY_TYPES = ("QLOCAL", "QREMOTE", "QALIAS", "QMODEL", "PROCESS", "NAMELIST", "CHANNEL")
+COPY_TYPES = ("QLOCAL", "QREMOTE", "QALIAS", "QMODEL", "PROCESS", "NAMELIST", "CHANNEL",
+              "TOPIC")
 #: the types in the queues' one namespace
 QUEUE_TYPES = ("QLOCAL", "QREMOTE", "QALIAS", "QMODEL")
 
@@ -72,12 +75,23 @@ def full_attrs(core, objtype: str, name: str, attrs: dict,
         return out
     out = dict(base or core.DEFINITION_TYPES[objtype][0])
     out.update(core._validate_definition(objtype, name, attrs))
+    if objtype == "TOPIC" and not out["TOPICSTR"]:
+        raise InvalidAttribute(f"topic {name} needs TOPICSTR, the node of the topic tree it "
+                               "stands for")
     return out
 
 
-def check_can_copy(core, objtype: str, name: str) -> None:
-    """This member can hold a copy of ``objtype`` ``name``: no object of its
-    own (QSGDISP(QMGR)) has the name, nor a shared queue; ObjectExists if not."""
+def _topics(core):
+    """publish/subscribe's topic tree, once it runs (``core.pubsub``): a topic
+    object's copy joins it as a topic object defined there does."""
+    ps = getattr(core, "pubsub", None)
+    return ps.topics if ps is not None else None
+
+
+def check_can_copy(core, objtype: str, name: str, full: dict | None = None) -> None:
+    """This member can hold a copy of ``objtype`` ``name`` (attributes ``full``):
+    no object of its own (QSGDISP(QMGR)) has the name, nor a shared queue, nor
+    (a topic) another topic object the topic string; ObjectExists if not."""
     d = local_object(core, objtype, name)
     if d is not None and not is_copy(d):
         raise ObjectExists(f"{d['type']}({name}) is an object of queue manager {core.name} "
@@ -89,6 +103,12 @@ def check_can_copy(core, objtype: str, name: str) -> None:
     if objtype in QUEUE_TYPES and name in getattr(core, "shared_queues", {}):
         raise ObjectExists(f"{name} is a shared queue of the group (MQRC 2100 "
                            "OBJECT_ALREADY_EXISTS)", queue=name)
+    topics = _topics(core) if objtype == "TOPIC" and full is not None else None
+    if topics is not None:
+        other = topics.by_topic.get(object_node(full["TOPICSTR"]))
+        if other is not None and other["name"] != name:
+            raise ObjectExists(f"topic string '{full['TOPICSTR']}' already has topic object "
+                               f"{other['name']} on {core.name} (MQRC 2100)", queue=name)
 
 
 async def write_copy(core, objtype: str, name: str, attrs: dict, version: int, *,
@@ -98,10 +118,11 @@ async def write_copy(core, objtype: str, name: str, attrs: dict, version: int, *
     it is (changed by ALTER ... QSGDISP(COPY), perhaps) but at start, when it
     is made the group's again, as MQ does. Logged and forced before it returns."""
     core.check_running()
-    check_can_copy(core, objtype, name)
     full = full_attrs(core, objtype, name, attrs)
+    check_can_copy(core, objtype, name, full)
     key = catalog_key(core, objtype, name)
     existing = core.objects.get(key)
+    topics = _topics(core) if objtype == "TOPIC" else None
     if existing is not None:
         if existing.get("group_version") == version and (
                 not at_start or existing["attrs"] == full):
@@ -123,6 +144,9 @@ async def write_copy(core, objtype: str, name: str, attrs: dict, version: int, *
                                      name=key, payload=encode_json(definition))
             core.set_definition(key, definition, lsn)
         await core.log.force()
+        if topics is not None:
+            topics.drop(existing["attrs"]["TOPICSTR"])
+            topics.set(definition)
         core.notify_definitions(objtype, name)
         return "refreshed"
     oid = core.next_object_id
@@ -138,6 +162,8 @@ async def write_copy(core, objtype: str, name: str, attrs: dict, version: int, *
         if full["INDXTYPE"] != "NONE":
             q.store.rebuild_index(full["INDXTYPE"])
     await core.log.force()
+    if topics is not None:
+        topics.set(definition)
     core.notify_definitions(objtype, name)
     return "made"
 
@@ -150,6 +176,8 @@ async def delete_copy(core, objtype: str, name: str) -> None:
         return
     if d["type"] == "QLOCAL":
         await core.delete_queue(name, purge=False)
+    elif d["type"] == "TOPIC" and getattr(core, "pubsub", None) is not None:
+        await core.pubsub.delete_topic(name)     # out of the running tree too
     else:
         channels = getattr(core, "channels", None)
         if d["type"] == "CHANNEL" and channels is not None:
