@@ -122,6 +122,13 @@ def test_group_objects_are_copied_kept_refreshed_and_deleted(group, qsg_db):
     assert run(qm2, "ALTER QLOCAL(GQ) QSGDISP(COPY) MAXDEPTH(5)")["errors"] == 0
     assert copy_of(qm2, "GQ")["attrs"]["MAXDEPTH"] == 5
     assert copy_of(qm1, "GQ")["attrs"]["MAXDEPTH"] == 77          # QM1's copy untouched
+    # DEFINE ... QSGDISP(COPY) REPLACE makes it the group object's again (REPLACE needed)
+    out = run(qm2, "DEFINE PROCESS(GP) QSGDISP(COPY)")
+    assert out["errors"] == 1 and "use REPLACE" in out["output"], out["output"]
+    assert run(qm2, "ALTER PROCESS(GP) QSGDISP(COPY) USERDATA('by hand')")["errors"] == 0
+    out = run(qm2, "DEFINE PROCESS(GP) QSGDISP(COPY) REPLACE")
+    assert out["errors"] == 0 and "refreshed on QM2" in out["output"], out["output"]
+    assert copy_of(qm2, "PROCESS:GP")["attrs"]["USERDATA"] == ""
     # (changed from the second member: any member changes the group's objects)
     r = run(qm2, "ALTER QLOCAL(GQ) QSGDISP(GROUP) MAXDEPTH(88)\n"
                  "DEFINE QREMOTE(GR) QSGDISP(GROUP) REPLACE RNAME(ELSEWHERE) RQMNAME(QMX)\n")

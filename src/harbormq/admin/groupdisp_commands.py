@@ -119,10 +119,16 @@ class GroupDispCommands:
                 raise UnknownObject(f"{cmd.objtype}({cmd.name}) QSGDISP(GROUP) is not defined "
                                     "in the group: a copy is made from it (MQRC 2085)",
                                     queue=cmd.name)
+            if is_copy(local_object(self.core, cmd.objtype, cmd.name)) and \
+                    "REPLACE" not in cmd.flags:
+                raise ObjectExists(f"{cmd.objtype}({cmd.name}) QSGDISP(COPY) exists on "
+                                   f"{self.core.name} (use REPLACE to make it the group "
+                                   "object's again) (MQRC 2100)", queue=cmd.name)
             check_can_copy(self.core, cmd.objtype, cmd.name)
-            await group.sync_copies()
+            done = await group.refresh_copy(g)
             return [mqsc.format_message("HMQ8006I", f"harbormq {self._noun(cmd.objtype)} copy "
-                                        f"of group object {cmd.name} made on {self.core.name}.")]
+                                        f"of group object {cmd.name} {done} on "
+                                        f"{self.core.name}.")]
         # GROUP: the complete definition checked here, stored in the group, copied
         base = None
         like = cmd.attrs.get("LIKE")

@@ -193,6 +193,14 @@ class QueueSharingGroup:
                 group_defs = definitions(conn, "GROUP")
             return await copies.sync(self.core, group_defs, at_start=at_start)
 
+    async def refresh_copy(self, group_object: dict) -> str:
+        """DEFINE ... QSGDISP(COPY): this member's copy made the group object's
+        again (``"made"``, ``"refreshed"`` or ``"current"``)."""
+        d = group_object
+        async with self._copies_lock:
+            return await copies.write_copy(self.core, d["type"], d["name"], d["attrs"],
+                                           d["version"], at_start=True)
+
     async def _sync_copies_quietly(self) -> None:
         if self.core.stopping or self.core.group is not self:
             return
