@@ -26,6 +26,7 @@ from ..qmgr.log_offline import deletion_plan
 from ..recovery.need import log_need_facts
 from . import mqsc
 from .cfstruct_commands import CFStructCommands
+from .groupdisp_commands import GroupDispCommands
 from .mqsc import Command, MqscSyntaxError, mq_date, mq_time
 from .object_commands import ObjectCommands
 from .pubsub_commands import PubSubCommands
@@ -62,7 +63,7 @@ _select = mqsc.select_attrs
 # -- the executor ------------------------------------------------------------------------
 
 class Executor(PubSubCommands, ObjectCommands, SecurityCommands, CFStructCommands,
-               QsgCommands):
+               QsgCommands, GroupDispCommands):
     def __init__(self, core: QueueManagerCore, security, qm_info: dict | None = None):
         self.core = core
         self.security = security
@@ -113,7 +114,8 @@ class Executor(PubSubCommands, ObjectCommands, SecurityCommands, CFStructCommand
         self.handlers.update(self.object_handlers())     # QALIAS, QMODEL, PROCESS, NAMELIST
         self.handlers.update(self.security_handlers())
         self.handlers.update(self.cfstruct_handlers())   # BACKUP/RECOVER/RESET CFSTRUCT
-        self.handlers.update(self.qsg_handlers())   # last: it wraps QLOCAL's and QMSTATUS's
+        self.handlers.update(self.qsg_handlers())   # it wraps QLOCAL's and QMSTATUS's
+        self.handlers.update(self.groupdisp_handlers())   # last: QSGDISP wraps them all
 
     async def execute(self, cmd: Command) -> list[str]:
         """Run one command; returns its output blocks; raises HarbormqError when

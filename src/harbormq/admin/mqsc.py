@@ -365,6 +365,17 @@ SPECS.update({
                                exclusive=SPECS[("DELETE", "QLOCAL")].exclusive),
 })
 
+# -- QSGDISP(GROUP) objects and their QSGDISP(COPY) copies (admin/groupdisp_commands.py)
+#: the types that take QSGDISP on DEFINE, ALTER, DELETE and DISPLAY
+GROUPDISP_TYPES = ("QLOCAL", "QREMOTE", "QALIAS", "QMODEL", "PROCESS", "NAMELIST", "CHANNEL",
+                   "TOPIC")
+for _o in GROUPDISP_TYPES:
+    for _v in ("DEFINE", "ALTER", "DELETE", "DISPLAY"):
+        _s = SPECS[(_v, _o)]
+        if "QSGDISP" not in _s.valued:
+            SPECS[(_v, _o)] = Spec(_s.name, _s.valued + ("QSGDISP",), _s.bare, lists=_s.lists,
+                                   exclusive=_s.exclusive)
+
 #: object types each verb takes, in the order error messages list them
 VERB_OBJTYPES: dict[str, tuple[str, ...]] = {}
 for (_v, _o) in SPECS:

@@ -22,6 +22,8 @@ import threading
 import psycopg
 
 from ..config import QsgSettings
+from ..errors import ObjectExists, UnknownObject
+from . import copies
 from . import group as qgroup
 from .auto_recovery import AutoRecovery
 from .errors import CFNotAvailable
@@ -55,6 +57,8 @@ class QueueSharingGroup:
         self._listener: threading.Thread | None = None
         #: RECAUTO(YES): failed structures recovered by the members themselves
         self.auto_recovery: AutoRecovery | None = None
+        #: one sync of the copies of group objects at a time (qsg/copies.py)
+        self._copies_lock = asyncio.Lock()
 
     @property
     def member_number(self) -> int:
@@ -108,6 +112,12 @@ class QueueSharingGroup:
         and the peers' watch started."""
         self.session.forget_outcomes()
         self.load_definitions()
+        try:
+            await self.sync_copies(at_start=True)     # QSGDISP(COPY): made, refreshed, deleted
+        except CFNotAvailable as e:
+            self.core.oplog.emit("HMQ5341W", f"the copies of group objects were not brought "
+                                 f"in line at start ({e.message}); the listener's reconnection "
+                                 "does it")
         loop = asyncio.get_running_loop()
         self._listener = threading.Thread(target=self._listen, args=(loop,),
                                           name=f"qsg-listen-{self.core.name}", daemon=True)
@@ -184,6 +194,30 @@ class QueueSharingGroup:
                 queues[name] = SharedQueue(name, d["attrs"], self.session)
         self.session.forget_structures()
 
+    async def sync_copies(self, *, at_start: bool = False) -> copies.SyncReport:
+        """This member's copies of the group's QSGDISP(GROUP) objects brought in
+        line with the group (at start, and when a definition's change is told)."""
+        async with self._copies_lock:
+            with self.admin() as conn:
+                group_defs = definitions(conn, "GROUP")
+            return await copies.sync(self.core, group_defs, at_start=at_start)
+
+    async def refresh_copy(self, group_object: dict) -> str:
+        """DEFINE ... QSGDISP(COPY): this member's copy made the group object's
+        again (``"made"``, ``"refreshed"`` or ``"current"``)."""
+        d = group_object
+        async with self._copies_lock:
+            return await copies.write_copy(self.core, d["type"], d["name"], d["attrs"],
+                                           d["version"], at_start=True)
+
+    async def _sync_copies_quietly(self) -> None:
+        if self.core.stopping or self.core.group is not self:
+            return
+        try:
+            await self.sync_copies()
+        except CFNotAvailable:
+            pass          # the next announcement, or the reconnection, does it
+
     # -- administration (MQSC: admin/qsg_commands.py) ----------------------------------------
 
     @contextlib.contextmanager
@@ -233,6 +267,48 @@ class QueueSharingGroup:
     def members(self) -> list[dict]:
         with self.admin() as conn:
             return qgroup.members(conn)
+
+    # -- group objects (MQSC: admin/groupdisp_commands.py) ----------------------------------
+
+    def group_object(self, objtype: str, name: str) -> dict | None:
+        """The QSGDISP(GROUP) definition of ``objtype`` ``name``, or None."""
+        with self.admin() as conn:
+            row = conn.execute("SELECT qsgdisp, attrs, version FROM hmq_definitions WHERE "
+                               "objtype = %s AND name = %s", (objtype, name)).fetchone()
+        if row is None or row[0] != "GROUP":
+            return None
+        return {"type": objtype, "name": name, "qsgdisp": "GROUP", "attrs": row[1],
+                "version": row[2]}
+
+    def group_objects(self, objtype: str) -> list[dict]:
+        with self.admin() as conn:
+            return [d for d in definitions(conn, "GROUP") if d["type"] == objtype]
+
+    def put_group_object(self, objtype: str, name: str, attrs: dict, *, replace: bool) -> int:
+        """Store a QSGDISP(GROUP) definition (complete, checked attributes);
+        refused, nothing changed, when a shared queue or a group queue of
+        another type has the name. Every member's copy follows (NOTIFY)."""
+        with self.admin() as conn, conn.transaction():
+            # one key of its own (the two-key locks (LOCK_CLASS, n) are the members')
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('hmq_definitions GROUP'))")
+            types = copies.QUEUE_TYPES if objtype in copies.QUEUE_TYPES else (objtype,)
+            for t, disp in conn.execute("SELECT objtype, qsgdisp FROM hmq_definitions WHERE "
+                                        "name = %s AND objtype = ANY(%s)",
+                                        (name, list(types))).fetchall():
+                if disp != "GROUP" or t != objtype:
+                    raise ObjectExists(f"{t}({name}) QSGDISP({disp}) is defined in the group: "
+                                       f"a group {objtype} of that name is refused (MQRC 2100 "
+                                       "OBJECT_ALREADY_EXISTS)", queue=name)
+            return qgroup.put_definition(conn, objtype, name, "GROUP", attrs, replace=replace)
+
+    def delete_group_object(self, objtype: str, name: str) -> None:
+        with self.admin() as conn, conn.transaction():
+            row = conn.execute("SELECT qsgdisp FROM hmq_definitions WHERE objtype = %s AND "
+                               "name = %s FOR UPDATE", (objtype, name)).fetchone()
+            if row is None or row[0] != "GROUP":
+                raise UnknownObject(f"{objtype}({name}) QSGDISP(GROUP) is not defined in the "
+                                    "group (MQRC 2085 UNKNOWN_OBJECT_NAME)", queue=name)
+            qgroup.delete_definition(conn, objtype, name)
 
     # -- the core's SharedGroup ---------------------------------------------------------
 
@@ -328,6 +404,8 @@ class QueueSharingGroup:
                 self.load_definitions()
             except CFNotAvailable:
                 reachable = False
+            else:
+                self.core.spawn(self._sync_copies_quietly())    # changes told meanwhile
         for q in self.core.shared_queues.values():
             q.reachable = reachable
         if reachable:
@@ -345,6 +423,8 @@ class QueueSharingGroup:
                 self.load_definitions()
             except CFNotAvailable:
                 pass
+            if not payload.startswith("CFSTRUCT"):
+                self.core.spawn(self._sync_copies_quietly())
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
         """The NOTIFY listener, on a connection and a thread of its own; each
