@@ -15,22 +15,7 @@ import time
 import psycopg
 import pytest
 from support.log_extents import blocks
-
-from harbormq.admin.commands import run_mqsc
-from harbormq.security import Security
-
-
-def run(qm, text: str) -> dict:
-    return qm._call(run_mqsc(qm.core, text, security=Security.for_config(qm.config)))
-
-
-def wait_for(pred, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
+from support.qsg_members import run, wait_for
 
 
 def copy_of(qm, key: str) -> dict | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from support.qsg_members import wait_for
 
 from harbormq.admin.commands import run_mqsc
 from harbormq.errors import UnitOfWorkError
@@ -43,16 +44,6 @@ def members(home, make_qm, open_qm, qsg_db):
                   "DEFINE QLOCAL(LQ) DEFPSIST(YES)\n")
     assert r["errors"] == 0, r["output"]
     yield qm1, qm2
-
-
-def wait_for(pred, timeout=5.0):
-    import time
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 def test_a_shared_queue_defined_on_one_member_is_served_by_the_other(members):

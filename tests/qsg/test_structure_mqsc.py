@@ -7,30 +7,15 @@ prints its plan, progress and result; DISPLAY CFSTATUS in its three types."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from support.log_extents import blocks
+from support.qsg_members import run, wait_for
 
-from harbormq.admin.commands import run_mqsc
 from harbormq.errors import HarbormqError
 from harbormq.log.records import RecordType
 from harbormq.qsg.errors import CFStructFailed
 from harbormq.qsg.structure import StructureStore
-from harbormq.security import Security
-
-
-def run(qm, text: str) -> dict:
-    return qm._call(run_mqsc(qm.core, text, security=Security.for_config(qm.config)))
-
-
-def wait_for(pred, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 @pytest.fixture
