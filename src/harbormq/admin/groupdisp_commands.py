@@ -172,21 +172,27 @@ class GroupDispCommands:
 
     # -- ALTER -----------------------------------------------------------------------------
 
+    def _this_members_object(self, cmd: Command, disp: str | None, to_what: str) -> bool:
+        """Whether ALTER or DELETE acts on this member's own object: QSGDISP(QMGR)
+        (or none) on an object that is not a copy, QSGDISP(COPY) on a copy;
+        either the other way round is refused (MQRC 2085). ``to_what`` says
+        what QSGDISP(COPY) and QSGDISP(GROUP) would do instead."""
+        if disp not in (None, "QMGR", "COPY"):
+            return False
+        copy = is_copy(local_object(self.core, cmd.objtype, cmd.name))
+        if disp == "COPY" and not copy:
+            raise UnknownObject(f"{cmd.objtype}({cmd.name}) QSGDISP(COPY) is not defined on "
+                                f"{self.core.name} (MQRC 2085)", queue=cmd.name)
+        if disp != "COPY" and copy:
+            raise UnknownObject(f"{cmd.objtype}({cmd.name}) on {self.core.name} is a copy "
+                                f"of a group object: {to_what} (MQRC 2085)", queue=cmd.name)
+        return True
+
     async def alter_disp(self, cmd: Command) -> list[str]:
         disp = self._disposition(cmd)
-        d = local_object(self.core, cmd.objtype, cmd.name)
-        if disp in (None, "QMGR"):
-            if is_copy(d):
-                raise UnknownObject(f"{cmd.objtype}({cmd.name}) on {self.core.name} is a copy "
-                                    "of a group object: give QSGDISP(COPY) to change the copy "
-                                    "(overwritten when the group object changes) or "
-                                    "QSGDISP(GROUP) to change the group object (MQRC 2085)",
-                                    queue=cmd.name)
-            return await self._inner(cmd)
-        if disp == "COPY":
-            if not is_copy(d):
-                raise UnknownObject(f"{cmd.objtype}({cmd.name}) QSGDISP(COPY) is not defined on "
-                                    f"{self.core.name} (MQRC 2085)", queue=cmd.name)
+        if self._this_members_object(
+                cmd, disp, "give QSGDISP(COPY) to change the copy (overwritten when the group "
+                "object changes) or QSGDISP(GROUP) to change the group object"):
             return await self._inner(cmd)
         group = self._member_group()
         g = group.group_object(cmd.objtype, cmd.name)
@@ -205,20 +211,9 @@ class GroupDispCommands:
 
     async def delete_disp(self, cmd: Command) -> list[str]:
         disp = self._disposition(cmd)
-        if disp == "SHARED":
-            return await self._inner(cmd)
-        d = local_object(self.core, cmd.objtype, cmd.name)
-        if disp in (None, "QMGR"):
-            if is_copy(d):
-                raise UnknownObject(f"{cmd.objtype}({cmd.name}) on {self.core.name} is a copy "
-                                    "of a group object: give QSGDISP(COPY) to delete the copy "
-                                    "or QSGDISP(GROUP) to delete the group object and every "
-                                    "copy (MQRC 2085)", queue=cmd.name)
-            return await self._inner(cmd)
-        if disp == "COPY":
-            if not is_copy(d):
-                raise UnknownObject(f"{cmd.objtype}({cmd.name}) QSGDISP(COPY) is not defined on "
-                                    f"{self.core.name} (MQRC 2085)", queue=cmd.name)
+        if disp == "SHARED" or self._this_members_object(
+                cmd, disp, "give QSGDISP(COPY) to delete the copy or QSGDISP(GROUP) to delete "
+                "the group object and every copy"):
             return await self._inner(cmd)
         group = self._member_group()
         group.delete_group_object(cmd.objtype, cmd.name)

@@ -83,6 +83,7 @@ class ConsumerLine:
     _ready: deque[Consumer]
 
     def dispatch(self) -> None:
+        """Serve the line: each kind of queue (local, shared) gives its own."""
         raise NotImplementedError
 
     def add_consumer(self, consumer: Consumer) -> None:
