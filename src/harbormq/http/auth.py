@@ -53,6 +53,9 @@ CSRF_HEADER = "ibm-mq-rest-csrf-token"
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 #: the request's key for the principal once known
 PRINCIPAL_KEY = "harbormq.principal"
+#: the request's key for what is told the principal once known (connections.py
+#: makes the request a connection of the queue manager then)
+ON_PRINCIPAL_KEY = "harbormq.on_principal"
 
 
 def _loopback_host(host: str | None) -> bool:
@@ -99,6 +102,9 @@ class WebAuthenticator:
         else:
             principal = self._anonymous(request)
         request[PRINCIPAL_KEY] = principal
+        told = request.get(ON_PRINCIPAL_KEY)
+        if told is not None:
+            told(principal)
         return principal
 
     def _unauthorized(self, message: str) -> RestError:

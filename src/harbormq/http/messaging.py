@@ -43,6 +43,7 @@ from aiohttp import web
 
 from ..core.queue import MessageMatch
 from ..log.records import Message
+from .connections import owner_of, queue_handle, request_connection
 from .context import WebContext
 from .errors import RestError, bad_request
 from .limits import read_body
@@ -153,7 +154,8 @@ class MessagingApi:
     async def put(self, request: web.Request) -> web.Response:
         queue, principal = await self._caller(request, "put")
         msg = self._message(request, queue, await read_body(request, self.context.settings))
-        msg = await self.core.put(queue, msg)     # a persistent one: on disk on return
+        with queue_handle(request, queue, "output"):
+            msg = await self.core.put(queue, msg)     # a persistent one: on disk on return
         if msg.seq:
             self._remember(queue, msg)
         return web.Response(status=201, headers={MD + "messageId": msg.msg_id.hex()})
@@ -189,9 +191,13 @@ class MessagingApi:
         q = request.query
         wait_s = _int(q["wait"], "wait", 0, MAX_WAIT_MS) / 1000 if "wait" in q else 0
         core = self.core
-        uow = core.begin(owner=f"HTTP {principal.user} {queue}")
+        conn = request_connection(request)
+        # DISPLAY CONN shows it under the request's connection while it is open
+        uow = core.begin(owner=owner_of(conn) if conn is not None
+                         else f"HTTP {principal.user} {queue}")
         try:
-            msg = await core.get(queue, uow, wait=wait_s, match=match)
+            with queue_handle(request, queue, "input"):
+                msg = await core.get(queue, uow, wait=wait_s, match=match)
             if msg is None:
                 core.discard_empty(uow)
                 return web.Response(status=204)

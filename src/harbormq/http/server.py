@@ -30,6 +30,7 @@ from aiohttp import web
 from ..errors import ConfigError
 from ..security import check_listener
 from . import console, messaging, metrics, mqsc_api, openapi
+from .connections import connection_middleware
 from .context import WebContext
 from .errors import error_middleware
 from .limits import DeadlineProtocol, DeadlineSite, body_limit, raw_answer, timeout_error
@@ -77,7 +78,8 @@ class WebServer:
         settings = self.context.settings
         app = web.Application(middlewares=[self._deadline_middleware,
                                            error_middleware(self.context.core.oplog.emit),
-                                           body_limit(settings)],
+                                           body_limit(settings),
+                                           connection_middleware(self.context.core)],
                               # read_body enforces the limit with MQ's answer; aiohttp's
                               # own (request.read) is a last guard
                               client_max_size=settings.max_body_bytes)
