@@ -15,7 +15,8 @@ and ``runCommand``) and reads, every couple of seconds, the JSON of
 * ``queues/{name}/messages``: one page of a queue's messages from a cursor
   (``console_data.browse_page``; +browse on the queue);
 * ``connections``: DISPLAY CONN and DISPLAY UOW; ``channels``: DISPLAY
-  CHANNEL and CHSTATUS; ``topics``: DISPLAY TOPIC and SUB.
+  CHANNEL and CHSTATUS; ``topics``: DISPLAY TOPIC and SUB;
+* ``group``: the queue sharing group (``console_group.py``).
 
 Whatever the page shows is read with the requester's authority: the
 DISPLAY commands go through the MQSC runner as the requester (the checks of
@@ -221,6 +222,19 @@ async def _to_console(request: web.Request) -> web.Response:
     raise web.HTTPFound("/console/")
 
 
+def describe_console_path(app: web.Application, path: str, summary: str, query) -> None:
+    """The OpenAPI description of one of the console's JSON paths."""
+    describe(app, f"/console/api/{path}", {"get": {
+        "summary": f"web console: {summary}", "tags": ["console"],
+        "parameters": [{"name": n, "in": "query", "required": False,
+                        "schema": {"type": t}, "description": d} for n, t, d in query]
+        + ([{"name": "name", "in": "path", "required": True,
+             "schema": {"type": "string"}}] if "{name}" in path else []),
+        "responses": {"200": {"description": "JSON for the console's page"},
+                      "401": {"description": "not logged in"},
+                      "403": {"description": "no authority (MQRC 2035)"}}}})
+
+
 def add_routes(app: web.Application, context: WebContext) -> None:
     console = Console(context)
     app.router.add_get("/console", _to_console)
@@ -228,15 +242,7 @@ def add_routes(app: web.Application, context: WebContext) -> None:
     app.router.add_static("/console/static/", STATIC, follow_symlinks=False)
     api = "/console/api"
     for path, summary, query in _API:
-        describe(app, f"{api}/{path}", {"get": {
-            "summary": f"web console: {summary}", "tags": ["console"],
-            "parameters": [{"name": n, "in": "query", "required": False,
-                            "schema": {"type": t}, "description": d} for n, t, d in query]
-            + ([{"name": "name", "in": "path", "required": True,
-                 "schema": {"type": "string"}}] if "{name}" in path else []),
-            "responses": {"200": {"description": "JSON for the console's page"},
-                          "401": {"description": "not logged in"},
-                          "403": {"description": "no authority (MQRC 2035)"}}}})
+        describe_console_path(app, path, summary, query)
     app.router.add_get(f"{api}/session", console.session)
     app.router.add_get(f"{api}/overview", console.overview)
     app.router.add_get(f"{api}/queues", console.queues)

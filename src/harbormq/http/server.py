@@ -29,7 +29,7 @@ from aiohttp import web
 
 from ..errors import ConfigError
 from ..security import check_listener
-from . import console, messaging, metrics, mqsc_api, openapi
+from . import console, console_group, messaging, metrics, mqsc_api, openapi
 from .connections import connection_middleware
 from .context import WebContext
 from .errors import error_middleware
@@ -43,6 +43,7 @@ FEATURES: list[Callable[[web.Application, WebContext], None]] = [
     openapi.add_routes,
     metrics.add_routes,
     console.add_routes,
+    console_group.add_routes,
 ]
 #: how long a stop lets requests under way finish
 SHUTDOWN_S = 5.0

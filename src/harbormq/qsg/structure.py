@@ -291,6 +291,12 @@ class StructureStore:
         committed or not."""
         return self.run("SELECT count(*) FROM hmq_messages WHERE queue = %s", (queue,))[0]
 
+    def uncommitted(self, queue: str) -> int:
+        """DISPLAY QSTATUS's UNCOM of a shared queue: its messages a unit of work
+        holds (put or got, prepared or not), not yet decided."""
+        return self.run("SELECT count(*) FROM hmq_messages WHERE queue = %s AND "
+                        "state <> 'AVAILABLE'", (queue,))[0]
+
     def depths(self) -> dict[str, int]:
         rows = self.run("SELECT queue, count(*) FROM hmq_messages GROUP BY queue", fetch="all")
         return dict(rows)
