@@ -166,8 +166,8 @@ def families(snap: Snapshot, *, free_space: dict[str, tuple[Path, int, int]],
         snap.started_s)
     one("qmgr_quiescing", "gauge", "1 while the queue manager is stopping.", int(snap.quiescing))
     one("queues", "gauge", "Local queues defined.", snap.queues_defined)
-    one("connections", "gauge", "Connections now (DISPLAY QMSTATUS CONNS): STOMP clients and "
-        "embedded API handles.", snap.connections)
+    one("connections", "gauge", "Connections now (DISPLAY QMSTATUS CONNS): STOMP clients, "
+        "embedded API handles and HTTP requests running.", snap.connections)
     one("connections_opened", "counter", "Connections opened since the queue manager started.",
         snap.connections_opened)
     one("connections_closed", "counter", "Connections closed since the queue manager started.",
