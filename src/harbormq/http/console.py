@@ -93,7 +93,9 @@ class Console:
         logging in (the page's first read)."""
         who = await self._who(request)
         return web.json_response({"qmgr": self.context.qmgr_name, "user": who.user,
-                                  "poll_s": POLL_S})
+                                  "poll_s": POLL_S,
+                                  # the Group page's link shows on a member only
+                                  "qsg_member": self.context.core.group is not None})
 
     async def overview(self, request: web.Request) -> web.Response:
         who = await self._who(request)

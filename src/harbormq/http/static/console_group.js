@@ -77,3 +77,19 @@ views.group = async function group() {
       {key: "descr", label: "description"}], Array.isArray(d.queues) ? d.queues : [])) +
     "</section>";
 };
+
+// the Group link is shown on a member of a group only (the session says which);
+// read once the page has a login, and again after each login
+async function showGroupLink() {
+  const link = document.querySelector('#nav a[data-view="group"]');
+  if (!link || !state.auth) return;
+  try {
+    link.hidden = !(await api("/console/api/session")).qsg_member;
+  } catch (e) {
+    // not logged in (yet): the link stays, and the page says what it can
+  }
+}
+window.addEventListener("DOMContentLoaded", showGroupLink);
+document.addEventListener("submit", (ev) => {
+  if (ev.target.id === "login") showGroupLink();
+});
