@@ -12,11 +12,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from selenium.webdriver.common.by import By
 from support.browser import headless_driver
 from support.console_page import click_action, column, figure, last_action, log_in, show, wait_for
 from support.screenshots import keep_screenshot
 from support.stomp_helpers import QMServer, deadline_wait, stomp_client
-from support.web_helpers import start_web
+from support.web_helpers import start_web, web_client
 
 from harbormq.security import UserStore
 
@@ -39,6 +40,11 @@ def members(qsg_db, tmp_path):
         qa, qb = servers
         start_web(qa)
         qb.start()
+        # a group without structures or shared queues yet: shown as none
+        status, doc = web_client(qa, "root", "rootpw").json("GET", "/console/api/group")
+        assert status == 200 and doc["member"] is True, doc
+        assert (doc["structures"], doc["queues"]) == ([], [])
+        assert [m["qmname"] for m in doc["members"] if m["this"]] == ["QA"]
         qa.sc("DEFINE CFSTRUCT(APP1) RECOVER(YES) RECAUTO(NO)\n"
               "DEFINE QLOCAL(SQ) QSGDISP(SHARED) CFSTRUCT(APP1) DEFPSIST(YES)\n"
               "SET AUTHREC OBJTYPE(QMGR) PRINCIPAL('alice') AUTHADD(DSP)")
@@ -81,6 +87,7 @@ def test_group_page_shows_the_group_and_drives_its_structure(members, browser):
     heartbeats = re.findall(r"HBTIME\(([^)]*)\)", group)
     assert all(heartbeats) and column(browser, "member-table", "hbtime")[0]
     assert figure(browser, "qsgname") == "QSG1" and figure(browser, "qsgstat") == "CONNECTED"
+    assert browser.find_element(By.CSS_SELECTOR, "#nav a[data-view='group']").is_displayed()
     assert column(browser, "cfstruct-table", "cfstruct") == ["APP1"]
     assert column(browser, "cfstruct-table", "status") == ["ACTIVE"]
     assert column(browser, "cfstruct-table", "recauto") == ["NO"]

@@ -30,8 +30,8 @@ from aiohttp import web
 from .console import Console, describe_console_path
 from .context import WebContext
 
-#: DISPLAY CFSTATUS's answer when a structure is named that the group lacks, or
-#: the group has none (MQRC 2349 MQRC_CF_STRUC_ERROR... or not found: 2085)
+#: the reasons of a DISPLAY of structures that finds none (the group has no
+#: structure yet): MQRC 2085 (UNKNOWN_OBJECT_NAME), or 2349 (CF_STRUC_ERROR)
 NO_STRUCTURE = (2085, 2349)
 
 
