@@ -15,6 +15,9 @@ workloads, one per module tried (by default those compiled now):
   slower compiled, so not compiled; runs once it is added to the list again
 * ``queue``   commit 1,000 puts to a ``LocalQueue``, then take each with
   ``first_available`` and ``commit_delete``, µs a message
+* ``message_codec`` read a 1 KiB SEND's headers into a message
+  (``message_of_send``) and write it as a MESSAGE frame (``message_frame``),
+  µs a message
 
 ``--stomp MODES`` adds ``bench_stomp.py --quick`` runs of those modes (receipt,
 pipelined, txn) against a real server, whose process inherits the switch:
@@ -41,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 clock = time.process_time
 #: each micro workload and the module it measures
 MICRO = {"frames": "harbormq.stomp.frames", "records": "harbormq.log.records",
-         "queue": "harbormq.core.queue"}
+         "queue": "harbormq.core.queue", "message_codec": "harbormq.stomp.message_codec"}
 
 
 # -- the micro workloads (run inside a child process) -----------------------------------
@@ -122,11 +125,35 @@ def _micro_queue(seconds: float) -> float:
     return (clock() - start) / done * 1e6
 
 
+def _micro_message_codec(seconds: float) -> float:
+    from harbormq.stomp.message_codec import message_frame, message_of_send
+
+    headers = {"destination": "/queue/Q", "persistent": "true", "receipt": "r-123",
+               "content-length": "1024", "priority": "4"}
+    body = b"w" * 1024
+
+    def defaults(_where, priority, persistent):
+        return (0 if priority is None else priority, True if persistent is None else persistent)
+
+    prefix = "MESSAGE\nsubscription:sub-1\ndestination:/queue/Q\n"
+    msg_hex = "ab" * 24
+    done = 0
+    start = clock()
+    while clock() - start < seconds:
+        for i in range(200):
+            msg = message_of_send(headers, body, defaults, None)
+            msg.put_time_ns = 1_764_000_000_000_000_000 + i
+            message_frame(prefix, msg_hex, "conn-1-7", msg, "1.2", None)
+        done += 200
+    return (clock() - start) / done * 1e6
+
+
 def child(workload: str, seconds: float) -> None:
     """Runs one micro workload and prints {"us": ..., "loaded": ...}."""
     from harbormq import _compiled
 
-    run = {"frames": _micro_frames, "records": _micro_records, "queue": _micro_queue}[workload]
+    run = {"frames": _micro_frames, "records": _micro_records, "queue": _micro_queue,
+           "message_codec": _micro_message_codec}[workload]
     # the best of five: what the code costs when nothing else disturbs it
     us = min(run(seconds / 5) for _ in range(5))
     print(json.dumps({"us": us, "loaded": _compiled.loaded_state()}))
