@@ -21,10 +21,15 @@ workloads, one per module tried (by default those compiled now):
 
 ``--stomp MODES`` adds ``bench_stomp.py --quick`` runs of those modes (receipt,
 pipelined, txn) against a real server, whose process inherits the switch:
-server CPU µs a message and msgs/s end to end.
+server CPU µs a message and msgs/s end to end. ``--baseline-src DIR`` compares
+instead this tree against another checkout's ``src`` (the code before a change,
+its own modules compiled), both compiled, in the same alternating rounds: what
+the change gains end to end (stomp modes only; the ratio is baseline ÷ this).
 
     .venv/bin/python benchmarks/bench_compiled.py                     # micro, 5 rounds
     .venv/bin/python benchmarks/bench_compiled.py --rounds 3 --stomp pipelined,txn,receipt
+    .venv/bin/python benchmarks/bench_compiled.py --micro '' --stomp pipelined,txn \
+        --baseline-src /tmp/before/src
 """
 
 from __future__ import annotations
@@ -161,12 +166,12 @@ def child(workload: str, seconds: float) -> None:
 
 # -- the parent: alternating rounds ------------------------------------------------------
 
-def _env(pure: bool) -> dict:
+def _env(pure: bool, src: Path = ROOT / "src") -> dict:
     env = dict(os.environ)
     env.pop("HARBORMQ_PURE_PYTHON", None)
     if pure:
         env["HARBORMQ_PURE_PYTHON"] = "1"
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(src) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
@@ -183,9 +188,9 @@ def _run_micro(workload: str, pure: bool, seconds: float) -> float:
     return result["us"]
 
 
-def _run_stomp(mode: str, pure: bool) -> dict:
+def _run_stomp(mode: str, pure: bool, src: Path = ROOT / "src") -> dict:
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_stomp.py"),
-                          "--quick", "--mode", mode], env=_env(pure), check=True,
+                          "--quick", "--mode", mode], env=_env(pure, src), check=True,
                          capture_output=True, text=True).stdout
     result = json.loads(out)
     run = result["modes"][mode] if "modes" in result else result[mode]
@@ -203,6 +208,8 @@ def main() -> None:
     ap.add_argument("--micro", default=",".join(compiled),
                     help="micro workloads ('' for none; records only when it is compiled)")
     ap.add_argument("--stomp", default="", help="bench_stomp --quick modes, e.g. pipelined,txn")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="stomp runs: this tree against that src, both compiled")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -215,13 +222,15 @@ def main() -> None:
     for round_no in range(args.rounds):
         order = (False, True) if round_no % 2 == 0 else (True, False)
         for pure in order:
+            # (with a baseline, "source" is the baseline's tree, compiled too)
             side = "source" if pure else "compiled"
             for w in micro:
                 samples.setdefault(w, {}).setdefault(side, []).append(
                     _run_micro(w, pure, args.seconds))
             for m in stomp:
-                samples.setdefault(f"stomp_{m}", {}).setdefault(side, []).append(
-                    _run_stomp(m, pure))
+                run = (_run_stomp(m, False, args.baseline_src) if pure and args.baseline_src
+                       else _run_stomp(m, pure))
+                samples.setdefault(f"stomp_{m}", {}).setdefault(side, []).append(run)
         load.append(os.getloadavg()[0])
     summary = {}
     for name, sides in samples.items():
@@ -242,7 +251,18 @@ def main() -> None:
                      "source_over_compiled": round(src / comp, 2),
                      "runs_us": {k: [round(v, 3) for v in vs] for k, vs in sides.items()}}
         summary[name] = entry
+    if args.baseline_src:     # the two sides are two trees, both compiled
+        for entry in summary.values():
+            for key in ("msgs_per_s", "server_cpu_us_per_msg"):
+                if key in entry:
+                    entry[key] = {"this": entry[key]["compiled"],
+                                  "baseline": entry[key]["source"]}
+            if "runs" in entry:
+                entry["runs"] = {"this": entry["runs"]["compiled"],
+                                 "baseline": entry["runs"]["source"]}
+                entry["cpu_baseline_over_this"] = entry.pop("cpu_source_over_compiled")
     print(json.dumps({"benchmark": "compiled", "rounds": args.rounds,
+                      "baseline_src": str(args.baseline_src) if args.baseline_src else None,
                       "load_average": [round(x, 2) for x in load], "results": summary},
                      indent=2))
 
