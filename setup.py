@@ -3,8 +3,9 @@
 The modules are the ones `harbormq._compiled.COMPILED_MODULES` lists. The C that
 mypyc writes goes to .cache/mypyc (not build/), and the extensions land beside
 their sources in src/ on an editable install. After a build, the digests of the
-sources compiled are written beside them (`_compiled_sources.json`): the import
-hook loads a module's source when they no longer match, and
+sources compiled are written beside them (`_compiled_sources.json`), with the
+compiled modules each imports: the import hook loads a module's source when
+its digest, or that of a compiled module it imports, no longer matches, and
 scripts/setup-venv.sh rebuilds. `HARBORMQ_PURE_PYTHON=1` at install time builds
 no extension at all.
 """
@@ -36,12 +37,17 @@ class BuildAndRecordSources(build_ext):
         super().run()
         digests = {m: hashlib.sha256(module_source(m).read_bytes()).hexdigest()
                    for m in MODULES}
+        # a compiled module loads the extensions of those it imports: it is
+        # current only while they are (harbormq._compiled.current_builds)
+        imports = {m: COMPILED["compiled_imports"](m, module_source(m).read_text())
+                   for m in MODULES}
         in_place = self.inplace or getattr(self, "editable_mode", False)
         package_dir = ROOT / "src" / "harbormq" if in_place else \
             Path(self.build_lib) / "harbormq"
         package_dir.mkdir(parents=True, exist_ok=True)
         (package_dir / SOURCES_FILE).write_text(
-            json.dumps({"modules": digests}, indent=1, sort_keys=True) + "\n")
+            json.dumps({"modules": digests, "imports": imports}, indent=1, sort_keys=True)
+            + "\n")
 
 
 def metadata_only() -> bool:

@@ -15,13 +15,21 @@ workloads, one per module tried (by default those compiled now):
   slower compiled, so not compiled; runs once it is added to the list again
 * ``queue``   commit 1,000 puts to a ``LocalQueue``, then take each with
   ``first_available`` and ``commit_delete``, µs a message
+* ``message_codec`` read a 1 KiB SEND's headers into a message
+  (``message_of_send``) and write it as a MESSAGE frame (``message_frame``),
+  µs a message
 
 ``--stomp MODES`` adds ``bench_stomp.py --quick`` runs of those modes (receipt,
 pipelined, txn) against a real server, whose process inherits the switch:
-server CPU µs a message and msgs/s end to end.
+server CPU µs a message and msgs/s end to end. ``--baseline-src DIR`` compares
+instead this tree against another checkout's ``src`` (the code before a change,
+its own modules compiled), both compiled, in the same alternating rounds: what
+the change gains end to end (stomp modes only; the ratio is baseline ÷ this).
 
     .venv/bin/python benchmarks/bench_compiled.py                     # micro, 5 rounds
     .venv/bin/python benchmarks/bench_compiled.py --rounds 3 --stomp pipelined,txn,receipt
+    .venv/bin/python benchmarks/bench_compiled.py --micro '' --stomp pipelined,txn \
+        --baseline-src /tmp/before/src
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 clock = time.process_time
 #: each micro workload and the module it measures
 MICRO = {"frames": "harbormq.stomp.frames", "records": "harbormq.log.records",
-         "queue": "harbormq.core.queue"}
+         "queue": "harbormq.core.queue", "message_codec": "harbormq.stomp.message_codec"}
 
 
 # -- the micro workloads (run inside a child process) -----------------------------------
@@ -122,11 +130,35 @@ def _micro_queue(seconds: float) -> float:
     return (clock() - start) / done * 1e6
 
 
+def _micro_message_codec(seconds: float) -> float:
+    from harbormq.stomp.message_codec import message_frame, message_of_send
+
+    headers = {"destination": "/queue/Q", "persistent": "true", "receipt": "r-123",
+               "content-length": "1024", "priority": "4"}
+    body = b"w" * 1024
+
+    def defaults(_where, priority, persistent):
+        return (0 if priority is None else priority, True if persistent is None else persistent)
+
+    prefix = "MESSAGE\nsubscription:sub-1\ndestination:/queue/Q\n"
+    msg_hex = "ab" * 24
+    done = 0
+    start = clock()
+    while clock() - start < seconds:
+        for i in range(200):
+            msg = message_of_send(headers, body, defaults, None)
+            msg.put_time_ns = 1_764_000_000_000_000_000 + i
+            message_frame(prefix, msg_hex, "conn-1-7", msg, "1.2", None)
+        done += 200
+    return (clock() - start) / done * 1e6
+
+
 def child(workload: str, seconds: float) -> None:
     """Runs one micro workload and prints {"us": ..., "loaded": ...}."""
     from harbormq import _compiled
 
-    run = {"frames": _micro_frames, "records": _micro_records, "queue": _micro_queue}[workload]
+    run = {"frames": _micro_frames, "records": _micro_records, "queue": _micro_queue,
+           "message_codec": _micro_message_codec}[workload]
     # the best of five: what the code costs when nothing else disturbs it
     us = min(run(seconds / 5) for _ in range(5))
     print(json.dumps({"us": us, "loaded": _compiled.loaded_state()}))
@@ -134,12 +166,12 @@ def child(workload: str, seconds: float) -> None:
 
 # -- the parent: alternating rounds ------------------------------------------------------
 
-def _env(pure: bool) -> dict:
+def _env(pure: bool, src: Path = ROOT / "src") -> dict:
     env = dict(os.environ)
     env.pop("HARBORMQ_PURE_PYTHON", None)
     if pure:
         env["HARBORMQ_PURE_PYTHON"] = "1"
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(src) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
@@ -156,9 +188,9 @@ def _run_micro(workload: str, pure: bool, seconds: float) -> float:
     return result["us"]
 
 
-def _run_stomp(mode: str, pure: bool) -> dict:
+def _run_stomp(mode: str, pure: bool, src: Path = ROOT / "src") -> dict:
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_stomp.py"),
-                          "--quick", "--mode", mode], env=_env(pure), check=True,
+                          "--quick", "--mode", mode], env=_env(pure, src), check=True,
                          capture_output=True, text=True).stdout
     result = json.loads(out)
     run = result["modes"][mode] if "modes" in result else result[mode]
@@ -176,6 +208,8 @@ def main() -> None:
     ap.add_argument("--micro", default=",".join(compiled),
                     help="micro workloads ('' for none; records only when it is compiled)")
     ap.add_argument("--stomp", default="", help="bench_stomp --quick modes, e.g. pipelined,txn")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="stomp runs: this tree against that src, both compiled")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -188,13 +222,15 @@ def main() -> None:
     for round_no in range(args.rounds):
         order = (False, True) if round_no % 2 == 0 else (True, False)
         for pure in order:
+            # (with a baseline, "source" is the baseline's tree, compiled too)
             side = "source" if pure else "compiled"
             for w in micro:
                 samples.setdefault(w, {}).setdefault(side, []).append(
                     _run_micro(w, pure, args.seconds))
             for m in stomp:
-                samples.setdefault(f"stomp_{m}", {}).setdefault(side, []).append(
-                    _run_stomp(m, pure))
+                run = (_run_stomp(m, False, args.baseline_src) if pure and args.baseline_src
+                       else _run_stomp(m, pure))
+                samples.setdefault(f"stomp_{m}", {}).setdefault(side, []).append(run)
         load.append(os.getloadavg()[0])
     summary = {}
     for name, sides in samples.items():
@@ -215,7 +251,18 @@ def main() -> None:
                      "source_over_compiled": round(src / comp, 2),
                      "runs_us": {k: [round(v, 3) for v in vs] for k, vs in sides.items()}}
         summary[name] = entry
+    if args.baseline_src:     # the two sides are two trees, both compiled
+        for entry in summary.values():
+            for key in ("msgs_per_s", "server_cpu_us_per_msg"):
+                if key in entry:
+                    entry[key] = {"this": entry[key]["compiled"],
+                                  "baseline": entry[key]["source"]}
+            if "runs" in entry:
+                entry["runs"] = {"this": entry["runs"]["compiled"],
+                                 "baseline": entry["runs"]["source"]}
+                entry["cpu_baseline_over_this"] = entry.pop("cpu_source_over_compiled")
     print(json.dumps({"benchmark": "compiled", "rounds": args.rounds,
+                      "baseline_src": str(args.baseline_src) if args.baseline_src else None,
                       "load_average": [round(x, 2) for x in load], "results": summary},
                      indent=2))
 

@@ -67,13 +67,20 @@ def test_a_build_older_than_its_source_is_not_loaded(tmp_path):
     copy = tmp_path / "src"
     shutil.copytree(SRC / "harbormq", copy / "harbormq",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    edited, untouched = _compiled.COMPILED_MODULES[0], _compiled.COMPILED_MODULES[1:]
+    edited = _compiled.COMPILED_MODULES[0]
+    # a compiled module that imports the edited one would load its old extension
+    # (one group): it runs as source too
+    importers = [m for m in _compiled.COMPILED_MODULES[1:]
+                 if edited in _compiled.compiled_imports(m, _compiled.source_path(m).read_text())]
+    untouched = [m for m in _compiled.COMPILED_MODULES[1:] if m not in importers]
     source = _compiled.source_path(edited, copy / "harbormq")
     source.write_text(source.read_text() + "\nEDITED_AFTER_THE_BUILD = True\n")
     report = _loaded({}, src=copy)
     assert report["build"][edited] == "stale"
     assert report["loaded"][edited] == "source"
-    assert all(report["loaded"][m] == "compiled" for m in untouched)
+    assert untouched and all(report["loaded"][m] == "compiled" for m in untouched)
+    assert all(report["build"][m] == "stale" and report["loaded"][m] == "source"
+               for m in importers)
     check = subprocess.run(
         [sys.executable, "-c",
          "import sys, harbormq._compiled as c; sys.exit(c.main(['--check']))"],
@@ -85,3 +92,58 @@ def test_every_compiled_module_has_its_source_beside_it():
     """The .py stays the one source (and the fallback): never compiled away."""
     for module in _compiled.COMPILED_MODULES:
         assert _compiled.source_path(module).is_file(), module
+
+
+#: a script that prints what message_codec makes of a spread of SENDs and
+#: messages: the MESSAGE bytes, the fields read, and each refusal's text
+_CODEC_CASES = r"""
+import json
+from harbormq import _compiled
+from harbormq.log.records import Message
+from harbormq.stomp.message_codec import message_frame, message_of_send
+from harbormq.errors import HarbormqError
+
+def defaults(where, priority, persistent):
+    return (5 if priority is None else priority, True if persistent is None else persistent)
+
+out = {"loaded": _compiled.loaded_state()["harbormq.stomp.message_codec"], "cases": []}
+sends = [{}, {"priority": "0", "persistent": "false", "expires": "0"},
+         {"priority": "9", "persistent": "True", "expires": "12", "x-y": "a:b\nc"},
+         {"priority": "x"}, {"priority": "-1"}, {"persistent": "1"}, {"expires": "1e3"},
+         {"correlation-id": "\u00e9t\u00e9", "reply-to": "/queue/R", "content-type": ""}]
+for h in sends:
+    h = {"destination": "/queue/Q", **h}
+    try:
+        m = message_of_send(h, b"b", defaults, None)
+        case = [m.priority, m.persistent, m.expiry_ns, m.correl_id.hex(), m.reply_to,
+                m.format, m.properties]
+    except HarbormqError as exc:
+        case = ["refused", type(exc).__name__, exc.message]
+    out["cases"].append(case)
+props = [{}, {"k": "v\r\n:\\"}, {"a:b": 1, "content-length": "9", "MQTopicString": "t"}]
+for version in ("1.0", "1.1", "1.2"):
+    for i, p in enumerate(props):
+        m = Message(b"\0" * i, msg_id=bytes([i]) * 24, correl_id=b"\xff:" * i, priority=i,
+                    persistent=bool(i % 2), expiry_ns=i * 3_000_001, put_time_ns=i * 7_000_003,
+                    backout_count=i, reply_to="r:" * i, format="f\n" * i, properties=p)
+        for ack, topic in ((None, None), ("c-1", ["destination:", "/topic/t", "\n"])):
+            out["cases"].append(message_frame("MESSAGE\n", "id", ack, m, version,
+                                              topic).hex())
+print(json.dumps(out))
+"""
+
+
+def test_the_compiled_message_codec_and_its_source_give_the_same_answers():
+    """The fallback behaves as the build: the same MESSAGE bytes, the same
+    fields read from a SEND, the same refusals."""
+    if not _compiled.extension_path("harbormq.stomp.message_codec"):
+        pytest.skip("no compiled build here (HARBORMQ_PURE_PYTHON install)")
+    answers = {}
+    for switch in ("0", "1"):
+        env = {**os.environ, _compiled.PURE_PYTHON_ENV: switch, "PYTHONPATH": str(SRC)}
+        out = subprocess.run([sys.executable, "-c", _CODEC_CASES], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        answers[switch] = json.loads(out)
+    assert answers["0"]["loaded"] == "compiled" and answers["1"]["loaded"] == "source"
+    assert answers["0"]["cases"] == answers["1"]["cases"]
+    assert len(answers["0"]["cases"]) == 8 + 18

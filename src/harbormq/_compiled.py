@@ -15,6 +15,7 @@ edited file. It builds nothing itself (setup.py does) and imports no layer.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -29,6 +30,7 @@ from pathlib import Path
 COMPILED_MODULES: tuple[str, ...] = (
     "harbormq.stomp.frames",
     "harbormq.core.queue",
+    "harbormq.stomp.message_codec",
 )
 
 PURE_PYTHON_ENV = "HARBORMQ_PURE_PYTHON"
@@ -60,22 +62,77 @@ def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def built_sources(package_dir: Path = PACKAGE_DIR) -> dict[str, str]:
-    """{module: sha256 of the source it was compiled from}, as the last build wrote it."""
+def compiled_imports(module: str, source: str) -> list[str]:
+    """The other compiled modules that ``module``'s source imports (setup.py
+    records them with the build). The modules are built as one group: a compiled
+    module's import of another compiled module loads that one's extension
+    whatever the finders say, so it may run compiled only while that one's
+    build is current too."""
+    package = module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n in COMPILED_MODULES and n != module)
+    return sorted(found)
+
+
+def _recorded(package_dir: Path) -> dict:
     try:
-        return json.loads((package_dir / SOURCES_FILE).read_text())["modules"]
-    except (OSError, ValueError, KeyError):
+        return json.loads((package_dir / SOURCES_FILE).read_text())
+    except (OSError, ValueError):
         return {}
 
 
+def built_sources(package_dir: Path = PACKAGE_DIR) -> dict[str, str]:
+    """{module: sha256 of the source it was compiled from}, as the last build wrote it."""
+    return _recorded(package_dir).get("modules", {})
+
+
+def current_builds(package_dir: Path = PACKAGE_DIR) -> set[str]:
+    """The compiled modules whose extension may run: built from the source as
+    it is now, and so is every compiled module it imports (``compiled_imports``,
+    as the build recorded them)."""
+    recorded = _recorded(package_dir)
+    digests = recorded.get("modules", {})
+    imports = recorded.get("imports", {})
+    own = {m for m in COMPILED_MODULES
+           if digests.get(m) is not None and source_path(m, package_dir).exists()
+           and digests[m] == source_digest(source_path(m, package_dir))}
+    current: set[str] = set()
+
+    def is_current(m: str, seen: frozenset = frozenset()) -> bool:
+        if m in current:
+            return True
+        ok = m in own and all(d in seen or is_current(d, seen | {m})
+                              for d in imports.get(m, ()))
+        if ok:
+            current.add(m)
+        return ok
+
+    for m in COMPILED_MODULES:
+        is_current(m)
+    return current
+
+
 def build_state(package_dir: Path = PACKAGE_DIR) -> dict[str, str]:
-    """{module: 'built' | 'missing' | 'stale'} for the extensions on disk."""
+    """{module: 'built' | 'missing' | 'stale'} for the extensions on disk (stale:
+    built from another source, or importing a compiled module that is)."""
     recorded = built_sources(package_dir)
+    current = current_builds(package_dir)
     state = {}
     for module in COMPILED_MODULES:
         if extension_path(module, package_dir) is None or module not in recorded:
             state[module] = "missing"
-        elif recorded[module] != source_digest(source_path(module, package_dir)):
+        elif module not in current:
             state[module] = "stale"
         else:
             state[module] = "built"
@@ -100,13 +157,13 @@ class SourceFallback:
 
     Python prefers an extension over a .py of the same name in one folder; this
     finder comes first and answers only for COMPILED_MODULES: with the source when
-    pure Python is asked for or the extension is stale, else it lets the normal
-    finders load the extension.
+    pure Python is asked for or the extension is stale (``current_builds``), else
+    it lets the normal finders load the extension.
     """
 
     def __init__(self, pure_python: bool):
         self.pure_python = pure_python
-        self._recorded: dict[str, str] | None = None
+        self._current: set[str] | None = None
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in COMPILED_MODULES:
@@ -115,9 +172,9 @@ class SourceFallback:
         if not source.exists():
             return None
         if not self.pure_python:
-            if self._recorded is None:
-                self._recorded = built_sources()
-            if self._recorded.get(fullname) == source_digest(source):
+            if self._current is None:
+                self._current = current_builds()
+            if fullname in self._current:
                 return None   # the extension is the build of this very source
         return importlib.util.spec_from_file_location(fullname, source)
 

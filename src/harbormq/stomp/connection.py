@@ -48,6 +48,7 @@ from ..errors import HarbormqError, InvalidAttribute, QueueFull, UnknownObject
 from ..log.records import Message
 from .delivery import Delivery, DeliveryMixin
 from .frames import CLIENT_COMMANDS, Frame, Limits, receipt_frame
+from .message_codec import Defaults, message_of_send
 from .tempqueues import TempQueues
 from .topics import TOPIC_PREFIX, TopicsMixin
 from .transport import WRITE_HIGH, WRITE_LOW, FrameTransport, ProtocolError, error_parts
@@ -57,15 +58,6 @@ if TYPE_CHECKING:
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 SERVER_NAME = "harbormq/0.1"
-
-#: SEND headers that are part of the protocol or the descriptor; all others
-#: travel as user properties
-_RESERVED = frozenset({
-    "destination", "transaction", "receipt", "content-length", "content-type", "persistent",
-    "priority", "expires", "correlation-id", "reply-to", "message-id", "subscription", "ack",
-    "id", "redelivered", "timestamp", "backout-count",
-})
-
 
 @dataclass
 class Transaction:
@@ -405,39 +397,11 @@ class StompConnection(TopicsMixin, DeliveryMixin, FrameTransport):
         target = self.core.output_queue(queue)
         return self._message_from(frame, self.core.put_defaults, target.attrs), target
 
-    def _message_from(self, frame: Frame, defaults, where) -> Message:
-        """The message of a SEND's headers and body; ``defaults(where, priority,
-        persistent)`` fills in what the headers leave out (a queue's or a
-        topic's DEFPRTY and DEFPSIST)."""
-        h = frame.headers
-        priority = None
-        if "priority" in h:
-            try:
-                priority = int(h["priority"])
-            except ValueError:
-                raise ProtocolError(f"priority {h['priority']!r} is not a number 0-9") from None
-            if not 0 <= priority <= 9:
-                raise ProtocolError(f"priority {priority} is out of range 0-9")
-        persistent = None
-        if "persistent" in h:
-            value = h["persistent"].lower()
-            if value not in ("true", "false"):
-                raise ProtocolError(f"persistent {h['persistent']!r} must be true or false")
-            persistent = value == "true"
-        priority, persistent = defaults(where, priority, persistent)
-        expiry_ns = 0
-        if h.get("expires", "0") not in ("", "0"):
-            try:
-                expiry_ns = int(h["expires"]) * 1_000_000
-            except ValueError:
-                raise ProtocolError(f"expires {h['expires']!r} is not a time in milliseconds "
-                                    "since the epoch") from None
-        # most SENDs carry no user property: a set difference (in C) says so
-        props = {k: h[k] for k in h if k not in _RESERVED} if h.keys() - _RESERVED else {}
-        return Message(body=frame.body, correl_id=h.get("correlation-id", "").encode(),
-                       priority=priority, persistent=persistent, expiry_ns=expiry_ns,
-                       reply_to=h.get("reply-to", ""), format=h.get("content-type", ""),
-                       properties=props)
+    def _message_from(self, frame: Frame, defaults: Defaults, where) -> Message:
+        """The message of a SEND's headers and body (``message_codec.py``);
+        ``defaults(where, priority, persistent)`` fills in what the headers
+        leave out (a queue's or a topic's DEFPRTY and DEFPSIST)."""
+        return message_of_send(frame.headers, frame.body, defaults, where)
 
     def _transaction(self, frame: Frame) -> Transaction:
         name = self._required(frame, "transaction")

@@ -36,19 +36,12 @@ from ..core.uow import UnitOfWork
 from ..errors import HarbormqError
 from ..log.records import Message
 from .frames import Frame, escape
-from .topics import PUBLICATION_PROPERTIES, TOPIC_PREFIX, publication_headers
+from .message_codec import message_frame
+from .topics import TOPIC_PREFIX, publication_headers
 from .transport import MAX_HELD, ProtocolError
 
 _SELECTOR = re.compile(r"^\s*(JMSCorrelationID|JMSMessageID)\s*=\s*'((?:[^']|'')*)'\s*$",
                        re.IGNORECASE)
-#: headers a MESSAGE sets itself; user properties of the same name are not sent
-_MESSAGE_HEADERS = frozenset({
-    "subscription", "destination", "message-id", "ack", "redelivered", "backout-count",
-    "persistent", "priority", "timestamp", "expires", "correlation-id", "reply-to",
-    "content-type", "content-length",
-})
-#: a publication's: its topic and retained mark travel as headers of their own
-_PUBLICATION_HEADERS = _MESSAGE_HEADERS | PUBLICATION_PROPERTIES
 #: frames built before they go to the socket (whose write buffer is the bound)
 _FLUSH_FRAMES = 64
 
@@ -263,11 +256,10 @@ class DeliveryMixin:
         return True
 
     def _deliver(self, sub: Subscription, msg: Message, uow: UnitOfWork | None) -> None:
-        """Send one MESSAGE. The hottest frame is built here directly: the
-        subscription's constant headers once, the rest formatted per message
-        (ids and numbers never need escaping)."""
+        """Send one MESSAGE (its bytes: ``message_codec.message_frame``), once
+        what it shows cannot be taken back by a crash."""
         msg_hex = msg.msg_id.hex()
-        parts = [sub.frame_prefix, "message-id:", msg_hex, "\n"]
+        ack_header = None
         if uow is not None:
             self._ack_seq += 1
             ack_id = f"{self.info.conn_id}-{self._ack_seq}"
@@ -276,32 +268,10 @@ class DeliveryMixin:
             self.deliveries[ack_id] = d
             self.by_msg_id[msg_hex] = d
             if self.version == "1.2":
-                parts += ("ack:", ack_id, "\n")
-        if msg.backout_count:
-            parts.append(f"redelivered:true\nbackout-count:{msg.backout_count}\n")
-        else:
-            parts.append("redelivered:false\n")
-        parts.append(f"persistent:{'true' if msg.persistent else 'false'}\n"
-                     f"priority:{msg.priority}\ntimestamp:{msg.put_time_ns // 1_000_000}\n"
-                     f"expires:{msg.expiry_ns // 1_000_000}\n")
+                ack_header = ack_id
         version = self.version
-        taken = _MESSAGE_HEADERS
-        if sub.topic:
-            parts += publication_headers(msg, version)
-            taken = _PUBLICATION_HEADERS
-        if msg.correl_id:
-            value = msg.correl_id.decode("utf-8", "backslashreplace")
-            parts += ("correlation-id:", escape(value, version), "\n")
-        if msg.reply_to:
-            parts += ("reply-to:", escape(msg.reply_to, version), "\n")
-        if msg.format:
-            parts += ("content-type:", escape(msg.format, version), "\n")
-        for k, v in msg.properties.items():
-            if k not in taken:
-                parts += (escape(k, version, name=True), ":", escape(str(v), version), "\n")
-        body = msg.body
-        parts.append(f"content-length:{len(body)}\n\n")
-        frame = "".join(parts).encode() + body + b"\0"
+        frame = message_frame(sub.frame_prefix, msg_hex, ack_header, msg, version,
+                              publication_headers(msg, version) if sub.topic else None)
         # never show a message that a crash could still take back: a persistent
         # message leaves once its put is on disk, and with ack:auto its get (a
         # client-ack delivery's get is logged at its ACK unless HARDENBO)
