@@ -462,7 +462,8 @@ class RecoveryLog(LogCopies):
         st = self.state
         if st.log_type == "linear":
             return 1 << 30
-        return self._free_extents() + (st.primary + st.secondary - len(st.extents))
+        free = self._free_count if self._free_of is st.extents else self._free_extents()
+        return free + (st.primary + st.secondary - len(st.extents))
 
     def _free_extents(self) -> int:
         """How many extents are free: counted once per extent list (a restart,
