@@ -96,6 +96,11 @@ class RecoveryLog(LogCopies):
         self._seq = itertools.count()
         self._active: ExtentInfo | None = None
         self._active_limit = 0      # LSN past which the active extent has no room
+        #: the free extents of ``_free_of`` (the extent list they were counted
+        #: in), kept by ``_set_extent_state`` so that ``available_extents``,
+        #: asked on every persistent put, need not scan the extents
+        self._free_count = 0
+        self._free_of: list[ExtentInfo] | None = None
         self.failed: BaseException | None = None
         #: told (on the loop) when writing the log fails for good
         self.on_failed: Callable[[BaseException], None] | None = None
@@ -274,6 +279,7 @@ class RecoveryLog(LogCopies):
         self._loop = loop
         self.live = True
         self.end_lsn = self.synced_lsn = end_lsn
+        self._free_of = None     # restart (a conditional one) set states itself: count anew
         self._active = self.state.active
         self._active_limit = (self._active.first_lsn + self.extent_size - EXTENT_HEADER_SIZE
                               - EXTENT_END_LENGTH)
@@ -407,12 +413,12 @@ class RecoveryLog(LogCopies):
             self._writer.add_data(old.number, EXTENT_HEADER_SIZE + end.lsn - old.first_lsn,
                                   data, end.lsn + len(data))
             self.end_lsn += len(data)
-        old.state = "full"
+        self._set_extent_state(old, "full")
         old.end_lsn = self.end_lsn
         nxt.first_lsn = self.end_lsn
         nxt.end_lsn = None
         nxt.cut = False
-        nxt.state = "active"
+        self._set_extent_state(nxt, "active")
         self._active = nxt
         self._active_limit = (nxt.first_lsn + self.extent_size - EXTENT_HEADER_SIZE
                               - EXTENT_END_LENGTH)
@@ -432,7 +438,9 @@ class RecoveryLog(LogCopies):
                 raise self._full()
         info = ExtentInfo(number=st.next_extent_number, first_lsn=0, state="free")
         st.next_extent_number += 1
+        self._free_extents()            # counted before the new one joins
         st.extents.append(info)
+        self._free_count += 1
         return info, False
 
     def _full(self) -> LogFull:
@@ -452,10 +460,26 @@ class RecoveryLog(LogCopies):
     def available_extents(self) -> int:
         """Extents a switch could still move to without freeing anything."""
         st = self.state
-        free = sum(1 for e in st.extents if e.state == "free")
         if st.log_type == "linear":
             return 1 << 30
+        free = self._free_count if self._free_of is st.extents else self._free_extents()
         return free + (st.primary + st.secondary - len(st.extents))
+
+    def _free_extents(self) -> int:
+        """How many extents are free: counted once per extent list (a restart,
+        a control file read, a list rebuilt), then kept by ``_set_extent_state``."""
+        extents = self.state.extents
+        if self._free_of is not extents:
+            self._free_count = sum(1 for e in extents if e.state == "free")
+            self._free_of = extents
+        return self._free_count
+
+    def _set_extent_state(self, extent: ExtentInfo, state: str) -> None:
+        """Change an extent's state (the one place the writing log does) and
+        keep the count of free extents with it."""
+        self._free_extents()
+        self._free_count += (state == "free") - (extent.state == "free")
+        extent.state = state
 
     def set_checkpoint(self, checkpoint_lsn: int, restart_lsn: int,
                        media_lsn: int = 0) -> asyncio.Future:
@@ -469,7 +493,7 @@ class RecoveryLog(LogCopies):
         if st.log_type == "circular":
             for e in st.extents:
                 if e.state == "full" and e.end_lsn <= restart_lsn:
-                    e.state = "free"
+                    self._set_extent_state(e, "free")
         self.records_before_checkpoint += self.records_since_checkpoint
         self.records_since_checkpoint = 0
         st.sequence += 1
