@@ -33,6 +33,7 @@ Progress to stderr, one JSON object to stdout. Not part of CI.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -150,6 +151,9 @@ def main() -> None:
     ap.add_argument("--messages", type=int,
                     help="messages on DEEP (quick 100,000, --full 1,000,000)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--keep", type=Path,
+                    help="load into this directory and keep it; a later run given the "
+                         "same directory starts the queue manager loaded there (no load)")
     args = ap.parse_args()
     if args.queues is None:
         args.queues = 10_000 if args.full else 1_000
@@ -162,22 +166,32 @@ def main() -> None:
 
     from harbormq.log.records import key_parts, message_key
 
-    with tempfile.TemporaryDirectory(prefix="hmq-bench-console-") as scratch:
-        srv = QMServer(Path(scratch) / "hmq", "QB")
-        srv.create(log_file_pages=4096, log_type="linear")
-        progress(f"loading {args.queues} queues and {args.messages} messages")
-        loaded = load(srv.home, "QB", args.queues, args.messages)
-        loaded["loader_memory_mb"] = server_memory(os.getpid())
-        progress(f"loaded: {loaded}")
+    with contextlib.ExitStack() as scope:
+        scratch = args.keep or Path(scope.enter_context(
+            tempfile.TemporaryDirectory(prefix="hmq-bench-console-")))
+        srv = QMServer(scratch / "hmq", "QB")
+        loaded_file = scratch / "loaded.json"
+        if loaded_file.exists():
+            loaded = json.loads(loaded_file.read_text())
+            args.queues, args.messages = loaded["queues"], loaded["messages"]
+            progress(f"reusing {scratch}: {loaded}")
+        else:
+            srv.create(log_file_pages=4096, log_type="linear")
+            progress(f"loading {args.queues} queues and {args.messages} messages")
+            loaded = load(srv.home, "QB", args.queues, args.messages)
+            loaded.update(queues=args.queues, messages=args.messages,
+                          loader_memory_mb=server_memory(os.getpid()))
+            progress(f"loaded: {loaded}")
+            config = tomllib.loads(srv.config_path.read_text())
+            config["web"] = {"port": 0}
+            srv.config_path.write_text(tomli_w.dumps(config))
+            srv.user_add(USER, PASSWORD, "mqm")
+            loaded_file.write_text(json.dumps(loaded))
         started = time.monotonic()
         # a start that opens 10,000 queue stores takes minutes on a loaded machine
-        config = tomllib.loads(srv.config_path.read_text())
-        config["web"] = {"port": 0}
-        srv.config_path.write_text(tomli_w.dumps(config))
         srv.start(timeout=START_TIMEOUT_S)
         srv.web_port = web_entry(srv)["port"]
         start_s = time.monotonic() - started
-        srv.user_add(USER, PASSWORD, "mqm")
         pid = srv.proc.pid
         mem = {"after_start": server_memory(pid)}
         client = WebClient(srv.web_port, USER, PASSWORD)
