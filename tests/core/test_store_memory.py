@@ -53,3 +53,23 @@ def test_reopened_environments_do_not_keep_their_dirty_lists_resident(tmp_path):
     assert figures["open"] <= OPEN
     # before the fix: 2-3 MB for each of the 20 environments open (40-60 MB)
     assert figures["growth_mb"] < GROWTH_LIMIT_MB, figures
+
+
+def test_open_environments_keep_their_maps_within_the_address_space_budget(tmp_path,
+                                                                            monkeypatch):
+    """Each environment maps ``store_map_size_mb`` of address space: 6,325 open
+    maps of 16 GiB (99 TiB) failed a restart with MemoryError, so the open ones
+    are closed by their maps' total as well as by their number."""
+    from harbormq.store import stores
+    map_size = 1 << 20
+    registry = stores.OpenEnvironments(limit=100, map_budget=5 * map_size)
+    monkeypatch.setattr(stores, "OPEN_ENVIRONMENTS", registry)
+    made = [stores.QueueStore(tmp_path / f"q{i}", object_id=i, map_size=map_size, sync=False)
+            for i in range(12)]
+    for store in made + made[:4]:
+        store.get_meta(b"object_id")
+        assert len(registry.lru) <= 5 and registry.mapped <= 5 * map_size
+    assert registry.mapped == len(registry.lru) * map_size
+    for store in made:
+        store.close()
+    assert registry.mapped == 0 and not registry.lru
