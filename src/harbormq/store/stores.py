@@ -104,8 +104,9 @@ class OpenEnvironments:
         self.mapped = 0
 
     def _full(self, map_size: int) -> bool:
+        # one environment is always let in, whatever its map
         return len(self.lru) >= self.limit or \
-            (self.lru and self.mapped + map_size > self.map_budget)
+            (bool(self.lru) and self.mapped + map_size > self.map_budget)
 
     def make_room(self, map_size: int = 0) -> None:
         """Close idle environments until one more, mapping ``map_size`` bytes,
