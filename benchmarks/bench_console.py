@@ -26,6 +26,7 @@ Then ``harbormq start`` with ``[web]`` and a user, and:
 
     .venv/bin/python benchmarks/bench_console.py            # 1,000 queues, 100,000 messages
     .venv/bin/python benchmarks/bench_console.py --full     # 10,000 and 1,000,000
+    .venv/bin/python benchmarks/bench_console.py --full --keep DIR   # load once, rerun
 
 Progress to stderr, one JSON object to stdout. Not part of CI.
 """
