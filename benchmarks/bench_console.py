@@ -5,8 +5,10 @@
 A queue manager is made with ``--queues`` local queues (``--full``: 10,000)
 and one queue, ``DEEP``, of ``--messages`` persistent 100-byte messages
 (``--full``: 1,000,000),
-loaded through the embedded API in units of work of 1,000 before the server
-starts. Then ``harbormq start`` with ``[web]`` and a user, and:
+loaded through the embedded API before the server starts: defines 500 at a
+time, messages in units of work of 5,000, each unit one call onto the
+queue manager's loop (the core's own put and commit: real persisted messages).
+Then ``harbormq start`` with ``[web]`` and a user, and:
 
 * **time to first paint**, in Chromium (Selenium, ``tests/support/browser.py``):
   from the navigation's start to the first table of the page drawn
@@ -19,10 +21,12 @@ starts. Then ``harbormq start`` with ``[web]`` and a user, and:
   one; the first page of ``DEEP``, a page in its middle and its last page
   (from cursors made from the message keys, as a user paging there would hold);
 * **the server's memory**: its resident size after the start, after the
-  queue pages, after the browsing, and its peak (VmHWM), from /proc.
+  queue pages, after the browsing, after ``--rounds`` scrapes of ``/metrics``,
+  after the browser, and its peak (VmHWM), from /proc.
 
     .venv/bin/python benchmarks/bench_console.py            # 1,000 queues, 100,000 messages
     .venv/bin/python benchmarks/bench_console.py --full     # 10,000 and 1,000,000
+    .venv/bin/python benchmarks/bench_console.py --full --keep DIR   # load once, rerun
 
 Progress to stderr, one JSON object to stdout. Not part of CI.
 """
@@ -30,7 +34,9 @@ Progress to stderr, one JSON object to stdout. Not part of CI.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -49,34 +55,53 @@ USER, PASSWORD = "bench", "benchpw"
 START_TIMEOUT_S = 1800
 
 
+#: queues defined at once on the loop (their log forces group-commit)
+DEFINE_BATCH = 500
+#: messages in one unit of work of the load, put in one call onto the loop
+LOAD_UNIT = 5_000
+
+
 async def _define_all(core, names: list[str]) -> None:
     import asyncio
     await asyncio.gather(*(core.define_queue(name) for name in names))
 
 
+async def _put_unit(qm, queue: str, body: bytes, count: int) -> None:
+    """``count`` persistent messages in one unit of work, committed (forced)
+    before it returns: the core's own put and commit, one hop onto the loop
+    for the whole unit instead of one a message."""
+    uow = qm.core.begin("bench-console")
+    for _ in range(count):
+        msg = qm._message(queue, body, True, None, None, None, None, "", "", None)
+        await qm.core.put(queue, msg, uow)
+    await qm.core.commit(uow)
+
+
 def load(home: Path, name: str, queues: int, messages: int) -> dict:
-    """The queues and DEEP's messages, written before the server starts."""
+    """The queues and DEEP's messages, written before the server starts through
+    the embedded API's queue manager (real definitions and persisted messages,
+    in the log and the stores like any others)."""
     from harbormq import QueueManager
     qm = QueueManager.open(name, home=home)
     t0 = time.monotonic()
     try:
-        # defined 500 at a time on the loop: their log forces group-commit
-        for first in range(0, queues, 500):
-            names = [f"APP.Q{i:05d}" for i in range(first, min(first + 500, queues))]
+        for first in range(0, queues, DEFINE_BATCH):
+            names = [f"APP.Q{i:05d}" for i in range(first, min(first + DEFINE_BATCH, queues))]
             qm._call(_define_all(qm.core, names))
-            progress(f"{first + len(names)} queues defined")
+            if (first + len(names)) % 2000 == 0:
+                progress(f"{first + len(names)} queues defined")
         defined = time.monotonic()
         qm.define_queue("DEEP", MAXDEPTH=str(max(messages, 5000)), DEFPSIST="YES")
         body = b"x" * 100
-        for start in range(0, messages, 1000):
-            with qm.begin() as u:
-                for _ in range(min(1000, messages - start)):
-                    u.put("DEEP", body)
+        for start in range(0, messages, LOAD_UNIT):
+            qm._call(_put_unit(qm, "DEEP", body, min(LOAD_UNIT, messages - start)))
             if start and start % 100_000 == 0:
                 progress(f"{start} messages put")
     finally:
         qm.close("controlled")
-    return {"define_s": round(defined - t0, 1), "load_s": round(time.monotonic() - defined, 1)}
+    loaded = time.monotonic()
+    return {"define_s": round(defined - t0, 1), "put_s": round(loaded - defined, 1),
+            "load_s": round(loaded - t0, 1)}
 
 
 def server_memory(pid: int) -> dict:
@@ -127,6 +152,9 @@ def main() -> None:
     ap.add_argument("--messages", type=int,
                     help="messages on DEEP (quick 100,000, --full 1,000,000)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--keep", type=Path,
+                    help="load into this directory and keep it; a later run given the "
+                         "same directory starts the queue manager loaded there (no load)")
     args = ap.parse_args()
     if args.queues is None:
         args.queues = 10_000 if args.full else 1_000
@@ -139,21 +167,32 @@ def main() -> None:
 
     from harbormq.log.records import key_parts, message_key
 
-    with tempfile.TemporaryDirectory(prefix="hmq-bench-console-") as scratch:
-        srv = QMServer(Path(scratch) / "hmq", "QB")
-        srv.create(log_file_pages=4096, log_type="linear")
-        progress(f"loading {args.queues} queues and {args.messages} messages")
-        loaded = load(srv.home, "QB", args.queues, args.messages)
-        progress(f"loaded: {loaded}")
+    with contextlib.ExitStack() as scope:
+        scratch = args.keep or Path(scope.enter_context(
+            tempfile.TemporaryDirectory(prefix="hmq-bench-console-")))
+        srv = QMServer(scratch / "hmq", "QB")
+        loaded_file = scratch / "loaded.json"
+        if loaded_file.exists():
+            loaded = json.loads(loaded_file.read_text())
+            args.queues, args.messages = loaded["queues"], loaded["messages"]
+            progress(f"reusing {scratch}: {loaded}")
+        else:
+            srv.create(log_file_pages=4096, log_type="linear")
+            progress(f"loading {args.queues} queues and {args.messages} messages")
+            loaded = load(srv.home, "QB", args.queues, args.messages)
+            loaded.update(queues=args.queues, messages=args.messages,
+                          loader_memory_mb=server_memory(os.getpid()))
+            progress(f"loaded: {loaded}")
+            config = tomllib.loads(srv.config_path.read_text())
+            config["web"] = {"port": 0}
+            srv.config_path.write_text(tomli_w.dumps(config))
+            srv.user_add(USER, PASSWORD, "mqm")
+            loaded_file.write_text(json.dumps(loaded))
         started = time.monotonic()
         # a start that opens 10,000 queue stores takes minutes on a loaded machine
-        config = tomllib.loads(srv.config_path.read_text())
-        config["web"] = {"port": 0}
-        srv.config_path.write_text(tomli_w.dumps(config))
         srv.start(timeout=START_TIMEOUT_S)
         srv.web_port = web_entry(srv)["port"]
         start_s = time.monotonic() - started
-        srv.user_add(USER, PASSWORD, "mqm")
         pid = srv.proc.pid
         mem = {"after_start": server_memory(pid)}
         client = WebClient(srv.web_port, USER, PASSWORD)
@@ -181,6 +220,15 @@ def main() -> None:
             api[label]["messages"] = len(page["messages"])
         api["queue_depth_reported"] = body["depth"]
         mem["after_browse"] = server_memory(pid)
+        scrapes = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            status, _, data = client.call("GET", "/metrics")
+            scrapes.append(time.perf_counter() - t)
+            assert status == 200, (status, data[:200])
+        api["metrics_scrape"] = {"median_ms": round(statistics.median(scrapes) * 1000, 1),
+                                 "bytes": len(data)}
+        mem["after_metrics"] = server_memory(pid)
 
         base = f"http://127.0.0.1:{srv.web_port}/console/"
         with headless_driver() as driver:
@@ -202,6 +250,7 @@ def main() -> None:
         srv.stop()
     print(json.dumps({"benchmark": "console", "queues": args.queues,
                       "messages": args.messages, "rounds": rounds, "load": loaded,
+                      "load_average": [round(x, 1) for x in os.getloadavg()],
                       "server_start_s": round(start_s, 1), "first_paint": paint,
                       "api": api, "server_memory_mb": mem}, indent=1))
 

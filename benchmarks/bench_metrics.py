@@ -22,9 +22,11 @@ size of the text and of its gzip, the series, and how late the loop ran a
 script), the ``receipt`` mode of ``bench_stomp.py`` (1 producer, each
 persistent 1 KiB SEND waiting for its RECEIPT; 1 consumer) for
 ``--messages`` (3,000; 6,000) a round, in ``--rounds`` (4; 6) rounds
-alternating: no scrape, then a scrape of /metrics every second from
-another thread (as Prometheus does); the machine is shared, so the two
-conditions alternate and each reports its median. ``ratio`` is scraped
+alternating: nothing else, then a scrape of /metrics every second from
+another thread (as Prometheus does) and a console open on the queue list
+(its first page of 50 read 2 s after each read ends, logged in, as
+console.js does); the machine is shared, so the two conditions alternate
+and each reports its median. ``ratio`` is scraped
 over unscraped (msgs/s, p99 receipt ms, the server's CPU a message and its
 event loop's, which the machine's load moves least).
 
@@ -213,6 +215,42 @@ class Scraper(threading.Thread):
             self.stopped.wait(max(0.0, self.interval - took))
 
 
+class ConsoleReader(threading.Thread):
+    """A console open on the queue list: ``/console/api/queues`` page 1 read
+    again ``interval`` seconds after each read ends, logged in as ``auth``
+    (what console.js does on that page)."""
+
+    def __init__(self, port: int, auth: str, interval: float = 2.0):
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/console/api/queues?offset=0&limit=50&filter=&sort=name"
+        self.auth = auth
+        self.interval = interval
+        self.stopped = threading.Event()
+        self.times: list[float] = []
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            t0 = time.perf_counter()
+            req = urllib.request.Request(self.url, headers={"Authorization": self.auth})
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                resp.read()
+            self.times.append(time.perf_counter() - t0)
+            self.stopped.wait(self.interval)
+
+
+def console_user(home: Path, qm_name: str) -> str:
+    """An administrator for the console's reads (``harbormq user add``): its
+    HTTP basic Authorization header."""
+    import base64
+    import subprocess
+    import sys
+    env = dict(os.environ, HARBORMQ_HOME=str(home))
+    subprocess.run([sys.executable, "-m", "harbormq", "user", "add", qm_name, "console",
+                    "--group", "mqm"], input="consolepw\n", text=True, env=env, check=True,
+                   capture_output=True, timeout=120)
+    return "Basic " + base64.b64encode(b"console:consolepw").decode()
+
+
 def traffic(args) -> dict:
     import bench_stomp
     from bench_stomp import Server
@@ -230,6 +268,7 @@ def traffic(args) -> dict:
             progress(f"{args.queues} queues defined in {time.monotonic() - t0:.0f} s")
             entries = json.loads((server.qm_dir / "listeners.json").read_text())
             web_port = next(e["port"] for e in entries if e.get("transport") == "http")
+            auth = console_user(home, bench_stomp.QM_NAME)
             phase_args = Namespace(producers=1, consumers=1, window=1, txn_size=0,
                                    prefetch=args.prefetch, ack_every=0, max_backlog=0,
                                    producer_rate=0.0, consumer_rate=0, body_size=1024,
@@ -240,14 +279,15 @@ def traffic(args) -> dict:
             for r in range(args.rounds):
                 scraped = r % 2 == 1
                 scraper = Scraper(web_port) if scraped else None
-                if scraper:
-                    scraper.start()
+                console = ConsoleReader(web_port, auth) if scraped else None
+                for reader in filter(None, (scraper, console)):
+                    reader.start()
                 res = asyncio.run(bench_stomp.phase(server, phase_args, "receipt",
                                                     args.messages, ack="client-individual",
                                                     label=f"round {r}"))
-                if scraper:
-                    scraper.stopped.set()
-                    scraper.join()
+                for reader in filter(None, (scraper, console)):
+                    reader.stopped.set()
+                    reader.join()
                 row = {"round": r, "scraped": scraped,
                        "msgs_per_s": res["recv_msgs_per_s"],
                        "p99_receipt_ms": res["receipt_latency_ms"]["p99"],
@@ -259,7 +299,9 @@ def traffic(args) -> dict:
                 if scraper:
                     row.update(scrapes=len(scraper.times),
                                scrape_s_max=round(max(scraper.times), 3),
-                               scrape_gzip_bytes=scraper.sizes[-1] if scraper.sizes else 0)
+                               scrape_gzip_bytes=scraper.sizes[-1] if scraper.sizes else 0,
+                               console_reads=len(console.times),
+                               console_read_s_max=round(max(console.times, default=0), 3))
                 progress(json.dumps(row))
                 rounds.append(row)
         finally:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from harbormq.http.console_data import DepthRates, browse_page, name_filter, queue_page
+from harbormq.security.authority import AuthorityStore, InvalidAuthority
 
 
 def test_the_filter_is_a_part_of_the_name_or_a_prefix():
@@ -74,3 +77,22 @@ def test_browse_pages_from_a_cursor(make_qm, open_qm):
     u.backout()
     assert browse()["messages"][0]["body"] == "urgent" and \
         browse()["messages"][0]["priority"] == 9
+
+
+def test_the_queues_a_user_may_display_are_decided_at_once_as_one_by_one(tmp_path):
+    """The queue list asks ``visible`` for every queue at once: it must let
+    through exactly the names ``check`` lets through, for an administrator,
+    the owner, a user with generic and specific records, and one with none."""
+    store = AuthorityStore(tmp_path / "authrecs.json", owner="root")
+    store.set("PAY.**", "QUEUE", group="payments", add=["DSP"])
+    store.set("PAY.SECRET", "QUEUE", group="payments", add=["INQ"])   # no DSP: more specific
+    store.set("APP.Q1", "QUEUE", principal="ann", add=["ALLADM"])
+    names = ["PAY.IN", "PAY.SECRET", "APP.Q1", "APP.Q2", "OTHER"]
+    for user, groups in (("admin", ("mqm",)), ("root", ()), ("bob", ("payments",)),
+                         ("ann", ()), ("eve", ("nobody",))):
+        one_by_one = [n for n in names if store.check(user, groups, "QUEUE", n, "DSP")]
+        assert store.visible(user, groups, "QUEUE", names, "DSP") == one_by_one, user
+    assert store.visible("bob", ("payments",), "QUEUE", names, "DSP") == ["PAY.IN"]
+    assert store.visible("admin", ("mqm",), "QUEUE", names, "DSP") == names
+    with pytest.raises(InvalidAuthority):
+        store.visible("admin", ("mqm",), "QUEUE", names, "NOSUCH")

@@ -167,7 +167,10 @@ class Executor(PubSubCommands, ObjectCommands, SecurityCommands, CFStructCommand
         return [mqsc.format_message("HMQ8022I", f"harbormq queue cleared ({what} removed).")]
 
     def _queues(self, cmd: Command) -> list[str]:
-        names = sorted(n for n in self.core.queues if mqsc.generic_match(cmd.name, n))
+        if "*" not in cmd.name:       # one queue: a look-up, not a walk of every queue
+            names = [cmd.name] if cmd.name in self.core.queues else []
+        else:
+            names = sorted(n for n in self.core.queues if mqsc.generic_match(cmd.name, n))
         if not names:
             raise UnknownObject(f"harbormq object {cmd.name} not found", queue=cmd.name)
         return names

@@ -194,6 +194,9 @@ class WebAuthenticator:
     def require(self, principal: Principal, objtype: str, name: str, authority: str) -> None:
         self.security.require(principal, objtype, name, authority)
 
+    def visible(self, principal: Principal, objtype: str, names, authority: str) -> list[str]:
+        return self.security.visible(principal, objtype, names, authority)
+
     def check_csrf(self, request: web.Request) -> None:
         if request.method in STATE_CHANGING and CSRF_HEADER not in request.headers:
             raise RestError(403, "MQWB0119E", f"the request ({request.method}) changes state "

@@ -221,3 +221,8 @@ class Security:
 
     def require(self, principal: Principal, objtype: str, name: str, authority: str) -> None:
         self.authorities.require(principal.user, principal.groups, objtype, name, authority)
+
+    def visible(self, principal: Principal, objtype: str, names, authority: str) -> list[str]:
+        """The names of ``names`` on which ``principal`` holds ``authority``."""
+        return self.authorities.visible(principal.user, principal.groups, objtype, names,
+                                        authority)

@@ -296,6 +296,17 @@ class AuthorityStore:
         wanted = expand(self._objtype(objtype), [authority])
         return wanted <= self.authorities(user, groups, objtype, name)
 
+    def visible(self, user: str | None, groups, objtype: str, names,
+                authority: str) -> list[str]:
+        """The names of ``names`` on which ``user`` holds ``authority``, as
+        ``check`` decides each: for an administrator in one step (a list of
+        10,000 queues is one check, not 10,000)."""
+        objtype = self._objtype(objtype)
+        wanted = expand(objtype, [authority])
+        if user is not None and user == self.owner or ADMIN_GROUP in (groups or ()):
+            return list(names)
+        return [n for n in names if wanted <= self.authorities(user, groups, objtype, n)]
+
     def require(self, user: str | None, groups, objtype: str, name: str,
                 authority: str) -> None:
         if not self.check(user, groups, objtype, name, authority):
