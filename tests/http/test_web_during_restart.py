@@ -1,0 +1,276 @@
+"""The web listener while the queue manager starts: a real ``harbormq start
+--foreground`` with ``[web]`` restarting a log with work to redo (a unit of work
+of a few thousand puts left open by a SIGKILL), its redo slowed on cue by the
+delay point ``restart.redo_batch`` (``HARBORMQ_DELAY_AT``: each batch of
+records redone takes that much longer; restart itself runs as ever).
+
+While it restarts, the console's status JSON and ``/metrics`` show the phases
+advancing, the REST APIs answer MQ's "not available" (503, MQRC 2059), the
+admin socket and STOMP are not open; then everything runs. The console's
+starting page is checked in headless Chromium (screenshot
+``docs/console/starting.png`` with ``HARBORMQ_SCREENSHOTS=1``). A start that
+fails after restart (its STOMP port taken) says so on the listener until the
+process ends.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+from support.browser import headless_driver
+from support.procs import PYTHON
+from support.screenshots import keep_screenshot
+from support.stomp_helpers import QMServer, deadline_wait, raw_connected
+from support.web_helpers import WebClient, start_web
+
+from harbormq.security import UserStore
+
+QUEUE = "SLOW.REDO"
+#: puts of the unit of work left open: batches of redo of 8, 32, ... 2048 records, 9 of them
+PUTS = 10_000
+#: each batch of redo this much slower
+DELAY_MS = 250
+PHASE_ORDER = ["log initialisation", "status rebuild", "forward recovery",
+               "backward recovery", "index rebuild", "checkpoint", "startup"]
+RESTART = "/console/api/restart"
+MQSC = "/ibmmq/rest/v2/admin/action/qmgr/QR/mqsc"
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    srv = QMServer(tmp_path_factory.mktemp("webstart") / "hmq", "QR")
+    srv.create(log_file_pages=2048)           # (the open unit of work fits one extent)
+    users = UserStore(srv.qm_dir / "users.json")
+    users.add("root", "rootpw", ["mqm"])          # an administrator by group
+    users.add("alice", "alicepw")                  # no authority records
+    start_web(srv)
+    srv.sc(f"DEFINE QLOCAL({QUEUE}) MAXDEPTH(100000)")
+    yield srv
+    srv.env.pop("HARBORMQ_DELAY_AT", None)
+    if srv.running:
+        srv.stop()
+
+
+def leave_work_to_redo(srv: QMServer) -> None:
+    """PUTS puts in a transaction never committed, then SIGKILL: restart redoes
+    them and backs the unit of work out."""
+    c = raw_connected(srv.port)
+    try:
+        for i in range(PUTS):
+            c.send("SEND", {"destination": f"/queue/{QUEUE}", "transaction": "t1",
+                            "persistent": "true"} if i else
+                   {"destination": f"/queue/{QUEUE}", "persistent": "true"}, b"x" * 64)
+            if i == 0:
+                c.send("BEGIN", {"transaction": "t1"})
+        # a persistent SEND with a receipt: the log is forced past the puts
+        c.call("SEND", {"destination": f"/queue/{QUEUE}", "persistent": "true"}, b"end")
+    finally:
+        srv.kill()
+        c.close()
+    (srv.qm_dir / "listeners.json").unlink()      # (the killed server's)
+
+
+class SlowStart:
+    """``srv`` started in a thread with its redo slowed; ``port`` is the web
+    listener's as soon as listeners.json names it (before restart ends)."""
+
+    def __init__(self, srv: QMServer):
+        self.srv = srv
+        srv.env["HARBORMQ_DELAY_AT"] = f"restart.redo_batch:{DELAY_MS}"
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._start, daemon=True)
+        self.thread.start()
+        self.port = deadline_wait(lambda: web_port(srv), 60,
+                                  what="the web listener during restart")
+
+    def _start(self) -> None:
+        try:
+            self.srv.start()
+        except BaseException as exc:  # noqa: BLE001 - reported by join
+            self.error = exc
+
+    def join(self) -> None:
+        self.thread.join(120)
+        self.srv.env.pop("HARBORMQ_DELAY_AT", None)
+        assert not self.thread.is_alive(), "the queue manager did not start"
+        if self.error is not None:
+            raise self.error
+
+
+def web_port(srv: QMServer) -> int | None:
+    """The web listener's port once listeners.json names it."""
+    try:
+        entries = json.loads((srv.qm_dir / "listeners.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return next((e["port"] for e in entries if e.get("transport") == "http"), None)
+
+
+def metrics(text: str) -> dict:
+    """{(name, frozenset of labels but qmgr): value} of a scrape, read by
+    prometheus_client's own parser."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            labels = frozenset((k, v) for k, v in s.labels.items() if k != "qmgr")
+            out[(s.name, labels)] = s.value
+    return out
+
+
+def test_status_metrics_and_rest_while_restart_runs(srv):
+    leave_work_to_redo(srv)
+    start = SlowStart(srv)
+    owner = WebClient(start.port)                     # anonymous loopback: the owner
+    alice = WebClient(start.port, "alice", "alicepw")
+    statuses, scrapes, listeners_seen, admin_open = [], [], set(), []
+    rest_answers = []
+    while True:
+        status, body = owner.json("GET", RESTART)
+        assert status == 200, body
+        statuses.append(body)
+        if body["state"] == "running":
+            break
+        assert body["state"] == "starting", body
+        scrape_status, _, text = owner.call("GET", "/metrics")
+        assert scrape_status == 200
+        scrapes.append(metrics(text.decode()))
+        entries = json.loads((srv.qm_dir / "listeners.json").read_text())
+        listeners_seen.add(tuple(e.get("transport", "tcp") for e in entries))
+        admin_open.append(srv._admin_ok())
+        if not rest_answers:
+            rest_answers.append(owner.mqsc("DISPLAY QMSTATUS", qm="QR"))
+            rest_answers.append(owner.json(
+                "POST", f"/ibmmq/rest/v2/messaging/qmgr/QR/queue/{QUEUE}/message", "hello"))
+            alice_status = alice.json("GET", RESTART)
+            alice_overview = alice.json("GET", "/console/api/overview")
+            root_overview = WebClient(start.port, "root", "rootpw").json(
+                "GET", "/console/api/overview")
+        time.sleep(0.05)
+    start.join()
+
+    # the phases advanced in MQ's order, forward recovery's bytes growing, to running
+    phases = [s["phase"] for s in statuses if s["state"] == "starting"]
+    seen = [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p]
+    assert "forward recovery" in seen, seen
+    assert [PHASE_ORDER.index(p) for p in seen] == sorted(PHASE_ORDER.index(p) for p in seen)
+    redo = [s for s in statuses if s["phase"] == "forward recovery"]
+    done = [s["done"] for s in redo]
+    assert len(set(done)) >= 2 and done == sorted(done), done
+    assert all(s["unit"] == "bytes" and s["total"] >= s["done"] for s in redo)
+    assert any(s["remaining_s"] is not None and s["remaining_s"] > 0 for s in redo), redo
+    assert redo[-1]["elapsed_s"] > redo[0]["elapsed_s"]
+    assert {"name": "log initialisation", "state": "done"}.items() <= \
+        redo[-1]["phases"][0].items()
+    final = statuses[-1]
+    assert final["restart"]["uows_backed_out"] == 1
+    assert final["restart"]["records_replayed"] >= PUTS
+    assert set(final["restart"]["phases"]) == set(PHASE_ORDER[:-1])
+
+    # /metrics: the restart's gauges, the phase running marked
+    assert all(m[("harbormq_restart_in_progress", frozenset())] == 1 for m in scrapes)
+    assert any(m.get(("harbormq_restart_current_phase",
+                      frozenset({("phase", "forward recovery")}))) == 1 for m in scrapes)
+    assert any(m.get(("harbormq_restart_phase_done",
+                      frozenset({("phase", "forward recovery"), ("unit", "bytes")})), 0) > 0
+               for m in scrapes)
+    assert not any(name == "harbormq_queue_depth" for m in scrapes for name, _ in m)
+    # nothing but the web listener and its status before restart ended
+    assert listeners_seen == {("http",)} and not any(admin_open)
+
+    # REST during restart: MQ's "queue manager not available"
+    (mqsc_status, mqsc_body), (put_status, put_body) = rest_answers
+    for status, body in ((mqsc_status, mqsc_body), (put_status, put_body)):
+        assert status == 503, body
+        assert body["error"][0]["reasonCode"] == 2059
+        assert body["error"][0]["msgId"] == "MQWB0059E"
+    assert alice_status[0] == 403                           # no +dsp on the queue manager
+    assert alice_overview[0] == 503 and "restart" not in alice_overview[1]
+    assert root_overview[0] == 503 and root_overview[1]["restart"]["state"] == "starting"
+
+    # then it runs: everything is served, the message put during restart never was
+    status, body = owner.mqsc("DISPLAY QLOCAL(SLOW.REDO) CURDEPTH", qm="QR")
+    assert status == 200 and "CURDEPTH(2)" in "\n".join(body["commandResponse"][0]["text"])
+    after = metrics(owner.call("GET", "/metrics")[2].decode())
+    assert after[("harbormq_restart_in_progress", frozenset())] == 0
+    assert after[("harbormq_queue_depth", frozenset({("queue", QUEUE)}))] == 2
+    entries = json.loads((srv.qm_dir / "listeners.json").read_text())
+    assert [e.get("transport", "tcp") for e in entries] == ["tcp", "http"]
+
+
+def test_the_console_shows_the_starting_page(srv):
+    with headless_driver() as browser:
+        leave_work_to_redo(srv)
+        start = SlowStart(srv)
+        base = f"http://127.0.0.1:{start.port}/console/"
+        browser.get(base + "#queues")
+        wait = WebDriverWait(browser, 30, poll_frequency=0.05, ignored_exceptions=(Exception,))
+        wait.until(lambda b: b.find_element(By.ID, "login").is_displayed())
+        browser.find_element(By.ID, "login-user").send_keys("root")
+        browser.find_element(By.ID, "login-password").send_keys("rootpw")
+        browser.find_element(By.ID, "login-submit").click()
+        # the queues page, asked for during restart, shows the restart instead
+        phase = wait.until(lambda b: b.find_element(By.ID, "starting").get_attribute(
+            "data-phase") == "forward recovery" and b.find_element(By.ID, "starting"))
+        text = phase.text
+        assert "STARTING" in text and "forward recovery" in text and "phase 3 of 6" in text
+        assert "MB" in text
+        rows = browser.execute_script(
+            "return [...document.querySelectorAll('#restart-phases tbody tr')].map("
+            "tr => [tr.dataset.name, tr.querySelector('td[data-key=state]').innerText])")
+        assert ["log initialisation", "done"] in rows and ["forward recovery", "running"] in rows
+        keep_screenshot(browser, "console", "starting")
+        # then the page it asked for, once the queue manager runs
+        wait.until(lambda b: b.find_element(By.ID, "view").get_attribute("data-view")
+                   == "queues" and QUEUE in b.find_element(By.ID, "view").text)
+        start.join()
+
+
+def test_a_failed_start_is_shown_until_the_process_ends(srv):
+    if srv.running:
+        srv.stop()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    original = srv.config_path.read_text()
+    srv.configure(listeners=[{"name": "TAKEN", "host": "127.0.0.1",
+                              "port": taken.getsockname()[1]}])
+    (srv.qm_dir / "listeners.json").unlink(missing_ok=True)
+    proc = subprocess.Popen([PYTHON, "-m", "harbormq", "start", srv.name, "--foreground"],
+                            env=srv.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        port = deadline_wait(lambda: web_port(srv), 60, what="the web listener")
+        owner = WebClient(port)
+        failed = deadline_wait(lambda: _failed_status(owner), 60, what="the failed state")
+        assert "TAKEN" in failed["error"] and "cannot listen" in failed["error"]
+        scrape = metrics(owner.call("GET", "/metrics")[2].decode())
+        assert scrape[("harbormq_restart_failed", frozenset())] == 1
+        status, body = owner.mqsc("DISPLAY QMSTATUS", qm="QR")
+        assert status == 503 and body["error"][0]["reasonCode"] == 2059
+        assert proc.wait(30) != 0
+        with pytest.raises(OSError):
+            WebClient(port, timeout=2).call("GET", RESTART)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+        proc.stdout.close()
+        taken.close()
+        srv.config_path.write_text(original)
+
+
+def _failed_status(client: WebClient):
+    try:
+        status, body = client.json("GET", RESTART)
+    except OSError:
+        return None
+    return body if status == 200 and body["state"] == "failed" else None
+
