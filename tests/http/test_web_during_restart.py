@@ -31,6 +31,7 @@ from support.screenshots import keep_screenshot
 from support.stomp_helpers import QMServer, deadline_wait, raw_connected
 from support.web_helpers import WebClient, start_web
 
+from harbormq.http.starting import RestartStatus, restart_metrics
 from harbormq.security import UserStore
 
 QUEUE = "SLOW.REDO"
@@ -123,6 +124,75 @@ def metrics(text: str) -> dict:
             labels = frozenset((k, v) for k, v in s.labels.items() if k != "qmgr")
             out[(s.name, labels)] = s.value
     return out
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_status_follows_restarts_progress_reports():
+    """RestartStatus from the progress calls a restart makes, on a clock of its own."""
+    clock = Clock()
+    status = RestartStatus("QM1", replay_rate=1000.0, clock=clock)
+    assert status.as_dict()["phase"] == "log initialisation"
+    status.progress("log initialisation", 0, 1)
+    clock.now += 0.5
+    status.progress("log initialisation", 1, 1)      # complete: status rebuild follows
+    assert status.phase == "status rebuild"
+    clock.now += 0.25
+    status.progress("forward recovery", 0, 10_000)
+    # nothing done yet: the last restart's replay rate gives the estimate
+    assert status.remaining_s() == 10.0
+    clock.now += 2.0
+    status.progress("forward recovery", 4_000, 10_000)
+    d = status.as_dict()
+    assert (d["phase"], d["phase_number"], d["unit"], d["fraction"]) == \
+        ("forward recovery", 3, "bytes", 0.4)
+    assert d["remaining_s"] == 3.0                   # 2 s for 4,000 bytes: 6,000 more
+    assert d["elapsed_s"] == 2.75
+    assert [(p["name"], p["state"], p["seconds"]) for p in d["phases"][:4]] == [
+        ("log initialisation", "done", 0.5), ("status rebuild", "done", 0.25),
+        ("forward recovery", "running", 2.0), ("backward recovery", "waiting", 0.0)]
+    status.progress("backward recovery", 1, 1)       # complete: the checkpoint follows
+    assert status.phase == "checkpoint"
+    status.progress("index rebuild", 1, 2)           # reported after all: not a checkpoint
+    assert status.phase == "index rebuild" and "checkpoint" not in status.finished
+    report = {"phases": {name: 0.1 for name in ("log initialisation", "status rebuild",
+                                                "forward recovery", "backward recovery",
+                                                "index rebuild", "checkpoint")}}
+    status.restart_ended(report)
+    assert status.phase == "startup" and status.finished == report["phases"]
+    status.now_running()
+    assert status.running and status.as_dict()["restart"] == report
+    failed = RestartStatus("QM1", clock=clock)
+    failed.start_failed(RuntimeError("listener TAKEN cannot listen"))
+    assert failed.as_dict()["state"] == "failed" and "TAKEN" in failed.error
+
+
+def test_the_restart_metrics_are_valid_text():
+    clock = Clock()
+    status = RestartStatus("QM1", clock=clock)
+    status.progress("log initialisation", 1, 1)
+    status.progress("forward recovery", 0, 100)
+    clock.now += 1.0
+    status.progress("forward recovery", 25, 100)
+    m = metrics(restart_metrics(status).decode())
+    assert m[("harbormq_restart_in_progress", frozenset())] == 1
+    assert m[("harbormq_restart_failed", frozenset())] == 0
+    assert m[("harbormq_restart_current_phase",
+              frozenset({("phase", "forward recovery")}))] == 1
+    assert m[("harbormq_restart_current_phase", frozenset({("phase", "startup")}))] == 0
+    assert m[("harbormq_restart_phase_done",
+              frozenset({("phase", "forward recovery"), ("unit", "bytes")}))] == 25
+    assert m[("harbormq_restart_phase_total",
+              frozenset({("phase", "forward recovery"), ("unit", "bytes")}))] == 100
+    assert m[("harbormq_restart_phase_estimated_remaining_seconds", frozenset())] == 3.0
+    assert ("harbormq_restart_phase_duration_seconds",
+            frozenset({("phase", "log initialisation")})) in m
 
 
 def test_status_metrics_and_rest_while_restart_runs(srv):
