@@ -20,6 +20,7 @@ import socket
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -201,7 +202,8 @@ def test_status_metrics_and_rest_while_restart_runs(srv):
     owner = WebClient(start.port)                     # anonymous loopback: the owner
     alice = WebClient(start.port, "alice", "alicepw")
     statuses, scrapes, listeners_seen, admin_open = [], [], set(), []
-    rest_answers = []
+    pool = ThreadPoolExecutor(5)
+    asked: dict = {}
     while True:
         status, body = owner.json("GET", RESTART)
         assert status == 200, body
@@ -215,14 +217,18 @@ def test_status_metrics_and_rest_while_restart_runs(srv):
         entries = json.loads((srv.qm_dir / "listeners.json").read_text())
         listeners_seen.add(tuple(e.get("transport", "tcp") for e in entries))
         admin_open.append(srv._admin_ok())
-        if not rest_answers:
-            rest_answers.append(owner.mqsc("DISPLAY QMSTATUS", qm="QR"))
-            rest_answers.append(owner.json(
-                "POST", f"/ibmmq/rest/v2/messaging/qmgr/QR/queue/{QUEUE}/message", "hello"))
-            alice_status = alice.json("GET", RESTART)
-            alice_overview = alice.json("GET", "/console/api/overview")
-            root_overview = WebClient(start.port, "root", "rootpw").json(
-                "GET", "/console/api/overview")
+        if not asked:
+            # the REST and console calls during restart, beside the polling (each
+            # is answered in one of restart's pauses, a login's scrypt on a thread)
+            root = WebClient(start.port, "root", "rootpw")
+            asked = {
+                "mqsc": pool.submit(owner.mqsc, "DISPLAY QMSTATUS", qm="QR"),
+                "put": pool.submit(owner.json, "POST", f"/ibmmq/rest/v2/messaging/qmgr/QR/"
+                                   f"queue/{QUEUE}/message", "hello"),
+                "alice status": pool.submit(alice.json, "GET", RESTART),
+                "alice overview": pool.submit(alice.json, "GET", "/console/api/overview"),
+                "root overview": pool.submit(root.json, "GET", "/console/api/overview"),
+            }
         time.sleep(0.05)
     start.join()
 
@@ -256,7 +262,11 @@ def test_status_metrics_and_rest_while_restart_runs(srv):
     assert listeners_seen == {("http",)} and not any(admin_open)
 
     # REST during restart: MQ's "queue manager not available"
-    (mqsc_status, mqsc_body), (put_status, put_body) = rest_answers
+    answers = {what: future.result(30) for what, future in asked.items()}
+    pool.shutdown()
+    (mqsc_status, mqsc_body), (put_status, put_body) = answers["mqsc"], answers["put"]
+    alice_status, alice_overview = answers["alice status"], answers["alice overview"]
+    root_overview = answers["root overview"]
     for status, body in ((mqsc_status, mqsc_body), (put_status, put_body)):
         assert status == 503, body
         assert body["error"][0]["reasonCode"] == 2059
@@ -326,6 +336,7 @@ def test_a_failed_start_is_shown_until_the_process_ends(srv):
         status, body = owner.mqsc("DISPLAY QMSTATUS", qm="QR")
         assert status == 503 and body["error"][0]["reasonCode"] == 2059
         assert proc.wait(30) != 0
+        assert not (srv.qm_dir / "listeners.json").exists()
         with pytest.raises(OSError):
             WebClient(port, timeout=2).call("GET", RESTART)
     finally:

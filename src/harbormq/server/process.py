@@ -30,9 +30,9 @@ from ..admin.command_runner import CommandRunner
 from ..admin.protocol import MAX_REQUEST_BYTES, AdminProtocol
 from ..channels.initiator import ChannelInitiator
 from ..config import Listener, QMConfig
-from ..errors import ConfigError, HarbormqError
+from ..errors import ConfigError, HarbormqError, QueueManagerRunning
 from ..fsutil import atomic_write
-from ..qmgr.lifecycle import RunningQueueManager
+from ..qmgr.lifecycle import InstanceLock, RunningQueueManager
 from ..recovery.need import log_need_facts, replay_rate
 from ..security import Security
 from ..stomp.listener import StompService
@@ -196,16 +196,29 @@ class QueueManagerServer:
 
     async def _start_failed(self, exc: BaseException) -> None:
         """The start failed: the web listener says so for FAILED_SHOWN_S (not
-        when the start was interrupted), then closes."""
+        when the start was interrupted), then closes. The queue manager has
+        stopped and let its instance lock go; it is taken again meanwhile, so
+        that another start waits for this process to end (it is told that one
+        runs) rather than finding the web port taken."""
         if self.restart_status is not None:
             self.restart_status.start_failed(exc)
-        if self.web is not None:
-            try:
-                if isinstance(exc, Exception):
-                    await asyncio.sleep(FAILED_SHOWN_S)
-            finally:
-                await self.web.stop()
-                self.web = None
+        if self.web is None:
+            return
+        lock: InstanceLock | None = InstanceLock(self.config)
+        try:
+            lock.acquire()
+        except QueueManagerRunning:
+            lock = None                     # another start has it: say nothing more
+        try:
+            if lock is not None and isinstance(exc, Exception):
+                await asyncio.sleep(FAILED_SHOWN_S)
+        finally:
+            await self.web.stop()
+            self.web = None
+            if lock is not None:
+                # (the web listener's entry, and the STOMP listeners' if they opened)
+                self.config.listeners_path.unlink(missing_ok=True)
+                lock.release()
 
     async def _open_web(self, core, tls) -> None:
         """The HTTP front end (``http/``), handed the MQSC runner and STOMP over
@@ -239,8 +252,13 @@ class QueueManagerServer:
                              stomp_websocket=stomp_websocket,
                              restart_report=self._restart_facts,
                              starting=self.restart_status)
-        self.web = WebServer(context, tls)
-        await self.web.start()
+        server = WebServer(context, tls)
+        try:
+            await server.start()
+        except BaseException:
+            authenticator.close()
+            raise
+        self.web = server
         self._write_listeners()
 
     def _write_listeners(self) -> None:

@@ -435,6 +435,8 @@ function showStarting(d) {
       {key: "state", label: "state", fmt: (v) => badge(v)},
       {key: "seconds", label: "time"}], phases) + `</section>`;
   $("view").dataset.view = "starting";
+  $("toolbar").dataset.key = "";        // the view's own toolbar comes back once it runs
+  $("toolbar").innerHTML = "";
   $("view-error").hidden = true;
   $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
 }
