@@ -45,6 +45,8 @@ from prometheus_client.exposition import generate_latest
 from ..security import NotAuthorized
 from .context import WebContext
 from .errors import RestError
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .openapi import PATH as OPENAPI_PATH
 from .openapi import describe
 
 #: MQ's restart phases in their order (``RestartReport.phases``' names)
@@ -62,15 +64,11 @@ FOLLOWS = {"log initialisation": "status rebuild", "backward recovery": "checkpo
            "index rebuild": "checkpoint"}
 #: the paths served whatever the state (no core behind them)
 OPEN_PREFIXES = ("/console/static/",)
-OPEN_PATHS = frozenset({"/console", "/console/", "/console/api/session",
-                        "/ibmmq/rest/v1/openapi.json", "/ibmmq/rest/v2/openapi.json",
-                        "/ibmmq/rest/v3/openapi.json"})
+OPEN_PATHS = frozenset({"/console", "/console/", "/console/api/session", OPENAPI_PATH})
 RESTART_PATH = "/console/api/restart"
 #: seconds a client is told to wait before it asks again
 RETRY_AFTER_S = 5
 NOT_AVAILABLE = 2059
-#: prometheus_client's CONTENT_TYPE_LATEST
-METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class RestartStatus:

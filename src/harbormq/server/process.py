@@ -107,12 +107,14 @@ class QueueManagerServer:
             if self.config.web.enabled:
                 await self._web_running()
         except BaseException as exc:
-            if self.channels is not None:
-                await self.channels.stop()
-            if self.stomp is not None:
-                await self.stomp.stop()
-            await self.running.stop("immediate")
-            await self._start_failed(exc)
+            try:
+                if self.channels is not None:
+                    await self.channels.stop()
+                if self.stomp is not None:
+                    await self.stomp.stop()
+                await self.running.stop("immediate")
+            finally:
+                await self._start_failed(exc)
             raise
         # damage to the queue manager object: stop through the same path as a request
         self.running.core.on_fatal = lambda why: self.request_stop("preemptive")
