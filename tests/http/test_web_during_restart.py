@@ -167,11 +167,21 @@ def test_the_status_follows_restarts_progress_reports():
                                                 "index rebuild", "checkpoint")}}
     status.restart_ended(report)
     assert status.phase == "startup" and status.finished == report["phases"]
+    clock.now += 0.5
     status.now_running()
-    assert status.running and status.as_dict()["restart"] == report
+    d = status.as_dict()
+    assert status.running and d["restart"] == report and d["phase"] is None
+    assert d["phases"][-1] == {"name": "startup", "state": "done", "seconds": 0.5}
+    clock.now += 10
+    assert status.as_dict()["elapsed_s"] == d["elapsed_s"]    # the clock stopped
     failed = RestartStatus("QM1", clock=clock)
-    failed.start_failed(RuntimeError("listener TAKEN cannot listen"))
-    assert failed.as_dict()["state"] == "failed" and "TAKEN" in failed.error
+    failed.progress("log initialisation", 1, 1)
+    failed.progress("forward recovery", 5, 10)
+    failed.start_failed(RuntimeError("log record at LSN 5 is damaged"))
+    d = failed.as_dict()
+    assert (d["state"], d["phase"], d["error"]) == ("failed", "forward recovery",
+                                                    "log record at LSN 5 is damaged")
+    assert d["phases"][2] == {"name": "forward recovery", "state": "failed", "seconds": 0.0}
 
 
 def test_the_restart_metrics_are_valid_text():

@@ -93,6 +93,8 @@ class RestartStatus:
         #: the seconds of each phase finished, in order
         self.finished: dict[str, float] = {}
         self.error: str | None = None
+        #: when the start ended (running or failed): the elapsed time stops there
+        self.ended: float | None = None
         #: the restart's report once it ended (``RestartReport.as_dict``)
         self.report: dict | None = None
 
@@ -108,7 +110,7 @@ class RestartStatus:
         if done >= total and phase in FOLLOWS:
             self._enter(FOLLOWS[phase])
 
-    def _enter(self, phase: str) -> None:
+    def _enter(self, phase: str | None) -> None:
         now = self.clock()
         current = self.phase
         # a phase entered because the one before said it was complete is not
@@ -131,11 +133,18 @@ class RestartStatus:
         self.done = self.total = 0
 
     def now_running(self) -> None:
-        self.state, self.phase = "running", None
+        self._end("running")
 
     def start_failed(self, error: BaseException) -> None:
-        self.state = "failed"
         self.error = str(error) or type(error).__name__
+        self._end("failed")
+
+    def _end(self, state: str) -> None:
+        """The start is over, the clock stops: running, the last phase is
+        finished; failed, the phase it failed in stays the phase shown."""
+        if state == "running" and self.phase is not None:
+            self._enter(None)
+        self.state, self.ended = state, self.clock()
 
     # -- what is shown --------------------------------------------------------------------
     def remaining_s(self) -> float | None:
@@ -153,12 +162,12 @@ class RestartStatus:
         return None
 
     def as_dict(self) -> dict:
-        now = self.clock()
+        now = self.clock() if self.ended is None else self.ended
         current = self.phase
 
         def phase_state(name: str) -> str:
             if name == current:
-                return "running"
+                return "failed" if self.state == "failed" else "running"
             return "done" if name in self.finished else "waiting"
         phases = [{"name": name, "state": phase_state(name),
                    "seconds": round(now - self.phase_started, 3) if name == current
@@ -241,17 +250,22 @@ def not_available(status: RestartStatus, *, with_status: bool) -> web.Response:
     return web.json_response(body, status=503, headers=headers)
 
 
+async def require_status_reader(context: WebContext, request: web.Request) -> None:
+    """Who may read the start's status: an authenticated caller (401
+    otherwise) with +dsp on the queue manager (NotAuthorized: 403)."""
+    auth = context.authenticator
+    principal = await auth.principal(request)
+    auth.require(principal, "QMGR", context.qmgr_name, "DSP")
+
+
 def starting_gate(context: WebContext):
     """The middleware that keeps every feature behind it until the queue
     manager runs (see the module); once running it only passes requests on."""
     status = context.starting
 
-    async def restart_status_allowed(request: web.Request) -> bool:
-        """Authenticated (401 otherwise); True with +dsp on the queue manager."""
-        auth = context.authenticator
-        principal = await auth.principal(request)
+    async def may_read_status(request: web.Request) -> bool:
         try:
-            auth.require(principal, "QMGR", context.qmgr_name, "DSP")
+            await require_status_reader(context, request)
         except NotAuthorized:
             return False            # the 503 without the status
         return True
@@ -264,11 +278,10 @@ def starting_gate(context: WebContext):
         if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or path == RESTART_PATH:
             return await handler(request)
         if path == "/metrics":
-            principal = await context.authenticator.principal(request)
-            context.authenticator.require(principal, "QMGR", context.qmgr_name, "DSP")
+            await require_status_reader(context, request)
             return web.Response(body=restart_metrics(status),
                                 headers={"Content-Type": METRICS_CONTENT_TYPE})
-        allowed = await restart_status_allowed(request)
+        allowed = await may_read_status(request)
         return not_available(status, with_status=allowed and path.startswith("/console/api/"))
     return gate
 
@@ -276,9 +289,7 @@ def starting_gate(context: WebContext):
 def add_routes(app: web.Application, context: WebContext) -> None:
     """``GET /console/api/restart``: the start's status (+dsp on the queue manager)."""
     async def restart_status(request: web.Request) -> web.Response:
-        auth = context.authenticator
-        principal = await auth.principal(request)
-        auth.require(principal, "QMGR", context.qmgr_name, "DSP")
+        await require_status_reader(context, request)
         status = context.starting
         if status is None:           # (a listener without a start to follow)
             report = context.restart_report() if context.restart_report else None
