@@ -7,8 +7,9 @@ core is whole:
 
 * ``RestartStatus``: the restart's phases as they run, fed by the same
   progress callback the command line's bars use (``recovery/restart.py``'s
-  ``Progress``): which phase runs, what of it is done of its total (bytes of
-  log in forward recovery, units of work in backward recovery, indexes),
+  ``Progress``): which phase runs, what of it is done of its total (queue
+  stores opened in log initialisation, bytes of log in forward recovery,
+  units of work in backward recovery, indexes),
   the time spent in each finished phase, elapsed, and an estimate of what
   remains of the running phase; then ``running`` or ``failed``;
 * ``starting_gate``: the middleware that, until the status says running,
@@ -56,7 +57,7 @@ PHASES = ("log initialisation", "status rebuild", "forward recovery", "backward 
 #: back, the channel initiator, the startup scripts, the STOMP listeners
 SERVICES = "startup"
 #: what a phase's figures count
-UNITS = {"log initialisation": "steps", "forward recovery": "bytes",
+UNITS = {"log initialisation": "queue stores", "forward recovery": "bytes",
          "backward recovery": "units of work", "index rebuild": "indexes"}
 #: the phase that runs once another reports it is complete, until one reports
 #: (status rebuild and the checkpoint report no progress of their own)
@@ -214,8 +215,9 @@ def restart_metrics(status: RestartStatus) -> bytes:
             finished.add_metric([qm, p["name"]], p["seconds"])
     families.append(finished)
     if d["phase"] is not None:
-        gauge("restart_phase_done", "What the running phase has done, in its unit: bytes "
-              "of log (forward recovery), units of work (backward recovery), indexes.",
+        gauge("restart_phase_done", "What the running phase has done, in its unit: queue "
+              "stores opened (log initialisation), bytes of log (forward recovery), units "
+              "of work (backward recovery), indexes.",
               d["done"], phase=d["phase"], unit=d["unit"])
         gauge("restart_phase_total", "What the running phase has to do, in its unit (forward "
               "recovery: at most, to the end of the last extent).", d["total"],

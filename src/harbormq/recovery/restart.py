@@ -63,8 +63,8 @@ PROGRESS_BYTES = 4 << 20
 PROGRESS_EVERY_S = 0.25
 #: a restart on the queue manager's loop lets other work run (the web
 #: listener's restart status, ``http/starting.py``) once it has worked this long
-#: without a pause: between two batches of redo, two units of work undone, two
-#: indexes rebuilt
+#: without a pause: between two queue stores opened, two batches of redo, two
+#: units of work undone, two indexes rebuilt
 PAUSE_AFTER_S = 0.05
 #: turns of the loop a pause gives: a request is a few callbacks in a row (accept,
 #: read, handler, write), each a turn; a turn with nothing to do costs microseconds
@@ -206,7 +206,7 @@ class Restart:
 
     async def _run(self, t0: float) -> RestartReport:
         core = self.core
-        self.phase1_log_init()
+        await run_steps_paced(self._log_init_steps())
         t1 = time.monotonic()
         await pause()
         self.phase2_status_rebuild()
@@ -232,6 +232,13 @@ class Restart:
     # -- phase 1 --------------------------------------------------------------------
 
     def phase1_log_init(self) -> None:
+        """Log initialisation without a pause (the standby's rounds)."""
+        run_steps(self._log_init_steps())
+
+    def _log_init_steps(self) -> Steps:
+        """Log initialisation, a step a queue's store (opened and checked, then
+        its non-persistent messages discarded): a queue manager of many
+        queues spends most of the phase there."""
         core, r = self.core, self.report
         log = core.log
         self.progress("log initialisation", 0, 1)
@@ -269,16 +276,22 @@ class Restart:
         if core.catalog_store.clean_stop() is not None:
             core.catalog_store.set_clean_stop(None)    # from here on, not a clean stop
         self.redo_from[0] = core.catalog_store.recovery_lsn
-        for definition in core.objects.values():
-            if definition["type"] == "QLOCAL":
-                q = core.open_queue_store(definition, at_restart=True, report=False)
-                q = self._check_queue_store(q)
-                self.redo_from[q.object_id] = q.store.recovery_lsn
+        local = [d for d in core.objects.values() if d["type"] == "QLOCAL"]
+        stores = max(1, len(local))
+        for i, definition in enumerate(local, 1):
+            q = core.open_queue_store(definition, at_restart=True, report=False)
+            q = self._check_queue_store(q)
+            self.redo_from[q.object_id] = q.store.recovery_lsn
+            if time.monotonic() >= self._progress_due:
+                self._progress_due = time.monotonic() + PROGRESS_EVERY_S
+                self.progress("log initialisation", i - 1, stores)
+            yield
         self._sweep_orphan_stores()
-        for q in core.queues.values():   # also a store that may be a newer incarnation
+        for q in list(core.queues.values()):   # also a store that may be a newer incarnation
             r.nonpersistent_discarded += q.store.purge_nonpersistent()
             q.depth = q.store.count()
-        self.progress("log initialisation", 1, 1)
+            yield
+        self.progress("log initialisation", stores, stores)
         self.emit("HMQ7201I", f"Log initialisation for queue manager {core.name} complete: "
                   f"{st.log_type} log, control file sequence {st.sequence}, "
                   f"{len(chain)} extent(s) in use ({', '.join(r.extents)})")
