@@ -50,6 +50,8 @@ POINTS = (
 
 DELAY_POINTS = (
     "store.flush",                      # a store's write transaction of a flush, before it
+    "restart.redo_batch",               # a batch of records redone (on the loop: a slow
+                                        # redo, between two of restart's pauses)
 )
 
 _target, _, _count = (os.environ.get("HARBORMQ_CRASH_AT") or "").partition(":")
@@ -76,6 +78,7 @@ _delay_s = float(_delay_ms or 0) / 1000
 
 
 def delay_point(name: str) -> None:
-    """Sleep here when HARBORMQ_DELAY_AT names this point (never on the loop thread)."""
+    """Sleep here when HARBORMQ_DELAY_AT names this point (on the loop thread
+    only where the loop is meant to wait: restart's steps)."""
     if name == _delay_target:
         time.sleep(_delay_s)

@@ -13,7 +13,9 @@ imports the core and what lies below the front ends, never its siblings;
   OS user of an anonymous loopback request) and MQ's CSRF header rule;
 * ``mqsc_api.py``: MQ's administrative REST API (``runCommand``,
   ``runCommandJSON``); ``messaging.py``: its messaging REST API;
-* ``openapi.py``: the OpenAPI description of what the listener serves.
+* ``openapi.py``: the OpenAPI description of what the listener serves;
+* ``starting.py``: the start's status while restart recovery runs, and the
+  gate that serves only it until the queue manager runs.
 
 Not here: the STOMP frames behind ``/ws`` (``stomp/websocket.py``), the MQSC
 commands (``admin/``), who may do what (``security/``). See docs/http.md.

@@ -13,7 +13,11 @@ narrow Protocol the front end uses of it:
   ``auth.py``): the same users, passwords and authority records as STOMP;
 * ``stomp_websocket``: STOMP over WebSocket for ``/ws`` (``StompWebSocket``),
   or None;
-* ``settings``: qm.toml's ``[web]``.
+* ``settings``: qm.toml's ``[web]``;
+* ``starting``: the start's status (``RestartView``, ``starting.py``) when
+  the listener opens before restart recovery: until it says running, no
+  feature's handler runs (``starting.starting_gate``), and ``core`` is a
+  core restart is still rebuilding.
 
 A feature's handler learns who is asking with
 ``await context.authenticator.principal(request)`` and checks an authority
@@ -79,6 +83,19 @@ class StompWebSocket(Protocol):
     async def __call__(self, request: "web.Request") -> "web.StreamResponse": ...
 
 
+class RestartView(Protocol):
+    """The start of the queue manager, as the listener shows it while restart
+    recovery runs (``starting.RestartStatus``)."""
+    qmgr: str
+    state: str                      # starting, running, failed
+    error: str | None
+
+    @property
+    def running(self) -> bool: ...
+
+    def as_dict(self) -> dict: ...
+
+
 @dataclass
 class WebContext:
     """The bundle each feature's ``add_routes`` is given (see the module)."""
@@ -90,3 +107,5 @@ class WebContext:
     stomp_websocket: StompWebSocket | None = None
     #: the last restart's report (``RestartReport.as_dict``), for /metrics
     restart_report: Callable[[], dict | None] | None = None
+    #: the start's status when the listener opened before restart recovery
+    starting: RestartView | None = None

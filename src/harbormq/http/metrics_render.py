@@ -259,7 +259,9 @@ def families(snap: Snapshot, *, free_space: dict[str, tuple[Path, int, int]],
             one("backup_last_verified_time_seconds", "gauge", "When a backup of this queue "
                 "manager was last verified by a trial restore (Unix time).",
                 backups["verified_time_s"])
-    # -- the last restart
+    # -- the last restart (while one runs, http/starting.py answers the scrape)
+    one("restart_in_progress", "gauge", "1 while the queue manager is starting (restart "
+        "recovery, then its services), 0 once it runs.", 0)
     restart = snap.restart
     if restart and restart.get("phases"):
         phases = restart["phases"]

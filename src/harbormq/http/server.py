@@ -18,6 +18,9 @@ What the listener itself enforces, before any feature runs:
 * a body longer than ``max_body_bytes`` is refused (413) from its
   Content-Length before any of it is read, or once that much has come.
 
+It may open before restart recovery: until the queue manager runs, it
+serves only the start's status (``starting.py``).
+
 Not here: who a request is (``auth.py``), MQ's error bodies (``errors.py``).
 """
 
@@ -29,7 +32,7 @@ from aiohttp import web
 
 from ..errors import ConfigError
 from ..security import check_listener
-from . import console, console_group, messaging, metrics, mqsc_api, openapi
+from . import console, console_group, messaging, metrics, mqsc_api, openapi, starting
 from .connections import connection_middleware
 from .context import WebContext
 from .errors import error_middleware
@@ -44,6 +47,7 @@ FEATURES: list[Callable[[web.Application, WebContext], None]] = [
     metrics.add_routes,
     console.add_routes,
     console_group.add_routes,
+    starting.add_routes,
 ]
 #: how long a stop lets requests under way finish
 SHUTDOWN_S = 5.0
@@ -80,6 +84,8 @@ class WebServer:
         app = web.Application(middlewares=[self._deadline_middleware,
                                            error_middleware(self.context.core.oplog.emit),
                                            body_limit(settings),
+                                           # while the queue manager starts: its status only
+                                           starting.starting_gate(self.context),
                                            connection_middleware(self.context.core)],
                               # read_body enforces the limit with MQ's answer; aiohttp's
                               # own (request.read) is a last guard

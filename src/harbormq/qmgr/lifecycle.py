@@ -18,6 +18,7 @@ import asyncio
 import fcntl
 import os
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ..config import Listener, LogSettings, QMConfig, WebSettings, harbormq_home
@@ -255,7 +256,14 @@ class RunningQueueManager:
 
     @classmethod
     async def start(cls, config: QMConfig, *, console=None, progress: Progress | None = None,
-                    quiet: bool = False) -> "RunningQueueManager":
+                    quiet: bool = False,
+                    before_restart: Callable[[QueueManagerCore], Awaitable[None]] | None = None
+                    ) -> "RunningQueueManager":
+        """Take the instance lock, run restart recovery, start the services.
+        ``before_restart(core)`` runs once the lock is held and before restart
+        recovery (the server opens its web listener there, which serves only
+        the restart's status until restart ends); a failure there is a failed
+        start."""
         if not config.config_path.exists() and not config.log_dir.exists():
             raise QueueManagerNotFound(f"queue manager {config.name} does not exist")
         lock = InstanceLock(config)
@@ -269,6 +277,8 @@ class RunningQueueManager:
         core.log.on_failed = core.log_write_failed
         self = cls(core, lock)
         try:
+            if before_restart is not None:
+                await before_restart(core)
             if config.qsg is not None:
                 # the group before restart: it asks what the group decided (docs/qsg.md)
                 from ..qsg.service import QueueSharingGroup

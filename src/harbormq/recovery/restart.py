@@ -19,8 +19,10 @@ gives the same result.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -28,7 +30,7 @@ from ..core.engine import QueueManagerCore
 from ..core.objects import QMGR_OBJECT
 from ..core.queue import LocalQueue
 from ..core.uow import PublishedTargets, UnitOfWork, UowOp
-from ..crashpoints import crash_point
+from ..crashpoints import crash_point, delay_point
 from ..errors import HarbormqError, LogMissing, ObjectDamaged, StandbyError, StoreDamaged
 from ..fsutil import rename_durably, sweep_tmp
 from ..log import crestart
@@ -55,7 +57,68 @@ REDO_STRETCH_BYTES = 16 << 20
 #: off only to compare (tests): redo then feeds every record to the rule
 SKIP_WITHOUT_EFFECT = True
 
+#: forward recovery reports its progress after this much log, and at least
+#: this often (the web listener's restart status, the command line's bars)
+PROGRESS_BYTES = 4 << 20
+PROGRESS_EVERY_S = 0.25
+#: a restart on the queue manager's loop lets other work run (the web
+#: listener's restart status, ``http/starting.py``) once it has worked this long
+#: without a pause: between two queue stores opened, two batches of redo, two
+#: units of work undone, two indexes rebuilt
+PAUSE_AFTER_S = 0.05
+#: turns of the loop a pause gives: a request is a few callbacks in a row (accept,
+#: read, handler, write), each a turn; a turn with nothing to do costs microseconds
+PAUSE_TURNS = 8
+
 Progress = Callable[[str, int, int], None]   # (phase, done, total)
+#: work done in steps: each ``yield`` is a point where the loop may run other work
+Steps = Generator[None, None, "object"]
+
+
+def run_steps(steps: Steps):
+    """Run ``steps`` to its end without a pause (the standby's redo rounds
+    run on no loop); its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+async def run_steps_paced(steps: Steps):
+    """Run ``steps`` to its end on the loop, letting other work run once a
+    stretch of it has taken PAUSE_AFTER_S; its return value."""
+    pause_at = time.monotonic() + PAUSE_AFTER_S
+    try:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            if time.monotonic() >= pause_at:
+                await pause()
+                pause_at = time.monotonic() + PAUSE_AFTER_S
+    finally:
+        steps.close()
+
+
+async def pause() -> None:
+    """PAUSE_TURNS turns of the loop for other work."""
+    for _ in range(PAUSE_TURNS):
+        await asyncio.sleep(0)
+
+
+class Pacer:
+    """Lets the loop run other work between two steps of an async phase once
+    PAUSE_AFTER_S has passed since the last pause."""
+
+    def __init__(self) -> None:
+        self.pause_at = time.monotonic() + PAUSE_AFTER_S
+
+    async def step(self) -> None:
+        if time.monotonic() >= self.pause_at:
+            await pause()
+            self.pause_at = time.monotonic() + PAUSE_AFTER_S
 
 
 @dataclass
@@ -107,6 +170,7 @@ class Restart:
         self._log_end = 0           # the end of the log, read only if something is recreated
         self._media: dict | None = None          # the last checkpoint's media table
         self._progress_at = 0       # redo: bytes read when progress was last shown
+        self._progress_due = 0.0    # redo: when progress is shown again, whatever was read
 
     def emit(self, msgid: str, text: str) -> None:
         self.core.oplog.emit(msgid, text)
@@ -136,17 +200,19 @@ class Restart:
         try:
             self.phase1_log_init()
             self.phase2_status_rebuild()
-            return self.phase3_redo()
+            return run_steps(self._redo_steps())
         finally:
             self.core.log.say = said
 
     async def _run(self, t0: float) -> RestartReport:
         core = self.core
-        self.phase1_log_init()
+        await run_steps_paced(self._log_init_steps())
         t1 = time.monotonic()
+        await pause()
         self.phase2_status_rebuild()
         t2 = time.monotonic()
-        scan = self.phase3_redo()
+        await pause()
+        scan = await run_steps_paced(self._redo_steps())
         t3 = time.monotonic()
         core.log.start_writing(scan.end_lsn, core.loop,
                                active_closed=scan.end is not None and scan.end.how == "extent_end")
@@ -166,6 +232,13 @@ class Restart:
     # -- phase 1 --------------------------------------------------------------------
 
     def phase1_log_init(self) -> None:
+        """Log initialisation without a pause (the standby's rounds)."""
+        run_steps(self._log_init_steps())
+
+    def _log_init_steps(self) -> Steps:
+        """Log initialisation, a step a queue's store (opened and checked, then
+        its non-persistent messages discarded): a queue manager of many
+        queues spends most of the phase there."""
         core, r = self.core, self.report
         log = core.log
         self.progress("log initialisation", 0, 1)
@@ -203,16 +276,22 @@ class Restart:
         if core.catalog_store.clean_stop() is not None:
             core.catalog_store.set_clean_stop(None)    # from here on, not a clean stop
         self.redo_from[0] = core.catalog_store.recovery_lsn
-        for definition in core.objects.values():
-            if definition["type"] == "QLOCAL":
-                q = core.open_queue_store(definition, at_restart=True, report=False)
-                q = self._check_queue_store(q)
-                self.redo_from[q.object_id] = q.store.recovery_lsn
+        local = [d for d in core.objects.values() if d["type"] == "QLOCAL"]
+        stores = max(1, len(local))
+        for i, definition in enumerate(local, 1):
+            q = core.open_queue_store(definition, at_restart=True, report=False)
+            q = self._check_queue_store(q)
+            self.redo_from[q.object_id] = q.store.recovery_lsn
+            if time.monotonic() >= self._progress_due:
+                self._progress_due = time.monotonic() + PROGRESS_EVERY_S
+                self.progress("log initialisation", i - 1, stores)
+            yield
         self._sweep_orphan_stores()
-        for q in core.queues.values():   # also a store that may be a newer incarnation
+        for q in list(core.queues.values()):   # also a store that may be a newer incarnation
             r.nonpersistent_discarded += q.store.purge_nonpersistent()
             q.depth = q.store.count()
-        self.progress("log initialisation", 1, 1)
+            yield
+        self.progress("log initialisation", stores, stores)
         self.emit("HMQ7201I", f"Log initialisation for queue manager {core.name} complete: "
                   f"{st.log_type} log, control file sequence {st.sequence}, "
                   f"{len(chain)} extent(s) in use ({', '.join(r.extents)})")
@@ -500,6 +579,13 @@ class Restart:
         return self.rule.effects.due(q, lsn)
 
     def phase3_redo(self):
+        """Forward recovery without a pause; the scan (its end LSN)."""
+        return run_steps(self._redo_steps())
+
+    def _redo_steps(self) -> Steps:
+        """Forward recovery, a step a batch of log records (the loop may run
+        other work between two: nothing else touches the core before restart
+        ends); returns the scan."""
         core, r = self.core, self.report
         core.log.make_durable()   # redo flushes stores from what it reads
         active = core.log.state.active
@@ -530,10 +616,11 @@ class Restart:
                 stretch.append(batch)
                 stretch_bytes += batch[-1].end_lsn - batch[0].lsn
                 if stretch_bytes >= REDO_STRETCH_BYTES:
-                    self._redo_stretch(stretch, total)
+                    yield from self._redo_stretch(stretch, total)
                     stretch, stretch_bytes = [], 0
+                yield
             if stretch:
-                self._redo_stretch(stretch, total)
+                yield from self._redo_stretch(stretch, total)
         finally:
             if collecting:
                 gc.enable()
@@ -574,8 +661,9 @@ class Restart:
                   f"at LSN {r.end_lsn})")
         return scan
 
-    def _redo_stretch(self, stretch: list[list[LogRecord]], total: int) -> None:
-        """Redo a stretch of the log (batches of records in LSN order)."""
+    def _redo_stretch(self, stretch: list[list[LogRecord]], total: int) -> Steps:
+        """Redo a stretch of the log (batches of records in LSN order), a step
+        a batch."""
         core, r = self.core, self.report
         records = [rec for batch in stretch for rec in batch]
         core.raise_id_floors(uow=max([rec.uow_id for rec in records]) + 1)
@@ -600,10 +688,15 @@ class Restart:
                 else:
                     handler(rec)
             done = batch[-1].end_lsn - r.redo_start_lsn
-            if done - self._progress_at >= 4 << 20:
+            if done - self._progress_at >= PROGRESS_BYTES:
                 self._progress_at = done
                 self.progress("forward recovery", min(done, total), total)
                 crash_point("restart.mid_redo")
+            elif time.monotonic() >= self._progress_due:
+                self._progress_due = time.monotonic() + PROGRESS_EVERY_S
+                self.progress("forward recovery", min(done, total), total)
+            delay_point("restart.redo_batch")
+            yield
         # (only here, between stretches: inside one, the state between the two
         # halves of a skipped pair is not the log's)
         if sum(q.dirty_entries() for q in core.queues.values()) >= REDO_FLUSH_ENTRIES:
@@ -730,7 +823,9 @@ class Restart:
         for uow in self.rule.joined_unrecorded.values():
             core.append_record(RecordType.UOW_COMMIT, uow_id=uow.id, prev_lsn=uow.last_lsn)
         requeue = []
+        pacer = Pacer()
         for i, uow in enumerate(sorted(in_flight, key=lambda u: u.first_lsn), 1):
+            await pacer.step()
             before = core.log.records_since_checkpoint
             requeue += core.undo(uow)
             r.compensations_written += core.log.records_since_checkpoint - before - 1
@@ -777,7 +872,9 @@ class Restart:
                 core.loop.run_in_executor(None, rebuild, q)
             r.indexes_rebuilt = len(stale)
         else:
+            pacer = Pacer()
             for i, q in enumerate(stale, 1):
+                await pacer.step()
                 rebuild(q)
                 self.progress("index rebuild", i, len(stale))
             r.indexes_rebuilt = len(stale)

@@ -7,6 +7,12 @@ and listens on the admin socket ``qmgrs/<QM>/admin.sock``
 (mode 0600: only the owning OS user administers the queue manager locally).
 The admin protocol (``admin/protocol.py``) is served on that socket.
 
+With ``[web]``, the HTTP listener opens first, once the instance lock is held
+and before restart recovery: until the queue manager runs it serves only the
+start's status (``http/starting.py``), and when the start fails it says so
+for ``FAILED_SHOWN_S`` before the process ends. STOMP, the channels and the
+admin socket open after restart recovery and the startup scripts, as ever.
+
 SIGTERM asks for a controlled stop, SIGINT for an immediate one. A stop first
 closes the STOMP listeners and connections (their unfinished units of work are
 backed out), then stops the queue manager.
@@ -24,13 +30,17 @@ from ..admin.command_runner import CommandRunner
 from ..admin.protocol import MAX_REQUEST_BYTES, AdminProtocol
 from ..channels.initiator import ChannelInitiator
 from ..config import Listener, QMConfig
-from ..errors import HarbormqError
+from ..errors import ConfigError, HarbormqError, QueueManagerRunning
 from ..fsutil import atomic_write
-from ..qmgr.lifecycle import RunningQueueManager
-from ..recovery.need import log_need_facts
+from ..qmgr.lifecycle import InstanceLock, RunningQueueManager
+from ..recovery.need import log_need_facts, replay_rate
 from ..security import Security
 from ..stomp.listener import StompService
 from .startup import run_startup_scripts
+
+#: how long the web listener shows a failed start before the process ends (the
+#: console reads every 2 s)
+FAILED_SHOWN_S = 3.0
 
 
 class QueueManagerServer:
@@ -44,6 +54,8 @@ class QueueManagerServer:
         self.stomp: StompService | None = None
         self.channels: ChannelInitiator | None = None
         self.web = None                     # http.server.WebServer, when [web] is on
+        #: the start's status the web listener shows (http.starting.RestartStatus)
+        self.restart_status = None
 
     def status(self) -> dict:
         core = self.running.core
@@ -71,27 +83,38 @@ class QueueManagerServer:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         self.stop_mode = loop.create_future()
-        self.running = await RunningQueueManager.start(self.config, console=self.console,
-                                                      progress=self.progress)
+        web_early = self._open_web_early if self.config.web.enabled else None
+        try:
+            self.running = await RunningQueueManager.start(
+                self.config, console=self.console, progress=self._progress,
+                before_restart=web_early)
+        except BaseException as exc:
+            await self._start_failed(exc)
+            raise
+        if self.restart_status is not None:
+            self.restart_status.restart_ended(self._restart_facts())
         pubsub = self.running.core.pubsub
         pubsub.security = self.security
-        await pubsub.ready()     # the status queues exist before any client comes
-        self.stomp = StompService(self.running.core, self.config, self.security)
-        self.channels = ChannelInitiator(self.running.core, self.security)
         try:
+            await pubsub.ready()     # the status queues exist before any client comes
+            self.stomp = StompService(self.running.core, self.config, self.security)
+            self.channels = ChannelInitiator(self.running.core, self.security)
             # the startup scripts after restart recovery, with the channel initiator
             # running (their START LISTENER works), before the STOMP listeners open
             await self.channels.start()
             await run_startup_scripts(self.running.core, self.config, self.security)
             await self.stomp.start()
             if self.config.web.enabled:
-                await self._start_web()
-        except BaseException:
-            if self.web is not None:
-                await self.web.stop()
-            await self.channels.stop()
-            await self.stomp.stop()
-            await self.running.stop("immediate")
+                await self._web_running()
+        except BaseException as exc:
+            try:
+                if self.channels is not None:
+                    await self.channels.stop()
+                if self.stomp is not None:
+                    await self.stomp.stop()
+                await self.running.stop("immediate")
+            finally:
+                await self._start_failed(exc)
             raise
         # damage to the queue manager object: stop through the same path as a request
         self.running.core.on_fatal = lambda why: self.request_stop("preemptive")
@@ -127,23 +150,95 @@ class QueueManagerServer:
         report = self.running.report if self.running else None
         return report.as_dict() if report is not None else None
 
-    async def _start_web(self) -> None:
+    def _progress(self, phase: str, done: int, total: int) -> None:
+        """Restart's progress: to the web listener's status and the console's bars."""
+        if self.restart_status is not None:
+            self.restart_status.progress(phase, done, total)
+        if self.progress is not None:
+            self.progress(phase, done, total)
+
+    async def _open_web_early(self, core) -> None:
+        """The web listener before restart recovery (the instance lock held),
+        serving the start's status only. When its certificate is the key
+        repository's and the default one cannot be loaded (SSLKEYR, which
+        restart recovers, names another), it opens after restart instead."""
+        from ..http.starting import RestartStatus
+        from ..http.tls import uses_key_repository, web_tls
+        rate, measured = replay_rate(core.log)
+        self.restart_status = RestartStatus(core.name, replay_rate=rate if measured else None)
+        try:
+            tls = web_tls(self.config, "")
+        except ConfigError as exc:
+            if not uses_key_repository(self.config):
+                raise
+            core.oplog.emit("HMQ8022W", f"the HTTP listener WEB opens after restart "
+                            f"recovery: {exc.message}; the key repository SSLKEYR names is "
+                            "known once restart has recovered the queue manager object")
+            return
+        await self._open_web(core, tls)
+
+    async def _web_running(self) -> None:
+        """Restart is over and STOMP listens: the web listener serves everything
+        (opened now if it could not open before restart; its certificate
+        taken from the key repository SSLKEYR names, when that is another)."""
+        from ..http.tls import key_repository, load_web_certificate, uses_key_repository, web_tls
+        core = self.running.core
+        sslkeyr = core.qmgr_attrs.get("SSLKEYR", "")
+        if self.web is None:
+            if self.restart_status is None:
+                from ..http.starting import RestartStatus
+                self.restart_status = RestartStatus(core.name)
+            await self._open_web(core, web_tls(self.config, sslkeyr))
+        elif uses_key_repository(self.config) and \
+                key_repository(self.config.qm_dir, sslkeyr) != \
+                key_repository(self.config.qm_dir, ""):
+            load_web_certificate(self.web.tls, self.config, sslkeyr)
+        self._write_listeners()
+        self.restart_status.now_running()
+
+    async def _start_failed(self, exc: BaseException) -> None:
+        """The start failed: the web listener says so for FAILED_SHOWN_S (not
+        when the start was interrupted), then closes. The queue manager has
+        stopped and let its instance lock go; it is taken again meanwhile, so
+        that another start waits for this process to end (it is told that one
+        runs) rather than finding the web port taken."""
+        if self.restart_status is not None:
+            self.restart_status.start_failed(exc)
+        if self.web is None:
+            return
+        lock: InstanceLock | None = InstanceLock(self.config)
+        try:
+            lock.acquire()
+        except QueueManagerRunning:
+            lock = None                     # another start has it: say nothing more
+        try:
+            if lock is not None and isinstance(exc, Exception):
+                await asyncio.sleep(FAILED_SHOWN_S)
+        finally:
+            await self.web.stop()
+            self.web = None
+            if lock is not None:
+                # (the web listener's entry, and the STOMP listeners' if they opened)
+                self.config.listeners_path.unlink(missing_ok=True)
+                lock.release()
+
+    async def _open_web(self, core, tls) -> None:
         """The HTTP front end (``http/``), handed the MQSC runner and STOMP over
-        WebSocket as the Protocols of ``http/context.py``; its address joins
-        listeners.json. aiohttp is imported only when it is on."""
+        WebSocket as the Protocols of ``http/context.py``, and the start's
+        status; its address goes to listeners.json. aiohttp is imported only
+        when it is on."""
         from ..http.auth import WebAuthenticator
         from ..http.context import WebContext
         from ..http.server import WebServer
-        from ..http.tls import web_tls
         from ..stomp.websocket import serve_stomp_websocket
-        core, web = self.running.core, self.config.web
-        stomp = self.stomp
+        web = self.config.web
         ws_listener = Listener(name="WEB", host=web.host, port=web.port,
                                transport="websocket")
 
         async def stomp_websocket(request):
             # the web listener's connauth holds for /ws too, as for its REST paths
-            return await serve_stomp_websocket(request, stomp, ws_listener,
+            # (the listener's gate keeps /ws closed until STOMP runs)
+            return await serve_stomp_websocket(request, self.stomp, ws_listener,
                                                login_required=web.connauth == "required")
 
         settings = self.config.stomp
@@ -157,11 +252,22 @@ class QueueManagerServer:
                                                  "connauth": settings.connauth}),
                              authenticator=authenticator, settings=web,
                              stomp_websocket=stomp_websocket,
-                             restart_report=self._restart_facts)
-        self.web = WebServer(context, web_tls(self.config, core.qmgr_attrs.get("SSLKEYR", "")))
-        bound = await self.web.start()
-        atomic_write(self.config.listeners_path,
-                     json.dumps(stomp.bound + [bound], indent=1).encode())
+                             restart_report=self._restart_facts,
+                             starting=self.restart_status)
+        server = WebServer(context, tls)
+        try:
+            await server.start()
+        except BaseException:
+            authenticator.close()
+            raise
+        self.web = server
+        self._write_listeners()
+
+    def _write_listeners(self) -> None:
+        """listeners.json: the STOMP listeners, then the web listener (while
+        restart runs: the web listener alone)."""
+        bound = (self.stomp.bound if self.stomp is not None else []) + [self.web.bound]
+        atomic_write(self.config.listeners_path, json.dumps(bound, indent=1).encode())
 
 
 def run_event_loop(coro):

@@ -29,7 +29,7 @@ const clock = (ns) => ns ? new Date(Number(ns) / 1e6).toISOString()
   .replace("T", " ").replace("Z", " UTC") : "";
 
 class HttpError extends Error {
-  constructor(status, message) { super(message); this.status = status; }
+  constructor(status, message, body) { super(message); this.status = status; this.body = body; }
 }
 
 function errorText(body, status) {
@@ -41,7 +41,7 @@ async function api(path) {
   const r = await fetch(path, {headers: {"Authorization": state.auth || ""},
                                cache: "no-store"});
   const body = await r.json().catch(() => null);
-  if (!r.ok) throw new HttpError(r.status, errorText(body, r.status));
+  if (!r.ok) throw new HttpError(r.status, errorText(body, r.status), body);
   return body;
 }
 
@@ -390,6 +390,12 @@ async function refresh() {
     }
   } catch (e) {
     if (e.status === 401) { showLogin(e.message); reading = false; return; }
+    if (e.status === 503 && e.body && e.body.restart) {
+      showStarting(e.body.restart);
+      reading = false;
+      state.timer = setTimeout(refresh, STARTING_POLL_MS);
+      return;
+    }
     $("view-error").hidden = false;
     $("view-error").textContent = e.message;
     if (e.status === 403) $("view").innerHTML = "";
@@ -397,6 +403,42 @@ async function refresh() {
   reading = false;
   if (state.again) { state.again = false; refresh(); return; }
   state.timer = setTimeout(refresh, state.pollMs);
+}
+
+// -- while the queue manager starts: every view shows the restart (http/starting.py) --
+const STARTING_POLL_MS = 1000;
+function showStarting(d) {
+  const failedStart = d.state === "failed";
+  const unit = d.unit === "bytes" ? "MB" : d.unit;
+  const amount = (v) => d.unit === "bytes" ? (v / 1e6).toFixed(1) : num(v);
+  const phases = d.phases.map((p) => ({...p, seconds: p.state === "waiting" ? "" :
+    seconds(p.seconds)}));
+  $("view").innerHTML = `<section id="starting" data-state="${esc(d.state)}" ` +
+    `data-phase="${esc(d.phase || "")}"><h2>Queue manager ${esc(d.qmgr)} ` +
+    `${badge(failedStart ? "FAILED" : "STARTING")}</h2>` +
+    (failedStart ? `<p class="error" id="starting-error">The start failed: ${esc(d.error)}` +
+      `</p>` : `<p>Restart recovery is running: the queue manager's objects, queues and ` +
+      `units of work come back from the log. The other pages open once it runs; ` +
+      `STOMP and the admin socket open then too.</p>`) +
+    `<div class="cards">` +
+    card("phase", esc(d.phase || "–") + (d.phase_number ? ` <span class="muted">(phase ` +
+      `${d.phase_number} of 6)</span>` : ""), "running now") +
+    card("progress", d.total ? `${amount(d.done)} of ${amount(d.total)} ${esc(unit)}` : "–",
+      d.fraction === null ? "done of the phase" : `${Math.floor(d.fraction * 100)} % of ` +
+      `the phase`) +
+    card("elapsed", seconds(d.elapsed_s), "since the start began") +
+    card("remaining", d.remaining_s === null ? "–" : seconds(d.remaining_s),
+      "estimated to finish the phase") +
+    `</div>` + (d.fraction === null ? "" : `<progress id="starting-bar" max="1" ` +
+      `value="${d.fraction}"></progress>`) +
+    table("restart-phases", [{key: "name", label: "phase"},
+      {key: "state", label: "state", fmt: (v) => badge(v)},
+      {key: "seconds", label: "time"}], phases) + `</section>`;
+  $("view").dataset.view = "starting";
+  $("toolbar").dataset.key = "";        // the view's own toolbar comes back once it runs
+  $("toolbar").innerHTML = "";
+  $("view-error").hidden = true;
+  $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
 }
 
 function showLogin(message) {
