@@ -49,3 +49,28 @@ def test_trigger_monitor_starts_the_process_with_mqtmc2(tmp_path):
             monitor.kill()
             monitor.wait()
         srv.stop()
+
+
+def test_trigger_monitor_connects_to_a_stomp_tcp_listener_only(tmp_path):
+    """listeners.json lists the web listener and WebSocket listeners too, and while
+    the queue manager restarts holds only the web entry: the trigger monitor takes
+    a plain STOMP-over-TCP listener, or says none runs yet."""
+    import json
+
+    import pytest
+
+    from harbormq.cli.trigger import _listener
+    from harbormq.config import QMConfig
+    from harbormq.errors import HarbormqError
+
+    config = QMConfig(name="QM1", home=tmp_path)
+    config.qm_dir.mkdir(parents=True)
+    web = {"name": "WEB", "host": "127.0.0.1", "port": 9443, "tls": False, "transport": "http"}
+    ws = {"name": "WS", "host": "127.0.0.1", "port": 9444, "tls": False,
+          "transport": "websocket", "path": "/ws"}
+    stomp = {"name": "PLAIN", "host": "0.0.0.0", "port": 61613, "tls": False}
+    config.listeners_path.write_text(json.dumps([web]))
+    with pytest.raises(HarbormqError, match="no STOMP listener running yet"):
+        _listener(config)
+    config.listeners_path.write_text(json.dumps([web, ws, stomp]))
+    assert _listener(config) == ("127.0.0.1", 61613)

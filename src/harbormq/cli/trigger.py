@@ -95,7 +95,14 @@ def _listener(config: QMConfig) -> tuple[str, int]:
         raise QueueManagerNotRunning(f"queue manager {config.name} has no STOMP listener "
                                      "running (no listeners.json)",
                                      hint=f"start it: harbormq start {config.name}") from None
-    plain = [b for b in bound if not b.get("tls")]
+    # STOMP over TCP only: listeners.json also lists WebSocket listeners and the web
+    # listener ("transport"), and during restart holds only the web entry
+    stomp = [b for b in bound if b.get("transport", "tcp") == "tcp"]
+    if not stomp:
+        raise QueueManagerNotRunning(f"queue manager {config.name} has no STOMP listener "
+                                     "running yet (it may be starting)",
+                                     hint=f"wait for it: harbormq status {config.name}")
+    plain = [b for b in stomp if not b.get("tls")]
     if not plain:
         raise TriggerMonitorError(f"queue manager {config.name} has only TLS listeners; the "
                                   "trigger monitor connects to a plain one")
