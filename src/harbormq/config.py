@@ -456,6 +456,12 @@ class QMConfig:
         return self.qm_dir / "listeners.json"
 
     @property
+    def web_sslkeyr_path(self) -> Path:
+        """SSLKEYR when the queue manager last ran: the key repository of the web
+        listener opened before restart recovery (docs/http.md)."""
+        return self.qm_dir / "web-sslkeyr.json"
+
+    @property
     def users_path(self) -> Path:
         return self.qm_dir / "users.json"
 

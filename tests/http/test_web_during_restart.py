@@ -345,6 +345,12 @@ def test_a_failed_start_is_shown_until_the_process_ends(srv):
         assert scrape[("harbormq_restart_failed", frozenset())] == 1
         status, body = owner.mqsc("DISPLAY QMSTATUS", qm="QR")
         assert status == 503 and body["error"][0]["reasonCode"] == 2059
+        assert "TAKEN" in body["error"][0]["message"]
+        # why it failed (paths, ports) only to a caller who may read the status
+        status, body = WebClient(port, "alice", "alicepw").mqsc("DISPLAY QMSTATUS", qm="QR")
+        assert status == 503 and body["error"][0]["reasonCode"] == 2059
+        assert "its start failed" in body["error"][0]["message"]
+        assert "TAKEN" not in body["error"][0]["message"]
         assert proc.wait(30) != 0
         assert not (srv.qm_dir / "listeners.json").exists()
         with pytest.raises(OSError):

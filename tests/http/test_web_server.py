@@ -117,3 +117,39 @@ def test_ws_logs_in_when_the_web_listener_requires_it(tmp_path):
             c.close()
     finally:
         srv.stop()
+
+
+def test_the_listener_before_restart_uses_the_key_repository_of_the_last_run(tmp_path):
+    """Before restart recovery SSLKEYR is not known yet: the listener opened then
+    uses the repository SSLKEYR named when the queue manager last ran, never one
+    the operator may have moved away from; not known, it opens after restart."""
+    from support.oplog import operator_log
+    from support.stomp_helpers import QMServer
+    from support.web_helpers import make_key_repository, restart_web, start_web
+
+    srv = QMServer(tmp_path / "hmq", "QK")
+    srv.create()
+    make_key_repository(srv)
+    record = srv.qm_dir / "web-sslkeyr.json"
+
+    def after_restart() -> int:
+        return sum(1 for msgid, _ in operator_log(srv.home, "QK") if msgid == "HMQ8023W")
+
+    try:
+        start_web(srv, tls=True)           # the first start: not known, after restart
+        assert after_restart() == 1
+        assert json.loads(record.read_text()) == {"sslkeyr": ""}
+        srv.stop()
+        # a repository named once and since moved away from is not served before restart
+        record.write_text(json.dumps({"sslkeyr": str(tmp_path / "retired")}))
+        restart_web(srv)
+        assert after_restart() == 2
+        status, doc = web_client(srv).json("GET", "/ibmmq/rest/v2/openapi.json")
+        assert status == 200
+        assert json.loads(record.read_text()) == {"sslkeyr": ""}     # SSLKEYR now
+        srv.stop()
+        restart_web(srv)                   # known and loadable: opened before restart
+        assert after_restart() == 2
+    finally:
+        if srv.running:
+            srv.stop()

@@ -84,14 +84,16 @@ def queue_handle(request: web.Request, queue: str, mode: str):
         conn.close(queue, mode)
 
 
-def connection_middleware(core: QueueManagerCore):
+def connection_middleware(core: QueueManagerCore, starting=None):
     """The middleware that makes each request of ``APPLTAGS`` a connection of
-    ``core`` while it runs (see the module)."""
+    ``core`` while it runs (see the module). ``starting`` is the start's status
+    (``starting.py``): until the queue manager runs, nothing of the core is
+    touched, so the status requests let through then are no connections."""
 
     @web.middleware
     async def connections(request: web.Request, handler):
         tag = appltag_of(request.path)
-        if tag is None:
+        if tag is None or (starting is not None and not starting.running):
             return await handler(request)
         task = asyncio.current_task()
 

@@ -86,7 +86,8 @@ class WebServer:
                                            body_limit(settings),
                                            # while the queue manager starts: its status only
                                            starting.starting_gate(self.context),
-                                           connection_middleware(self.context.core)],
+                                           connection_middleware(self.context.core,
+                                                                 self.context.starting)],
                               # read_body enforces the limit with MQ's answer; aiohttp's
                               # own (request.read) is a last guard
                               client_max_size=settings.max_body_bytes)

@@ -233,12 +233,15 @@ def restart_metrics(status: RestartStatus) -> bytes:
     return generate_latest(Collector())
 
 
-def not_available(status: RestartStatus, *, with_status: bool) -> web.Response:
+def not_available(status: RestartStatus, *, with_status: bool,
+                  may_read_status: bool) -> web.Response:
     """MQ's answer for a queue manager that is not available yet (503, 2059);
-    the restart's status in the body when ``with_status``."""
+    the restart's status in the body when ``with_status``. Why a start failed
+    (paths, the log's state) is said only to a caller who may read the status."""
     failed = status.state == "failed"
+    why = f" ({status.error})" if may_read_status else ""
     error = RestError(503, "MQWB0059E", f"queue manager {status.qmgr} is " +
-                      (f"not available: its start failed ({status.error})" if failed else
+                      (f"not available: its start failed{why}" if failed else
                        "starting: restart recovery is running (MQRC 2059 "
                        "Q_MGR_NOT_AVAILABLE)"), reason=NOT_AVAILABLE,
                       explanation="The queue manager is not available: it is starting, "
@@ -284,7 +287,8 @@ def starting_gate(context: WebContext):
             return web.Response(body=restart_metrics(status),
                                 headers={"Content-Type": METRICS_CONTENT_TYPE})
         allowed = await may_read_status(request)
-        return not_available(status, with_status=allowed and path.startswith("/console/api/"))
+        return not_available(status, with_status=allowed and path.startswith("/console/api/"),
+                             may_read_status=allowed)
     return gate
 
 

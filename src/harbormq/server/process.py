@@ -143,6 +143,7 @@ class QueueManagerServer:
             sock.unlink()
         except FileNotFoundError:
             pass
+        self._record_sslkeyr()
         await self.running.stop(mode)
         return 0
 
@@ -166,16 +167,39 @@ class QueueManagerServer:
         from ..http.tls import uses_key_repository, web_tls
         rate, measured = replay_rate(core.log)
         self.restart_status = RestartStatus(core.name, replay_rate=rate if measured else None)
+        # the key repository is the one SSLKEYR named when this queue manager last
+        # ran: never one it may have moved away from (restart recovers SSLKEYR)
+        sslkeyr = self._last_sslkeyr() if uses_key_repository(self.config) else ""
         try:
-            tls = web_tls(self.config, "")
+            if sslkeyr is None:
+                raise ConfigError("the key repository of the last start is not known")
+            tls = web_tls(self.config, sslkeyr)
         except ConfigError as exc:
             if not uses_key_repository(self.config):
                 raise
-            core.oplog.emit("HMQ8022W", f"the HTTP listener WEB opens after restart "
+            core.oplog.emit("HMQ8023W", f"the HTTP listener WEB opens after restart "
                             f"recovery: {exc.message}; the key repository SSLKEYR names is "
                             "known once restart has recovered the queue manager object")
             return
         await self._open_web(core, tls)
+
+    def _last_sslkeyr(self) -> str | None:
+        """SSLKEYR as it was when the queue manager last ran (None: not known)."""
+        try:
+            return json.loads(self.config.web_sslkeyr_path.read_text())["sslkeyr"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _record_sslkeyr(self) -> None:
+        """Keep SSLKEYR for the next start's early web listener (``_last_sslkeyr``):
+        when the listener runs, and again at the stop (an ALTER QMGR between)."""
+        from ..http.tls import uses_key_repository
+        if self.running is not None and self.config.web.enabled and \
+                uses_key_repository(self.config):
+            sslkeyr = self.running.core.qmgr_attrs.get("SSLKEYR", "")
+            if self._last_sslkeyr() != sslkeyr:
+                atomic_write(self.config.web_sslkeyr_path,
+                             json.dumps({"sslkeyr": sslkeyr}).encode())
 
     async def _web_running(self) -> None:
         """Restart is over and STOMP listens: the web listener serves everything
@@ -193,6 +217,7 @@ class QueueManagerServer:
                 key_repository(self.config.qm_dir, sslkeyr) != \
                 key_repository(self.config.qm_dir, ""):
             load_web_certificate(self.web.tls, self.config, sslkeyr)
+        self._record_sslkeyr()
         self._write_listeners()
         self.restart_status.now_running()
 
@@ -206,15 +231,17 @@ class QueueManagerServer:
             self.restart_status.start_failed(exc)
         if self.web is None:
             return
-        lock: InstanceLock | None = InstanceLock(self.config)
+        lock: InstanceLock | None = None
         try:
-            lock.acquire()
-        except QueueManagerRunning:
-            lock = None                     # another start has it: say nothing more
-        try:
+            try:
+                taken = InstanceLock(self.config)
+                taken.acquire()
+                lock = taken
+            except QueueManagerRunning:
+                pass                        # another start has it: say nothing more
             if lock is not None and isinstance(exc, Exception):
                 await asyncio.sleep(FAILED_SHOWN_S)
-        finally:
+        finally:                            # (whatever taking the lock raised)
             await self.web.stop()
             self.web = None
             if lock is not None:
