@@ -120,6 +120,19 @@ for h in sends:
     except HarbormqError as exc:
         case = ["refused", type(exc).__name__, exc.message]
     out["cases"].append(case)
+# bodies that are buffers, and defaults that answer other types than int and bool:
+# the build takes them as the source does (as what was given, the body as bytes)
+odd_defaults = [lambda where, priority, persistent: ("5", True),
+                lambda where, priority, persistent: (5, 1)]
+for body, fill in ((bytearray(b"ba"), defaults), (memoryview(b"mv"), defaults),
+                   (memoryview(b"xmvx")[1:3], odd_defaults[0]), (b"b", odd_defaults[1])):
+    m = message_of_send({"destination": "/queue/Q"}, body, fill, None)
+    out["cases"].append([type(m.body).__name__, m.body.hex(), repr(m.priority),
+                         repr(m.persistent)])
+for body in (bytearray(b"ba\0"), memoryview(b"mv"), memoryview(b"xmvx")[1:3],
+             memoryview(b"\1\0\2\0").cast("H")):
+    m = Message(body, msg_id=b"\1" * 24, persistent=1, priority=4)
+    out["cases"].append(message_frame("MESSAGE\n", "id", None, m, "1.2", None).hex())
 props = [{}, {"k": "v\r\n:\\"}, {"a:b": 1, "content-length": "9", "MQTopicString": "t"}]
 for version in ("1.0", "1.1", "1.2"):
     for i, p in enumerate(props):
@@ -146,4 +159,9 @@ def test_the_compiled_message_codec_and_its_source_give_the_same_answers():
         answers[switch] = json.loads(out)
     assert answers["0"]["loaded"] == "compiled" and answers["1"]["loaded"] == "source"
     assert answers["0"]["cases"] == answers["1"]["cases"]
-    assert len(answers["0"]["cases"]) == 8 + 18
+    assert len(answers["0"]["cases"]) == 8 + 4 + 4 + 18
+    frames = answers["0"]["cases"][12:16]       # the buffers' MESSAGE frames
+    assert [bytes.fromhex(f).split(b"\n\n", 1)[1] for f in frames] == \
+        [b"ba\0\0", b"mv\0", b"mv\0", b"\1\0\2\0\0"]
+    assert all(b"content-length:%d\n" % n in bytes.fromhex(f)
+               for n, f in zip((3, 2, 2, 4), frames, strict=True))

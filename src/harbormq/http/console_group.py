@@ -13,7 +13,8 @@ commands':
   needs), and the members connected to each (TYPE(CONNECT));
 * the shared queues: DISPLAY QLOCAL(*) QSGDISP(SHARED) (depth, getters,
   putters, maximum depth) and the uncommitted messages of each (the group's
-  count: DISPLAY QSTATUS shows local queues only).
+  count: DISPLAY QSTATUS shows local queues only), one query for them all
+  on a worker thread, None ("–") when the group's database cannot answer.
 
 Its actions (BACKUP, RECOVER and RESET CFSTRUCT) are not here: the page posts
 each as one MQSC command to ``runCommand`` like every console action, with
@@ -23,12 +24,18 @@ outcome). A queue manager of no group answers ``{"member": false}``.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from ..qsg.errors import CFNotAvailable
 from .console import Console, describe_console_path
 from .context import WebContext
+
+if TYPE_CHECKING:       # (the qsg extra's driver is imported by a member only)
+    from ..qsg.structure import StructureStore
 
 #: the reasons of a DISPLAY of structures that finds none (the group has no
 #: structure yet): MQRC 2085 (UNKNOWN_OBJECT_NAME), or 2349 (CF_STRUC_ERROR)
@@ -44,6 +51,26 @@ def _rows(shown) -> list:
     if isinstance(shown, dict) and shown.get("reason") in NO_STRUCTURE:
         return []
     return shown
+
+
+async def shared_uncommitted(shared_queues: dict, names: list) -> dict[str, int | None]:
+    """The uncommitted messages (of every member) of each shared queue named:
+    one count of the group's store for them all, run on a worker thread (the
+    store's statement, and its lock, may wait; the loop must not). None for a
+    queue this member does not know, and for each when the store cannot
+    answer now (the page shows "–" rather than failing)."""
+    by_store: dict[int, tuple[StructureStore, list[str]]] = {}
+    for name in names:
+        q = shared_queues.get(name)
+        if q is not None:
+            by_store.setdefault(id(q.store), (q.store, []))[1].append(name)
+    counts: dict[str, int | None] = dict.fromkeys(names)
+    for store, queues in by_store.values():     # (one: the member's session)
+        try:
+            counts.update(await asyncio.to_thread(store.uncommitted_of, queues))
+        except CFNotAvailable:
+            pass
+    return counts
 
 
 class GroupPage:
@@ -81,9 +108,10 @@ class GroupPage:
             who, "DISPLAY QLOCAL(*) QSGDISP(SHARED) CURDEPTH MAXDEPTH IPPROCS OPPROCS DESCR",
             none_when_refused=True)
         if isinstance(queues, list):
+            uncom = await shared_uncommitted(core.shared_queues,
+                                             [q.get("queue") for q in queues])
             for q in queues:
-                shared = core.shared_queues.get(q.get("queue"))
-                q["uncom"] = shared.uncommitted if shared is not None else None
+                q["uncom"] = uncom.get(q.get("queue"))
         return web.json_response({
             "member": True, "qmgr": self.context.qmgr_name, "time_ns": time.time_ns(),
             "membership": membership, "members": members, "structures": structures,

@@ -297,6 +297,15 @@ class StructureStore:
         return self.run("SELECT count(*) FROM hmq_messages WHERE queue = %s AND "
                         "state <> 'AVAILABLE'", (queue,))[0]
 
+    def uncommitted_of(self, queues: list[str]) -> dict[str, int]:
+        """``uncommitted`` of each of ``queues`` in one statement (a queue
+        with none: 0)."""
+        rows = self.run("SELECT queue, count(*) FROM hmq_messages WHERE queue = ANY(%s) AND "
+                        "state <> 'AVAILABLE' GROUP BY queue", (list(queues),), fetch="all")
+        counts = dict.fromkeys(queues, 0)
+        counts.update(rows)
+        return counts
+
     def depths(self) -> dict[str, int]:
         rows = self.run("SELECT queue, count(*) FROM hmq_messages GROUP BY queue", fetch="all")
         return dict(rows)

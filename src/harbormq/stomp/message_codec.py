@@ -37,13 +37,24 @@ PUBLICATION_HEADERS = MESSAGE_HEADERS | PUBLICATION_PROPERTIES
 #: ``defaults(where, priority, persistent)``: what the headers left out, filled in
 #: (its answer is passed on unchecked, as the definitions hold it)
 Defaults = Callable[[Any, int | None, bool | None], tuple[Any, Any]]
+#: a body as a caller may hold it: bytes, or a buffer over bytes
+Body = bytes | bytearray | memoryview
+
+# Compiled, a parameter or local annotated ``bytes``, ``int`` or ``bool`` is
+# checked at run time (a bytearray, or a str priority, raises TypeError) where
+# the source takes anything: what is not the module's own is typed ``Body`` or
+# ``Any`` here, so that the build and the source answer alike
+# (tests/test_compiled.py compares them).
 
 
-def message_of_send(h: dict[str, str], body: bytes, defaults: Defaults, where: Any) -> Message:
+def message_of_send(h: dict[str, str], body: Body, defaults: Defaults, where: Any) -> Message:
     """The message of a SEND's headers ``h`` and ``body``; ``defaults(where,
     priority, persistent)`` fills in what the headers leave out (a queue's or a
     topic's DEFPRTY and DEFPSIST). A header that is not what STOMP allows
-    raises ProtocolError naming it."""
+    raises ProtocolError naming it. A body that is not bytes (a bytearray, a
+    memoryview over a frame's buffer) is copied: the message outlives it."""
+    if not isinstance(body, bytes):
+        body = bytes(body)
     priority: int | None = None
     if "priority" in h:
         try:
@@ -58,7 +69,8 @@ def message_of_send(h: dict[str, str], body: bytes, defaults: Defaults, where: A
         if value not in ("true", "false"):
             raise ProtocolError(f"persistent {h['persistent']!r} must be true or false")
         persistent = value == "true"
-    priority, persistent = defaults(where, priority, persistent)
+    # (their own names: compiled, ``priority`` and ``persistent`` are int and bool)
+    message_priority, message_persistent = defaults(where, priority, persistent)
     expiry_ns = 0
     if h.get("expires", "0") not in ("", "0"):
         try:
@@ -70,7 +82,8 @@ def message_of_send(h: dict[str, str], body: bytes, defaults: Defaults, where: A
     if len(h.keys() - RESERVED_SEND_HEADERS):     # most SENDs carry no user property
         props = {k: v for k, v in h.items() if k not in RESERVED_SEND_HEADERS}
     return Message(body=body, correl_id=h.get("correlation-id", "").encode(),
-                   priority=priority, persistent=persistent, expiry_ns=expiry_ns,
+                   priority=message_priority, persistent=message_persistent,
+                   expiry_ns=expiry_ns,
                    reply_to=h.get("reply-to", ""), format=h.get("content-type", ""),
                    properties=props)
 
@@ -86,6 +99,10 @@ def message_frame(prefix: str, msg_hex: str, ack_id: str | None, msg: Message,
     parts = [prefix, "message-id:", msg_hex, "\n"]
     if ack_id is not None:
         parts += ("ack:", ack_id, "\n")
+    # (the fields ``defaults`` and a caller's body give are read through
+    # ``given``, unchecked, as the source reads them; the others as typed:
+    # compiled, the typed ones are the faster)
+    given: Any = msg
     backouts: int = msg.backout_count
     if backouts:
         parts.append(f"redelivered:true\nbackout-count:{backouts}\n")
@@ -93,8 +110,8 @@ def message_frame(prefix: str, msg_hex: str, ack_id: str | None, msg: Message,
         parts.append("redelivered:false\n")
     put_time_ns: int = msg.put_time_ns
     expiry_ns: int = msg.expiry_ns
-    parts.append(f"persistent:{'true' if msg.persistent else 'false'}\n"
-                 f"priority:{msg.priority}\ntimestamp:{put_time_ns // 1_000_000}\n"
+    parts.append(f"persistent:{'true' if given.persistent else 'false'}\n"
+                 f"priority:{given.priority}\ntimestamp:{put_time_ns // 1_000_000}\n"
                  f"expires:{expiry_ns // 1_000_000}\n")
     taken = MESSAGE_HEADERS
     if topic_lines is not None:
@@ -114,6 +131,8 @@ def message_frame(prefix: str, msg_hex: str, ack_id: str | None, msg: Message,
     for k, v in properties.items():
         if k not in taken:
             parts += (escape(k, version, name=True), ":", escape(str(v), version), "\n")
-    body: bytes = msg.body
-    parts.append(f"content-length:{len(body)}\n\n")
+    body = given.body       # (joined as it is: a buffer is not copied here)
+    # (a memoryview's len counts items; content-length counts bytes)
+    length = len(body) if isinstance(body, bytes) else memoryview(body).nbytes
+    parts.append(f"content-length:{length}\n\n")
     return b"".join(("".join(parts).encode(), body, b"\0"))
