@@ -40,6 +40,8 @@ QUEUE = "SLOW.REDO"
 PUTS = 10_000
 #: each batch of redo this much slower
 DELAY_MS = 250
+#: the same for the browser's check of the starting page
+BROWSER_DELAY_MS = 800
 PHASE_ORDER = ["log initialisation", "status rebuild", "forward recovery",
                "backward recovery", "index rebuild", "checkpoint", "startup"]
 RESTART = "/console/api/restart"
@@ -84,9 +86,9 @@ class SlowStart:
     """``srv`` started in a thread with its redo slowed; ``port`` is the web
     listener's as soon as listeners.json names it (before restart ends)."""
 
-    def __init__(self, srv: QMServer):
+    def __init__(self, srv: QMServer, delay_ms: int = DELAY_MS):
         self.srv = srv
-        srv.env["HARBORMQ_DELAY_AT"] = f"restart.redo_batch:{DELAY_MS}"
+        srv.env["HARBORMQ_DELAY_AT"] = f"restart.redo_batch:{delay_ms}"
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._start, daemon=True)
         self.thread.start()
@@ -298,7 +300,9 @@ def test_status_metrics_and_rest_while_restart_runs(srv):
 def test_the_console_shows_the_starting_page(srv):
     with headless_driver() as browser:
         leave_work_to_redo(srv)
-        start = SlowStart(srv)
+        # forward recovery long enough (about 7 s) for a browser to log in and see it
+        # on a loaded machine
+        start = SlowStart(srv, delay_ms=BROWSER_DELAY_MS)
         base = f"http://127.0.0.1:{start.port}/console/"
         browser.get(base + "#queues")
         wait = WebDriverWait(browser, 30, poll_frequency=0.05, ignored_exceptions=(Exception,))
