@@ -2,9 +2,10 @@
 format (docs/http-metrics.md).
 
 A scrape takes a snapshot of the core's own figures on the loop, in steps
-of a few milliseconds (``metrics_snapshot.py``), then renders the text in
-a thread of its own (``metrics_render.py``), gzipped when the scraper
-accepts it (Prometheus does). One scrape runs at a time: a scrape that
+of a few milliseconds (``metrics_snapshot.py``), then renders the text
+(``metrics_render.py``) in a process of its own (``metrics_process.py``:
+off the GIL the loop needs), asked from a thread of its own, gzipped when
+the scraper accepts it (Prometheus does). One scrape runs at a time: a scrape that
 arrives meanwhile waits for the next, so a scraper retrying in a loop
 never piles snapshots up on the loop.
 
@@ -38,7 +39,7 @@ from ..core.engine import QueueManagerCore
 from ..errors import HarbormqError
 from .context import WebContext
 from .errors import bad_request
-from .metrics_render import render
+from .metrics_process import RenderProcess
 from .metrics_snapshot import RestartFacts, take_snapshot
 from .openapi import describe
 
@@ -77,7 +78,8 @@ def queue_selector(patterns: list[str]) -> Callable[[str], bool] | None:
 
 class MetricsEndpoint:
     """The scrapes of one queue manager: its core, where the last restart's
-    report and the backup record come from, and the thread that renders."""
+    report and the backup record come from, the thread that asks for the text
+    and the process that renders it."""
 
     def __init__(self, core: QueueManagerCore, *, restart: RestartFacts | None = None,
                  backups: Callable[[], dict | None] | None = None):
@@ -86,6 +88,7 @@ class MetricsEndpoint:
         self.backups = backups
         self._lock = asyncio.Lock()
         self._renderer = ThreadPoolExecutor(1, thread_name_prefix=f"harbormq-metrics-{core.name}")
+        self._process = RenderProcess(core.name)
 
     async def scrape(self, patterns: list[str] = (), *, gzipped: bool = False) -> bytes:
         """The text of one scrape (gzipped when asked)."""
@@ -96,11 +99,14 @@ class MetricsEndpoint:
             return await loop.run_in_executor(self._renderer, self._render, snap, gzipped)
 
     def _render(self, snap, gzipped: bool) -> bytes:
-        return render(snap, backups=self.backups() if self.backups is not None else None,
-                      gzipped=gzipped)
+        return self._process.render(snap, self.backups() if self.backups is not None else None,
+                                    gzipped)
 
     def close(self) -> None:
-        self._renderer.shutdown(wait=False, cancel_futures=True)
+        # the render process is stopped from the renderer's thread, after a render
+        # under way (the loop does not wait for it)
+        self._renderer.submit(self._process.close)
+        self._renderer.shutdown(wait=False)
 
 
 def add_routes(app: web.Application, context: WebContext) -> None:
