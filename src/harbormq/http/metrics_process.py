@@ -89,7 +89,10 @@ class RenderProcess:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "harbormq.http.metrics_process"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,
+                # not the queue manager's stderr: a test or a supervisor reading it
+                # to its end must not wait for the worker (its errors come back in
+                # its answers)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, "HARBORMQ_METRICS_WORKER": self.name},
                 close_fds=True)
         except OSError as exc:
