@@ -75,11 +75,6 @@ class SharedQueue(ConsumerLine):
     def curdepth(self) -> int:
         return self.store.depth(self.name)
 
-    @property
-    def uncommitted(self) -> int:
-        """Its messages units of work hold, of every member (the store's count)."""
-        return self.store.uncommitted(self.name)
-
     def redefine(self, attrs: dict) -> None:
         """The group's definition changed (ALTER on any member)."""
         self.definition["attrs"] = {**QLOCAL_DEFAULTS, **attrs, "QSGDISP": "SHARED"}

@@ -291,15 +291,10 @@ class StructureStore:
         committed or not."""
         return self.run("SELECT count(*) FROM hmq_messages WHERE queue = %s", (queue,))[0]
 
-    def uncommitted(self, queue: str) -> int:
-        """DISPLAY QSTATUS's UNCOM of a shared queue: its messages a unit of work
-        holds (put or got, prepared or not), not yet decided."""
-        return self.run("SELECT count(*) FROM hmq_messages WHERE queue = %s AND "
-                        "state <> 'AVAILABLE'", (queue,))[0]
-
     def uncommitted_of(self, queues: list[str]) -> dict[str, int]:
-        """``uncommitted`` of each of ``queues`` in one statement (a queue
-        with none: 0)."""
+        """DISPLAY QSTATUS's UNCOM of each of ``queues`` (shared), in one
+        statement: the messages a unit of work holds (put or got, prepared or
+        not), not yet decided; a queue with none: 0."""
         rows = self.run("SELECT queue, count(*) FROM hmq_messages WHERE queue = ANY(%s) AND "
                         "state <> 'AVAILABLE' GROUP BY queue", (list(queues),), fetch="all")
         counts = dict.fromkeys(queues, 0)
